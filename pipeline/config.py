@@ -1,0 +1,388 @@
+"""The configuration file: receivers, processors and exporters by ID, wired into pipelines.
+
+The shape is the OpenTelemetry Collector's::
+
+    receivers:  {<type>[/<name>]: {...}}
+    processors: {...}
+    exporters:  {...}
+    service:
+      pipelines:
+        metrics[/<name>]: {interval: 5s, receivers: [...], processors: [...], exporters: [...]}
+      telemetry: {listen: "127.0.0.1:8888", log_level: info}
+
+Loading validates everything (each component's options through its factory's pydantic model) and
+collects *every* problem with its file, line and key path before anything is built.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, ValidationError, field_validator
+
+from pipeline.components import ComponentConfig, ComponentKind, Registry
+from pipeline.yamlsource import KeyPath, SourceError, YamlSource, format_path, load_yaml_text
+
+__all__ = [
+    "ComponentId",
+    "Config",
+    "ConfigError",
+    "Duration",
+    "PipelineConfig",
+    "ServiceConfig",
+    "TelemetryConfig",
+    "format_duration",
+    "load_config",
+    "load_config_text",
+    "parse_component_id",
+    "parse_duration",
+]
+
+KINDS: tuple[tuple[str, ComponentKind], ...] = (
+    ("receivers", "receiver"),
+    ("processors", "processor"),
+    ("exporters", "exporter"),
+)
+
+
+class ConfigError(Exception):
+    """One or more problems in a configuration, each a full sentence naming file, line and key."""
+
+    def __init__(self, messages: list[str]) -> None:
+        super().__init__("\n".join(messages))
+        self.messages = messages
+
+
+# --- durations -------------------------------------------------------------------------------
+
+_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(value: object) -> float:
+    """``500ms``, ``5s``, ``2m``, ``1h``, ``1m30s`` or a plain number of seconds → seconds."""
+    if isinstance(value, bool):
+        raise ValueError("a duration, like 500ms, 5s or 2m, is needed here, not true/false")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        text = value.strip()
+        pos, seconds = 0, 0.0
+        for match in _DURATION_RE.finditer(text):
+            if match.start() != pos:
+                break
+            seconds += float(match.group(1)) * _UNIT_S[match.group(2)]
+            pos = match.end()
+        if pos != len(text) or not text:
+            raise ValueError(f"'{value}' is not a duration; write it like 500ms, 5s, 2m or 1h")
+    else:
+        raise ValueError(f"a duration, like 500ms, 5s or 2m, is needed here, not {type(value).__name__}")
+    if seconds < 0:
+        raise ValueError("a duration cannot be negative")
+    return seconds
+
+
+def format_duration(seconds: float) -> str:
+    if seconds == 0:
+        return "0s"
+    for unit, size in (("h", 3600.0), ("m", 60.0), ("s", 1.0)):
+        if seconds >= size and (seconds / size).is_integer():
+            return f"{int(seconds / size)}{unit}"
+    if (seconds * 1000).is_integer():
+        return f"{int(seconds * 1000)}ms"
+    return f"{seconds}s"
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration), PlainSerializer(format_duration, return_type=str)]
+"""Seconds, written in config as ``500ms``, ``5s``, ``2m``; printed back the same way."""
+
+
+# --- component IDs ---------------------------------------------------------------------------
+
+_ID_RE = re.compile(r"^([a-z][a-z0-9_]*)(?:/([A-Za-z0-9][A-Za-z0-9_.\-]*))?$")
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ComponentId:
+    type: str
+    name: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.type}/{self.name}" if self.name else self.type
+
+
+def parse_component_id(text: str) -> ComponentId:
+    match = _ID_RE.match(text)
+    if not match:
+        raise ValueError(
+            f"'{text}' is not a component ID; write type or type/name (type: lowercase letters, digits, _; "
+            "name: letters, digits, _ . -)"
+        )
+    return ComponentId(match.group(1), match.group(2) or "")
+
+
+# --- the service section ---------------------------------------------------------------------
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PipelineConfig(_Strict):
+    interval: Duration = 5.0
+    receivers: list[str] = Field(min_length=1)
+    processors: list[str] = Field(default_factory=list)
+    exporters: list[str] = Field(min_length=1)
+    receiver_timeout: Duration | None = None
+    """How long a receiver may take per tick; default: half the interval."""
+
+    @field_validator("interval")
+    @classmethod
+    def _positive(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError("the interval must be longer than 0s")
+        return value
+
+    @property
+    def effective_receiver_timeout(self) -> float:
+        return self.receiver_timeout if self.receiver_timeout is not None else self.interval / 2
+
+
+class TelemetryConfig(_Strict):
+    listen: str = "127.0.0.1:8888"
+    """host:port for wattpipe's own /metrics, /healthz and /readyz; empty to turn it off."""
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+class ServiceConfig(_Strict):
+    pipelines: dict[str, PipelineConfig] = Field(min_length=1)
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    node_name: str = ""
+    """The node's name on every record; default: $NODE_NAME, else the host name."""
+    shutdown_timeout: Duration = 10.0
+    """How long SIGTERM may take in all: the tick in flight, flushing exporters, saving state."""
+
+    @field_validator("pipelines")
+    @classmethod
+    def _pipeline_names(cls, value: dict[str, PipelineConfig]) -> dict[str, PipelineConfig]:
+        for name in value:
+            if not re.fullmatch(r"metrics(/[A-Za-z0-9][A-Za-z0-9_.\-]*)?", name):
+                raise ValueError(
+                    f"pipeline '{name}': wattpipe has metrics pipelines only: name it metrics or metrics/<name>"
+                )
+        return value
+
+
+class _TopLevel(_Strict):
+    receivers: dict[str, Any] = Field(default_factory=dict)
+    processors: dict[str, Any] = Field(default_factory=dict)
+    exporters: dict[str, Any] = Field(default_factory=dict)
+    service: ServiceConfig
+
+
+@dataclass(frozen=True)
+class Config:
+    """A validated configuration: every component's options parsed, every reference resolved."""
+
+    source_name: str
+    receivers: dict[str, ComponentConfig]
+    processors: dict[str, ComponentConfig]
+    exporters: dict[str, ComponentConfig]
+    service: ServiceConfig
+
+    def components(self, kind: ComponentKind) -> dict[str, ComponentConfig]:
+        return {"receiver": self.receivers, "processor": self.processors, "exporter": self.exporters}[kind]
+
+    def effective(self) -> dict[str, Any]:
+        """The configuration as it runs: defaults filled in, env expanded, durations as text."""
+
+        def dump(items: Mapping[str, ComponentConfig]) -> dict[str, Any]:
+            return {cid: cfg.model_dump(mode="json", by_alias=True) for cid, cfg in items.items()}
+
+        return {
+            "receivers": dump(self.receivers),
+            "processors": dump(self.processors),
+            "exporters": dump(self.exporters),
+            "service": self.service.model_dump(mode="json"),
+        }
+
+
+def default_node_name(environ: Mapping[str, str]) -> str:
+    return environ.get("NODE_NAME") or socket.gethostname()
+
+
+# --- loading ---------------------------------------------------------------------------------
+
+
+def load_config(path: str | Path, registry: Registry, environ: Mapping[str, str] | None = None) -> Config:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError([f"{p}: cannot read the configuration: {exc.strerror or exc}"]) from None
+    return load_config_text(text, p.name, registry, environ)
+
+
+def load_config_text(text: str, name: str, registry: Registry, environ: Mapping[str, str] | None = None) -> Config:
+    try:
+        source = load_yaml_text(text, name, environ)
+    except SourceError as exc:
+        raise ConfigError(exc.messages) from None
+    return _validate(source, registry, environ)
+
+
+def _suggest(word: str, options: list[str]) -> str:
+    close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
+def _pydantic_messages(exc: ValidationError, source: YamlSource, prefix: KeyPath, model: type[BaseModel]) -> list[str]:
+    messages = []
+    for err in exc.errors():
+        loc: KeyPath = tuple(err["loc"])
+        path = (*prefix, *loc)
+        where = f"{source.where(path)} {format_path(path)}"
+        if err["type"] == "extra_forbidden":
+            parent = _model_at(model, loc[:-1])
+            options = sorted(_field_names(parent)) if parent is not None else []
+            hint = _suggest(str(loc[-1]), options)
+            if not hint and options:
+                hint = f"; options here: {', '.join(options)}"
+            messages.append(f"{where}: unknown option{hint}")
+        elif err["type"] == "missing":
+            messages.append(f"{where}: required option is missing")
+        else:
+            got = err.get("input")
+            shown = "" if isinstance(got, dict | list) or got is None else f" (got {got!r})"
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            messages.append(f"{where}: {msg}{shown}")
+    return messages
+
+
+def _field_names(model: type[BaseModel]) -> list[str]:
+    return [f.alias or n for n, f in model.model_fields.items()]
+
+
+def _model_at(model: type[BaseModel], loc: KeyPath) -> type[BaseModel] | None:
+    """The nested model a location points into, for 'did you mean' suggestions."""
+    current: type[BaseModel] = model
+    parts = list(loc)
+    while parts:
+        part = parts.pop(0)
+        field = current.model_fields.get(str(part))
+        if field is None:
+            return None
+        annotation = field.annotation
+        origin = getattr(annotation, "__origin__", None)
+        if origin in (dict, list) and parts:
+            parts.pop(0)  # the dict key or list index
+            annotation = getattr(annotation, "__args__", (None,))[-1]
+        nested = _model_in(annotation)
+        if nested is None:
+            return None
+        current = nested
+    return current
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():  # Optional[Model]
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+    return None
+
+
+def _validate(source: YamlSource, registry: Registry, environ: Mapping[str, str] | None) -> Config:
+    errors: list[str] = []
+    data = source.data
+    if not isinstance(data, dict):
+        raise ConfigError(
+            [f"{source.where(())}: the configuration must be a mapping with receivers, exporters and service"]
+        )
+
+    unknown_top = [k for k in data if k not in ("receivers", "processors", "exporters", "service")]
+    for key in unknown_top:
+        hint = _suggest(key, ["receivers", "processors", "exporters", "service"])
+        errors.append(f"{source.where((key,))} {key}: unknown section{hint}")
+    top_data = {k: v for k, v in data.items() if k not in unknown_top}
+    for section in ("receivers", "processors", "exporters"):
+        if top_data.get(section) is None:
+            top_data[section] = {}
+    try:
+        top = _TopLevel.model_validate(top_data)
+    except ValidationError as exc:
+        errors.extend(_pydantic_messages(exc, source, (), _TopLevel))
+        raise ConfigError(errors) from None
+
+    built: dict[ComponentKind, dict[str, ComponentConfig]] = {"receiver": {}, "processor": {}, "exporter": {}}
+    for section, kind in KINDS:
+        for cid_text, raw in getattr(top, section).items():
+            path: KeyPath = (section, cid_text)
+            where = f"{source.where(path)} {format_path(path)}"
+            try:
+                cid = parse_component_id(cid_text)
+            except ValueError as exc:
+                errors.append(f"{where}: {exc}")
+                continue
+            factory = registry.get(kind, cid.type)
+            if factory is None:
+                known = registry.types(kind)
+                hint = _suggest(cid.type, known) or (f"; known {kind} types: {', '.join(known)}" if known else "")
+                errors.append(f"{where}: unknown {kind} type '{cid.type}'{hint} (`wattpipe components` lists them)")
+                continue
+            options = {} if raw is None else raw
+            if not isinstance(options, dict):
+                errors.append(f"{where}: the options of {cid_text} must be a mapping (or empty)")
+                continue
+            try:
+                built[kind][cid_text] = factory.config_model.model_validate(options)
+            except ValidationError as exc:
+                errors.extend(_pydantic_messages(exc, source, path, factory.config_model))
+
+    used: dict[ComponentKind, set[str]] = {"receiver": set(), "processor": set(), "exporter": set()}
+    for pname, pipe in top.service.pipelines.items():
+        for section, kind in KINDS:
+            ids: list[str] = getattr(pipe, section)
+            defined = list(getattr(top, section))
+            seen: set[str] = set()
+            for i, ref in enumerate(ids):
+                path = ("service", "pipelines", pname, section, i)
+                where = f"{source.where(path)} {format_path(path)}"
+                if ref in seen:
+                    errors.append(f"{where}: '{ref}' is listed twice in this pipeline")
+                seen.add(ref)
+                used[kind].add(ref)
+                if ref not in defined:
+                    hint = _suggest(ref, defined)
+                    errors.append(f"{where}: {kind} '{ref}' is not defined under {section}:{hint}")
+    for section, kind in KINDS:
+        for cid_text in getattr(top, section):
+            if cid_text not in used[kind]:
+                path = (section, cid_text)
+                errors.append(
+                    f"{source.where(path)} {format_path(path)}: defined but not used in any pipeline "
+                    f"(add it to a pipeline's {section} or remove it)"
+                )
+
+    if errors:
+        raise ConfigError(errors)
+    service = top.service
+    if not service.node_name:
+        service = service.model_copy(
+            update={"node_name": default_node_name(environ if environ is not None else os.environ)}
+        )
+    return Config(
+        source_name=source.name,
+        receivers=built["receiver"],
+        processors=built["processor"],
+        exporters=built["exporter"],
+        service=service,
+    )

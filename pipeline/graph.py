@@ -1,0 +1,155 @@
+"""Configuration → built (not started) components wired into pipelines.
+
+Receivers and exporters are built once per ID and shared by the pipelines that list them; processors
+are built once per pipeline, since many keep per-pipeline state. Building does no I/O, so
+``wattpipe validate`` builds everything and starts nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from pipeline.clock import Clock
+from pipeline.components import (
+    ComponentKind,
+    CreateContext,
+    Exporter,
+    Processor,
+    Receiver,
+    Registry,
+)
+from pipeline.config import Config, ConfigError, PipelineConfig, parse_component_id
+from pipeline.telemetry import Telemetry
+
+__all__ = ["BuiltPipeline", "Graph", "build", "check_order"]
+
+
+@dataclass(frozen=True)
+class BuiltPipeline:
+    name: str
+    config: PipelineConfig
+    receivers: tuple[tuple[str, Receiver], ...]
+    processors: tuple[tuple[str, Processor], ...]
+    exporters: tuple[tuple[str, Exporter], ...]
+
+
+@dataclass(frozen=True)
+class Graph:
+    config: Config
+    telemetry: Telemetry
+    receivers: dict[str, Receiver]
+    exporters: dict[str, Exporter]
+    pipelines: tuple[BuiltPipeline, ...]
+
+
+def _fields(obj: object, attr: str) -> frozenset[str]:
+    value: frozenset[str] = frozenset(getattr(obj, attr, ()))
+    return value
+
+
+def check_order(
+    pipeline: str,
+    receivers: list[tuple[str, object]],
+    processors: list[tuple[str, object]],
+    registry: Registry,
+) -> list[str]:
+    """Problems with the processors' order: each names the processor to add or move."""
+    problems: list[str] = []
+    available: set[str] = set()
+    for _, receiver in receivers:
+        available |= _fields(receiver, "provides")
+    for i, (pid, processor) in enumerate(processors):
+        for need in sorted(_fields(processor, "needs") - available):
+            later = [lid for lid, lp in processors[i + 1 :] if need in _fields(lp, "provides")]
+            if later:
+                problems.append(
+                    f"service.pipelines.{pipeline}: processor '{pid}' needs '{need}', which '{later[0]}' provides "
+                    f"later: move '{later[0]}' before '{pid}'"
+                )
+                continue
+            makers = [f"{f.kind} '{f.type}'" for f in registry.providers_of(need)]
+            advice = f"add a {' or '.join(makers)} before it" if makers else "no installed component provides it"
+            problems.append(
+                f"service.pipelines.{pipeline}: processor '{pid}' needs '{need}', which nothing before it provides: {advice}"
+            )
+        available |= _fields(processor, "provides")
+    return problems
+
+
+def build(config: Config, registry: Registry, clock: Clock, telemetry: Telemetry | None = None) -> Graph:
+    """Build every component and check every pipeline; raise ConfigError listing all problems."""
+    telemetry = telemetry or Telemetry(clock)
+    errors: list[str] = []
+
+    def create(kind: ComponentKind, cid: str, pipeline: str | None) -> object | None:
+        factory = registry.get(kind, parse_component_id(cid).type)
+        assert factory is not None  # load_config resolved every type
+        logger = logging.getLogger(f"wattpipe.{kind}.{cid}")
+        ctx = CreateContext(
+            component_id=cid,
+            kind=kind,
+            clock=clock,
+            node_name=config.service.node_name,
+            logger=logger,
+            telemetry=telemetry.for_component(kind, cid, logger),
+            pipeline=pipeline,
+        )
+        try:
+            return factory.create(ctx, config.components(kind)[cid])
+        except ConfigError as exc:
+            errors.extend(f"{config.source_name} {kind}s.{cid}: {m}" for m in exc.messages)
+        except (ValueError, TypeError, ImportError, AttributeError) as exc:
+            errors.append(f"{config.source_name} {kind}s.{cid}: cannot be built: {exc}")
+        return None
+
+    receivers: dict[str, Receiver] = {}
+    for cid in config.receivers:
+        built = create("receiver", cid, None)
+        if built is not None:
+            if isinstance(built, Receiver):
+                receivers[cid] = built
+            else:
+                errors.append(f"{config.source_name} receivers.{cid}: is not a receiver (it has no async collect())")
+    exporters: dict[str, Exporter] = {}
+    for cid in config.exporters:
+        built = create("exporter", cid, None)
+        if built is not None:
+            if isinstance(built, Exporter):
+                exporters[cid] = built
+            else:
+                errors.append(f"{config.source_name} exporters.{cid}: is not an exporter (it has no async export())")
+
+    pipelines: list[BuiltPipeline] = []
+    for pname, pconf in config.service.pipelines.items():
+        procs: list[tuple[str, Processor]] = []
+        for cid in pconf.processors:
+            built = create("processor", cid, pname)
+            if built is None:
+                continue
+            if not isinstance(built, Processor):
+                errors.append(
+                    f"{config.source_name} processors.{cid}: is not a processor "
+                    "(it needs process(batch), needs and provides)"
+                )
+                continue
+            procs.append((cid, built))
+        recv = [(cid, receivers[cid]) for cid in pconf.receivers if cid in receivers]
+        if len(procs) == len(pconf.processors) and len(recv) == len(pconf.receivers):
+            errors.extend(f"{config.source_name} {m}" for m in check_order(pname, list(recv), list(procs), registry))
+        pipelines.append(
+            BuiltPipeline(
+                name=pname,
+                config=pconf,
+                receivers=tuple(recv),
+                processors=tuple(procs),
+                exporters=tuple((cid, exporters[cid]) for cid in pconf.exporters if cid in exporters),
+            )
+        )
+    if errors:
+        raise ConfigError(errors)
+    for p in pipelines:
+        telemetry.register_pipeline(p.name, p.config.interval)
+    return Graph(
+        config=config, telemetry=telemetry, receivers=receivers, exporters=exporters, pipelines=tuple(pipelines)
+    )

@@ -1,0 +1,61 @@
+"""A small threaded HTTP server for WSGI apps: wattpipe's own telemetry and the Prometheus exporter.
+
+Serving happens on a daemon thread, so a slow scraper never holds up a tick, and scrapes only read
+what the last finished tick left in memory.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+__all__ = ["HttpServer", "WsgiApp", "parse_listen"]
+
+WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """``host:port`` (``[::1]:port`` for IPv6) → (host, port). Port 0 picks a free one."""
+    host, sep, port_text = listen.rpartition(":")
+    if not sep or not port_text.isdigit():
+        raise ValueError(f"'{listen}' is not host:port (for example 127.0.0.1:8888 or 0.0.0.0:28282)")
+    port = int(port_text)
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port {port} in '{listen}' is out of range 0–65535")
+    return host.strip("[]") or "0.0.0.0", port
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+class HttpServer:
+    """Serve ``app`` on ``listen`` from a background thread until :meth:`close`."""
+
+    def __init__(self, listen: str, app: WsgiApp) -> None:
+        self.host, port = parse_listen(listen)
+        self._server = make_server(self.host, port, app, server_class=_ThreadingServer, handler_class=_QuietHandler)
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, name=f"http-{self.port}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    @property
+    def url(self) -> str:
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+        return f"http://{host}:{self.port}"

@@ -1,0 +1,414 @@
+"""The typed records that flow through a pipeline, and the Batch that carries one tick's worth.
+
+Every record is a frozen, slotted dataclass; units live in field names (``power_w``, ``energy_j``,
+``util`` as a 0–1 fraction). Every record carries the :class:`Timestamp` at which it was read or
+derived. ``None`` means *absent* (the source could not say), never zero: exporters skip absent values.
+
+Each record class has a ``KIND`` (what a user filters on: device, process, container, pod, instance)
+and ``attributes()``: its identifying attributes as strings, under canonical names that the catalog
+maps to the Kepler and OpenTelemetry schemes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+from pipeline.clock import Timestamp
+
+__all__ = [
+    "Attrs",
+    "Batch",
+    "DeviceAllocation",
+    "DevicePower",
+    "DeviceSample",
+    "DeviceSignals",
+    "GpuProcessSample",
+    "GpuShare",
+    "HostProcess",
+    "LabelAction",
+    "MigActivity",
+    "MigInstance",
+    "Record",
+    "Totals",
+    "Workload",
+    "record_kind",
+]
+
+Attrs = tuple[tuple[str, str], ...]
+"""Extra attributes on a record: sorted (name, value) pairs, so a record stays hashable and frozen."""
+
+RecordKind = Literal["device", "process", "container", "pod", "instance"]
+
+
+def _fmt(value: object) -> str:
+    return str(value)
+
+
+def _base_attributes(record: Record, names: Iterable[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name in names:
+        value = getattr(record, name)
+        if value is not None:
+            out[name] = _fmt(value)
+    out.update(record.extra)
+    return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Record:
+    """Base of every record: the time it describes and free-form extra attributes."""
+
+    KIND: ClassVar[RecordKind] = "device"
+    IDENTITY: ClassVar[tuple[str, ...]] = ()
+
+    time: Timestamp
+    extra: Attrs = ()
+
+    def attributes(self) -> dict[str, str]:
+        """Identifying attributes under canonical names (absent ones left out), then ``extra``."""
+        return _base_attributes(self, self.IDENTITY)
+
+    def with_extra(self, extra: Mapping[str, str]) -> Record:
+        return dataclasses.replace(self, extra=tuple(sorted(extra.items())))
+
+
+# --- receivers -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeviceSample(Record):
+    """One accelerator (or CPU package) as read from its driver in one tick.
+
+    ``energy_mj`` is the hardware's cumulative energy counter (mJ since driver load); ``None`` where
+    the hardware has none (pre-Volta NVIDIA), in which case energy is power × time downstream.
+    """
+
+    KIND: ClassVar[RecordKind] = "device"
+    IDENTITY: ClassVar[tuple[str, ...]] = ("device_type", "device_id", "device_index", "device_name", "vendor")
+
+    device_id: str  # GPU UUID ("GPU-…"), or a RAPL zone path for CPUs
+    device_type: Literal["gpu", "cpu"] = "gpu"
+    device_index: int | None = None
+    device_name: str | None = None
+    vendor: str | None = None
+    up: bool = True
+    power_w: float | None = None
+    energy_mj: float | None = None
+    energy_counter_max_mj: float | None = None  # wrap range, where the counter wraps (RAPL)
+    compute_mode: str | None = None  # default | exclusive_process | prohibited
+    mig_enabled: bool | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuProcessSample(Record):
+    """A process running on a GPU (or on a MIG instance of it), as the driver lists it.
+
+    ``sm_util`` is the process's SM utilisation integrated over the tick window (0–1); ``None`` where
+    the driver gave no utilisation at all (MIG, or the call failed), ``0.0`` where it said "no samples".
+    """
+
+    KIND: ClassVar[RecordKind] = "process"
+    IDENTITY: ClassVar[tuple[str, ...]] = ("device_id", "pid", "gpu_instance_id")
+
+    device_id: str
+    pid: int
+    used_memory_bytes: int | None = None
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+    sm_util: float | None = None
+    util_window_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MigInstance(Record):
+    """A MIG GPU instance of a physical GPU (the layout, from NVML)."""
+
+    KIND: ClassVar[RecordKind] = "instance"
+    IDENTITY: ClassVar[tuple[str, ...]] = ("device_id", "gpu_instance_id", "profile")
+
+    device_id: str
+    gpu_instance_id: int
+    profile: str | None = None
+    compute_slices: int | None = None
+    mig_uuid: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MigActivity(Record):
+    """Activity of one MIG instance over the exporter's sampling window (0–1, normalised to the instance)."""
+
+    KIND: ClassVar[RecordKind] = "instance"
+    IDENTITY: ClassVar[tuple[str, ...]] = ("device_id", "gpu_instance_id", "profile")
+
+    device_id: str
+    gpu_instance_id: int
+    profile: str | None = None
+    gr_engine_active: float | None = None
+    sm_active: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeviceSignals(Record):
+    """Raw per-device fields from dcgm-exporter, in SI units (name → value)."""
+
+    KIND: ClassVar[RecordKind] = "device"
+    IDENTITY: ClassVar[tuple[str, ...]] = ("device_id",)
+
+    device_id: str
+    fields: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeviceAllocation(Record):
+    """A device (or MIG instance, or time-sliced replica) that the kubelet allocated to a container."""
+
+    KIND: ClassVar[RecordKind] = "container"
+    IDENTITY: ClassVar[tuple[str, ...]] = (
+        "device_id",
+        "gpu_instance_id",
+        "resource_name",
+        "pod_name",
+        "pod_namespace",
+        "container_name",
+    )
+
+    device_id: str
+    resource_name: str
+    pod_name: str
+    pod_namespace: str
+    container_name: str
+    gpu_instance_id: int | None = None
+    replica: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HostProcess(Record):
+    """A process as /proc describes it: identity, its cgroup's container and pod, CPU time."""
+
+    KIND: ClassVar[RecordKind] = "process"
+    IDENTITY: ClassVar[tuple[str, ...]] = ("pid", "comm", "exe", "container_id", "pod_uid")
+
+    pid: int
+    comm: str | None = None
+    exe: str | None = None
+    start_time_ticks: int | None = None  # /proc/<pid>/stat field 22: tells a reused pid apart
+    container_id: str | None = None
+    pod_uid: str | None = None
+    cpu_time_s: float | None = None
+
+
+# --- processors ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DevicePower(Record):
+    """A device's power and energy over one tick, split into idle and active.
+
+    ``energy_j`` is the tick's energy from the hardware counter delta (``source="counter"``), or
+    power × interval where no counter exists (``source="power"``). ``idle_w`` is ``None`` until an idle
+    baseline is known; until then all energy is active.
+    """
+
+    KIND: ClassVar[RecordKind] = "device"
+    IDENTITY: ClassVar[tuple[str, ...]] = ("device_type", "device_id", "device_index", "device_name", "vendor")
+
+    device_id: str
+    device_type: Literal["gpu", "cpu"] = "gpu"
+    device_index: int | None = None
+    device_name: str | None = None
+    vendor: str | None = None
+    interval_s: float
+    power_w: float
+    idle_w: float | None
+    active_w: float
+    energy_j: float
+    idle_energy_j: float
+    active_energy_j: float
+    source: Literal["counter", "power"] = "counter"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuShare(Record):
+    """The share of one device's active energy in one tick that one consumer used.
+
+    ``pid is None`` is the explicit *unattributed* remainder (active energy with no process to carry it).
+    """
+
+    KIND: ClassVar[RecordKind] = "process"
+    IDENTITY: ClassVar[tuple[str, ...]] = ("device_id", "pid", "gpu_instance_id")
+
+    device_id: str
+    pid: int | None
+    share: float
+    energy_j: float
+    power_w: float
+    gpu_instance_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Workload(Record):
+    """Who a process is in Kubernetes terms: pid → container → pod."""
+
+    KIND: ClassVar[RecordKind] = "container"
+    IDENTITY: ClassVar[tuple[str, ...]] = (
+        "pid",
+        "container_id",
+        "container_name",
+        "pod_uid",
+        "pod_name",
+        "pod_namespace",
+    )
+
+    pid: int | None
+    container_id: str | None = None
+    container_name: str | None = None
+    pod_uid: str | None = None
+    pod_name: str | None = None
+    pod_namespace: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Totals(Record):
+    """A monotonic energy total for one consumer on one device.
+
+    ``scope`` says which consumer: a process (``key`` = pid), a container (container id) or a pod (UID).
+    """
+
+    IDENTITY: ClassVar[tuple[str, ...]] = ("scope", "key", "device_id", "state")
+
+    scope: Literal["process", "container", "pod"]
+    key: str
+    device_id: str
+    energy_j: float
+    power_w: float | None = None
+    state: Literal["running", "terminated"] = "running"
+    start: Timestamp | None = None
+
+    @property
+    def kind(self) -> RecordKind:
+        return self.scope
+
+
+# --- the batch -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LabelAction:
+    """One edit of the attributes exporters render: insert a static value, rename or drop a key.
+
+    ``kinds`` limits the edit to records of those kinds (empty: every record). ``insert`` never
+    overwrites an attribute the record already has; ``upsert`` does.
+    """
+
+    op: Literal["insert", "upsert", "rename", "drop"]
+    key: str
+    value: str | None = None
+    new_key: str | None = None
+    kinds: frozenset[str] = frozenset()
+
+    def apply(self, kind: str, labels: dict[str, str]) -> None:
+        if self.kinds and kind not in self.kinds:
+            return
+        if self.op == "insert":
+            labels.setdefault(self.key, self.value or "")
+        elif self.op == "upsert":
+            labels[self.key] = self.value or ""
+        elif self.op == "rename":
+            if self.key in labels and self.new_key:
+                labels[self.new_key] = labels.pop(self.key)
+        else:
+            labels.pop(self.key, None)
+
+
+_FIELD_BY_TYPE: dict[type[Record], str] = {
+    DeviceSample: "devices",
+    GpuProcessSample: "gpu_processes",
+    MigInstance: "mig_instances",
+    MigActivity: "mig_activity",
+    DeviceSignals: "device_signals",
+    DeviceAllocation: "allocations",
+    HostProcess: "host_processes",
+    DevicePower: "device_power",
+    GpuShare: "shares",
+    Workload: "workloads",
+    Totals: "totals",
+}
+
+
+def record_kind(record: Record) -> str:
+    """The kind a user filters on; a Totals record is of its scope's kind."""
+    if isinstance(record, Totals):
+        return record.scope
+    return record.KIND
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Batch:
+    """One tick's records, one field per record kind, plus the tick's context.
+
+    A Batch is immutable: a processor returns a new one (``batch.replace(shares=…)``), so every
+    exporter sees the same finished batch and no processor can disturb another's view.
+    ``label_actions`` are attribute edits (insert, rename, drop) that exporters apply when rendering
+    labels, so typed records stay typed.
+    """
+
+    FIELDS: ClassVar[tuple[str, ...]] = tuple(_FIELD_BY_TYPE.values())
+
+    time: Timestamp
+    interval_s: float
+    node: str
+    pipeline: str = "metrics"
+    devices: tuple[DeviceSample, ...] = ()
+    gpu_processes: tuple[GpuProcessSample, ...] = ()
+    mig_instances: tuple[MigInstance, ...] = ()
+    mig_activity: tuple[MigActivity, ...] = ()
+    device_signals: tuple[DeviceSignals, ...] = ()
+    allocations: tuple[DeviceAllocation, ...] = ()
+    host_processes: tuple[HostProcess, ...] = ()
+    device_power: tuple[DevicePower, ...] = ()
+    shares: tuple[GpuShare, ...] = ()
+    workloads: tuple[Workload, ...] = ()
+    totals: tuple[Totals, ...] = ()
+    # Which fields some receiver or processor actually filled this tick (present, even if empty):
+    # lets exporters tell "no processes" from "no process source".
+    present: frozenset[str] = field(default_factory=frozenset)
+    label_actions: tuple[LabelAction, ...] = ()
+
+    @staticmethod
+    def field_for(record_type: type[Record]) -> str:
+        for klass in record_type.__mro__:
+            name = _FIELD_BY_TYPE.get(klass)
+            if name is not None:
+                return name
+        raise TypeError(f"{record_type.__name__} is not a record kind a Batch carries")
+
+    def replace(self, **changes: Any) -> Batch:
+        present = set(self.present)
+        present.update(name for name in changes if name in self.FIELDS)
+        return dataclasses.replace(self, present=frozenset(present), **changes)
+
+    def with_records(self, records: Iterable[Record]) -> Batch:
+        """A batch with ``records`` appended to the fields their types belong to."""
+        grouped: dict[str, list[Record]] = {}
+        for record in records:
+            grouped.setdefault(self.field_for(type(record)), []).append(record)
+        changes: dict[str, Any] = {name: tuple(getattr(self, name)) + tuple(items) for name, items in grouped.items()}
+        return self.replace(**changes)
+
+    def labels(self, record: Record) -> dict[str, str]:
+        """The attributes an exporter renders for ``record``: its own, after this batch's label actions."""
+        labels = record.attributes()
+        kind = record_kind(record)
+        for action in self.label_actions:
+            action.apply(kind, labels)
+        return labels
+
+    def records(self) -> Iterator[Record]:
+        for name in self.FIELDS:
+            yield from getattr(self, name)
+
+    def count(self) -> int:
+        return sum(len(getattr(self, name)) for name in self.FIELDS)

@@ -1,0 +1,197 @@
+"""The tick, and the service's lifecycle.
+
+Every ``interval`` a pipeline polls all its receivers concurrently (each with a timeout), merges what
+arrived into one Batch, runs the processors in config order and hands the finished Batch to every
+exporter. A receiver that fails or times out is counted and logged (once per distinct error per
+minute) and the tick goes on without it; so does a failing processor or exporter.
+
+Lifecycle (the Collector's): exporters start first, receivers stop first. On stop, the tick in flight
+finishes, then receivers stop, processors shut down (saving state) and exporters flush, all within
+``service.shutdown_timeout``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+
+from pipeline.components import Exporter, Receiver, call_optional
+from pipeline.graph import BuiltPipeline, Graph
+from pipeline.records import Batch, Record
+from pipeline.telemetry import RateLimitedLog
+
+__all__ = ["PipelineRunner", "Service"]
+
+log = logging.getLogger("wattpipe.runtime")
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class PipelineRunner:
+    """Runs one pipeline's ticks."""
+
+    def __init__(self, graph: Graph, pipeline: BuiltPipeline) -> None:
+        self.graph = graph
+        self.pipeline = pipeline
+        self.clock = graph.telemetry.clock
+        self.telemetry = graph.telemetry
+        self.ticks = 0
+        self.last_batch: Batch | None = None
+        self._log = RateLimitedLog(log, self.clock)
+        self._last_tick_s: float | None = None
+
+    async def _poll(self, cid: str, receiver: Receiver, timeout_s: float) -> Sequence[Record]:
+        name = self.pipeline.name
+        try:
+            records = await asyncio.wait_for(receiver.collect(), timeout=timeout_s)
+        except TimeoutError:
+            self.telemetry.receiver_errors.labels(pipeline=name, component=cid).inc()
+            self._log.log(
+                logging.WARNING,
+                f"{name}/{cid}/timeout",
+                f"pipeline {name}: receiver {cid} did not answer within {timeout_s:g}s; this tick goes on without it",
+            )
+            return ()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.telemetry.receiver_errors.labels(pipeline=name, component=cid).inc()
+            self._log.log(
+                logging.WARNING,
+                f"{name}/{cid}/{_describe(exc)}",
+                f"pipeline {name}: receiver {cid} failed: {_describe(exc)}; this tick goes on without it",
+            )
+            return ()
+        self.telemetry.receiver_records.labels(pipeline=name, component=cid).inc(len(records))
+        return records
+
+    async def tick(self) -> Batch:
+        """Run one tick now and return the finished batch."""
+        p = self.pipeline
+        started = self.clock.now()
+        interval_s = p.config.interval if self._last_tick_s is None else started.monotonic_s - self._last_tick_s
+        self._last_tick_s = started.monotonic_s
+        timeout_s = p.config.effective_receiver_timeout
+        results = await asyncio.gather(*(self._poll(cid, r, timeout_s) for cid, r in p.receivers))
+        batch = Batch(time=started, interval_s=interval_s, node=self.graph.config.service.node_name, pipeline=p.name)
+        batch = batch.with_records(r for records in results for r in records)
+        batch = batch.replace(**{f: getattr(batch, f) for _, r in p.receivers for f in getattr(r, "provides", ())})
+        for cid, processor in p.processors:
+            try:
+                batch = processor.process(batch)
+            except Exception as exc:
+                self.telemetry.processor_errors.labels(pipeline=p.name, component=cid).inc()
+                self._log.log(
+                    logging.ERROR,
+                    f"{p.name}/{cid}/{_describe(exc)}",
+                    f"pipeline {p.name}: processor {cid} failed: {_describe(exc)}; this tick skips it",
+                )
+        await asyncio.gather(*(self._export(cid, e, batch) for cid, e in p.exporters))
+        self.ticks += 1
+        self.last_batch = batch
+        self.telemetry.tick_finished(p.name, self.clock.monotonic() - started.monotonic_s)
+        return batch
+
+    async def _export(self, cid: str, exporter: Exporter, batch: Batch) -> None:
+        labels = {"pipeline": self.pipeline.name, "component": cid}
+        try:
+            await exporter.export(batch)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.telemetry.exporter_failed.labels(**labels).inc(batch.count())
+            self._log.log(
+                logging.WARNING,
+                f"{self.pipeline.name}/{cid}/{_describe(exc)}",
+                f"pipeline {self.pipeline.name}: exporter {cid} failed: {_describe(exc)}",
+            )
+            return
+        self.telemetry.exporter_sent.labels(**labels).inc(batch.count())
+
+    async def run(self, stop: asyncio.Event, max_ticks: int | None = None) -> None:
+        """Tick every interval until ``stop`` is set (or ``max_ticks`` ran); the tick in flight finishes."""
+        interval = self.pipeline.config.interval
+        next_s = self.clock.monotonic()
+        while not stop.is_set() and (max_ticks is None or self.ticks < max_ticks):
+            if not await self._wait(stop, next_s):
+                break
+            await self.tick()
+            next_s += interval
+            now = self.clock.monotonic()
+            if now > next_s:
+                # Behind (a slow tick): skip the missed ticks instead of bursting to catch up. The next
+                # tick's interval_s is measured, so no energy is lost, only resolution.
+                missed = int((now - next_s) // interval) + 1
+                next_s += missed * interval
+
+    async def _wait(self, stop: asyncio.Event, deadline_s: float) -> bool:
+        """Sleep until the deadline on the clock; False if told to stop first."""
+        if self.clock.monotonic() >= deadline_s:
+            return not stop.is_set()
+        sleeper = asyncio.ensure_future(self.clock.sleep_until(deadline_s))
+        stopper = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({sleeper, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (sleeper, stopper):
+                task.cancel()
+        return not stop.is_set()
+
+
+class Service:
+    """All pipelines of a graph, started and stopped in the right order."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.runners = [PipelineRunner(graph, p) for p in graph.pipelines]
+        self.stop_event = asyncio.Event()
+        self._started: list[tuple[str, object]] = []
+
+    def _processors(self) -> list[tuple[str, object]]:
+        return [(f"{p.name}/{cid}", proc) for p in self.graph.pipelines for cid, proc in p.processors]
+
+    async def start(self) -> None:
+        """Exporters first (so the first tick has somewhere to go), then processors, then receivers."""
+        order: list[tuple[str, object]] = [
+            *[(f"exporter {cid}", e) for cid, e in self.graph.exporters.items()],
+            *[(f"processor {name}", p) for name, p in self._processors()],
+            *[(f"receiver {cid}", r) for cid, r in self.graph.receivers.items()],
+        ]
+        for name, component in order:
+            try:
+                await call_optional(component, "start")
+            except Exception:
+                # Unwind what did start, so a failed start never leaves half a pipeline running.
+                await self.shutdown()
+                raise
+            self._started.append((name, component))
+
+    async def shutdown(self, timeout_s: float | None = None) -> None:
+        """Receivers first, then processors (state), then exporters (flush): the reverse of start."""
+        budget = timeout_s if timeout_s is not None else self.graph.config.service.shutdown_timeout
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + budget
+        for name, component in reversed(self._started):
+            remaining = max(0.1, deadline - loop.time())
+            try:
+                await asyncio.wait_for(call_optional(component, "shutdown"), timeout=remaining)
+            except TimeoutError:
+                log.error("%s did not shut down within %.1fs; going on without it", name, remaining)
+            except Exception as exc:
+                log.error("%s failed to shut down: %s", name, _describe(exc))
+        self._started.clear()
+
+    async def run(self, max_ticks: int | None = None) -> None:
+        """Start, tick until stopped (or ``max_ticks`` per pipeline), then shut down cleanly."""
+        await self.start()
+        try:
+            await asyncio.gather(*(r.run(self.stop_event, max_ticks) for r in self.runners))
+        finally:
+            await self.shutdown()
+
+    def stop(self) -> None:
+        self.stop_event.set()
