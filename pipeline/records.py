@@ -71,6 +71,31 @@ class Record:
         """Identifying attributes under canonical names (absent ones left out), then ``extra``."""
         return _base_attributes(self, self.IDENTITY)
 
+    def values(self) -> dict[str, Any]:
+        """The record's measurements (every non-identity field), JSON-ready; absent values left out."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            if f.name in ("time", "extra") or f.name in self.IDENTITY:
+                continue
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            if isinstance(value, Timestamp):
+                value = {"monotonic_s": value.monotonic_s, "wall_s": value.wall_s}
+            elif isinstance(value, tuple):
+                value = dict(value) if all(isinstance(v, tuple) and len(v) == 2 for v in value) else list(value)
+            out[f.name] = value
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": type(self).__name__,
+            "kind": record_kind(self),
+            "time": {"monotonic_s": self.time.monotonic_s, "wall_s": self.time.wall_s},
+            "attributes": self.attributes(),
+            "values": self.values(),
+        }
+
     def with_extra(self, extra: Mapping[str, str]) -> Record:
         return dataclasses.replace(self, extra=tuple(sorted(extra.items())))
 

@@ -1,0 +1,5 @@
+import sys
+
+from wattpipe.cli import main
+
+sys.exit(main())
