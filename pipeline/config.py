@@ -258,10 +258,13 @@ def _pydantic_messages(exc: ValidationError, source: YamlSource, prefix: KeyPath
             messages.append(f"{where}: unknown option{hint}")
         elif err["type"] == "missing":
             messages.append(f"{where}: required option is missing")
+        elif err["type"] == "too_short":
+            messages.append(f"{where}: needs at least one entry")
         else:
             got = err.get("input")
-            shown = "" if isinstance(got, dict | list) or got is None else f" (got {got!r})"
             msg = str(err["msg"]).removeprefix("Value error, ")
+            plain = isinstance(got, dict | list) or got is None or repr(got) in msg or f"'{got}'" in msg
+            shown = "" if plain else f" (got {got!r})"
             messages.append(f"{where}: {msg}{shown}")
     return messages
 

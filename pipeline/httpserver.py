@@ -6,6 +6,7 @@ what the last finished tick left in memory.
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
@@ -20,7 +21,7 @@ WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 def parse_listen(listen: str) -> tuple[str, int]:
     """``host:port`` (``[::1]:port`` for IPv6) → (host, port). Port 0 picks a free one."""
     host, sep, port_text = listen.rpartition(":")
-    if not sep or not port_text.isdigit():
+    if not sep or not (port_text.isascii() and port_text.isdigit()):
         raise ValueError(f"'{listen}' is not host:port (for example 127.0.0.1:8888 or 0.0.0.0:28282)")
     port = int(port_text)
     if not 0 <= port <= 65535:
@@ -33,6 +34,11 @@ class _ThreadingServer(ThreadingMixIn, WSGIServer):
     allow_reuse_address = True
 
 
+class _ThreadingServer6(_ThreadingServer):
+    # WSGIServer binds IPv4 only; "[::1]:port" or "[::]:port" needs an IPv6 socket.
+    address_family = socket.AF_INET6
+
+
 class _QuietHandler(WSGIRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -43,7 +49,8 @@ class HttpServer:
 
     def __init__(self, listen: str, app: WsgiApp) -> None:
         self.host, port = parse_listen(listen)
-        self._server = make_server(self.host, port, app, server_class=_ThreadingServer, handler_class=_QuietHandler)
+        server_class = _ThreadingServer6 if ":" in self.host else _ThreadingServer
+        self._server = make_server(self.host, port, app, server_class=server_class, handler_class=_QuietHandler)
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, name=f"http-{self.port}", daemon=True)
 
@@ -51,11 +58,13 @@ class HttpServer:
         self._thread.start()
 
     def close(self) -> None:
-        self._server.shutdown()
+        # shutdown() waits for serve_forever() to notice; if it never ran, that wait would never end.
+        if self._thread.is_alive():
+            self._server.shutdown()
+            self._thread.join(timeout=5)
         self._server.server_close()
-        self._thread.join(timeout=5)
 
     @property
     def url(self) -> str:
-        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
-        return f"http://{host}:{self.port}"
+        host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(self.host, self.host)
+        return f"http://[{host}]:{self.port}" if ":" in host else f"http://{host}:{self.port}"

@@ -28,6 +28,8 @@ class RateLimitedLog:
     """
 
     def __init__(self, logger: logging.Logger, clock: Clock, period_s: float = 60.0, max_keys: int = 1024) -> None:
+        if period_s < 0 or max_keys < 1:
+            raise ValueError(f"RateLimitedLog needs period_s >= 0 and max_keys >= 1 (got {period_s:g}, {max_keys})")
         self._logger = logger
         self._clock = clock
         self._period_s = period_s
@@ -44,12 +46,15 @@ class RateLimitedLog:
                 self._last[key] = (last[0], last[1] + 1)
                 return False
             held_back = last[1] if last is not None else 0
+            since_s = now - last[0] if last is not None else 0.0
             if len(self._last) >= self._max_keys and key not in self._last:
-                # Bounded memory: forget the oldest keys rather than grow with every distinct error.
-                for old in sorted(self._last, key=lambda k: self._last[k][0])[: self._max_keys // 4]:
+                # Bounded memory: forget the oldest keys rather than grow with every distinct error
+                # (at least one, or a max_keys under 4 would never forget anything).
+                for old in sorted(self._last, key=lambda k: self._last[k][0])[: max(1, self._max_keys // 4)]:
                     del self._last[old]
             self._last[key] = (now, 0)
-        suffix = f" ({held_back} more like this in the last {self._period_s:g}s)" if held_back else ""
+        # The repeats were held back since this key was last logged, which may be longer ago than a period.
+        suffix = f" ({held_back} more like this in the last {since_s:.0f}s)" if held_back else ""
         self._logger.log(level, "%s%s", message, suffix)
         return True
 
@@ -161,6 +166,7 @@ class Telemetry:
         return app
 
     def serve(self, listen: str) -> HttpServer:
+        self.close()  # serving twice must not leave the first server's port and thread behind
         self._server = HttpServer(listen, self.app())
         self._server.start()
         return self._server

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from pipeline.components import ComponentConfig, CreateContext, Factory
 from pipeline.records import Batch, LabelAction, RecordKind
@@ -29,6 +29,17 @@ class Action(ComponentConfig):
     new_key: str | None = None
     kinds: list[RecordKind] = []
 
+    @field_validator("value", mode="before")
+    @classmethod
+    def _scalar_as_text(cls, value: object) -> object:
+        # YAML reads `value: 42`, `value: true` and an unquoted ${env:…} holding digits as numbers or
+        # booleans; an attribute is text, so take them as the text they were written as.
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, int | float):
+            return str(value)
+        return value
+
     @model_validator(mode="after")
     def _arguments(self) -> Action:
         if self.action in ("insert", "upsert") and self.value is None:
@@ -37,6 +48,8 @@ class Action(ComponentConfig):
             raise ValueError(f"rename of '{self.key}' needs new_key")
         if self.action in ("drop", "rename") and self.value is not None:
             raise ValueError(f"{self.action} takes no value")
+        if self.action != "rename" and self.new_key is not None:
+            raise ValueError(f"{self.action} takes no new_key (only rename does)")
         return self
 
 
@@ -53,7 +66,7 @@ class AttributesProcessor:
             LabelAction(
                 op=a.action,
                 key=a.key,
-                value=None if a.value is None else str(a.value),
+                value=a.value,
                 new_key=a.new_key,
                 kinds=frozenset(a.kinds),
             )

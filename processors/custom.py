@@ -5,7 +5,8 @@
     processors:
       custom/reweight: {class: "mypkg.rules:Reweight", factor: 0.5}
 
-The class is imported when the pipeline is built and called with the other options as keyword
+The class is imported (from the installed packages, PYTHONPATH or the working directory) when the
+pipeline is built and called with the other options as keyword
 arguments (plus ``context=`` if its constructor takes one). For a plugin you ship, prefer an entry
 point in the ``wattpipe.components`` group: it gets its own type name and a validated options model.
 """
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
+import sys
 from typing import Any
 
 from pydantic import ConfigDict, Field
@@ -35,10 +38,20 @@ class CustomConfig(ComponentConfig):
 
 def load_class(path: str) -> type:
     module_name, _, attr = path.partition(":")
+    # Like `python -m` (and uvicorn's app dir), modules beside where wattpipe runs are importable,
+    # so a rule file next to the config works without packaging it.
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ImportError(f"class '{path}': cannot import module '{module_name}': {exc}") from None
+    except Exception as exc:
+        # The module exists but its own code failed at import: say so in a line the config check can
+        # report, instead of a traceback out of `wattpipe validate`.
+        raise ImportError(
+            f"class '{path}': importing module '{module_name}' failed: {type(exc).__name__}: {exc}"
+        ) from exc
     obj: Any = module
     for part in attr.split("."):
         try:
@@ -55,12 +68,18 @@ def _creator(kind: ComponentKind) -> Any:
         assert isinstance(config, CustomConfig)
         cls = load_class(config.class_)
         options = config.options()
-        if "context" in inspect.signature(cls).parameters:
+        signature = inspect.signature(cls)
+        if "context" in options:
+            raise TypeError(f"class '{config.class_}': 'context' is given by wattpipe, it cannot be an option")
+        if "context" in signature.parameters:
             options["context"] = ctx
+        # Check the options against the signature before calling, so that a TypeError raised by the
+        # class's own code is reported as itself, not blamed on the options.
         try:
-            return cls(**options)
+            signature.bind(**options)
         except TypeError as exc:
             raise TypeError(f"class '{config.class_}' does not accept these options: {exc}") from None
+        return cls(**options)
 
     return create
 
@@ -71,7 +90,7 @@ factory = [
         kind=kind,
         config_model=CustomConfig,
         create=_creator(kind),
-        description=f"{"An" if kind[0] in "aeiou" else "A"} {kind} class loaded by import path (class: 'module:Class'), options passed as arguments.",
+        description=f"{'An' if kind[0] in 'aeiou' else 'A'} {kind} class loaded by import path (class: 'module:Class'), options passed as arguments.",
         stability="alpha",
     )
     for kind in ("receiver", "processor", "exporter")

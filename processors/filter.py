@@ -13,8 +13,9 @@ would render them, so an earlier ``attributes`` processor's renames apply.
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from typing import get_args
+from typing import Any, get_args
 
 from pydantic import field_validator
 
@@ -89,7 +90,7 @@ class FilterProcessor:
         return self.exclude is None or not self.exclude.matches(kind, labels)
 
     def process(self, batch: Batch) -> Batch:
-        changes = {}
+        changes: dict[str, Any] = {}
         for name in Batch.FIELDS:
             records: tuple[Record, ...] = getattr(batch, name)
             if not records:
@@ -99,8 +100,9 @@ class FilterProcessor:
                 changes[name] = kept
         if not changes:
             return batch
-        # A filter thins a field; it does not make it "provided" where nothing filled it.
-        return Batch.replace(batch, **changes)
+        # A filter thins a field; it does not make it "provided" where nothing filled it, so `present`
+        # is kept as it was (Batch.replace would mark every changed field present).
+        return dataclasses.replace(batch, **changes)
 
 
 def _create(ctx: CreateContext, config: ComponentConfig) -> FilterProcessor:

@@ -1,0 +1,125 @@
+"""The wattpipe command: validate, print-config, components, probe, exit codes."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from wattpipe.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+BROKEN = sorted((ROOT / "tests" / "configs").glob("*.yaml"))
+SHIPPED = sorted((ROOT / "configs").glob("*.yaml"))
+H = "tests.helpers.components"
+
+
+def run_cli(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out, err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def expected_messages(path: Path) -> list[str]:
+    return [
+        line.removeprefix("# expect: ").rstrip()
+        for line in path.read_text().splitlines()
+        if line.startswith("# expect: ")
+    ]
+
+
+@pytest.mark.parametrize("path", BROKEN, ids=[p.stem for p in BROKEN])
+def test_each_broken_config_exits_2_with_its_message(path: Path) -> None:
+    code, out, err = run_cli("validate", "-c", str(path))
+    assert code == 2
+    assert out == ""
+    for message in expected_messages(path):
+        assert f"error: {message}" in err, err
+
+
+def test_broken_configs_each_declare_what_they_expect() -> None:
+    assert len(BROKEN) >= 10
+    assert all(expected_messages(p) for p in BROKEN)
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_shipped_configs_validate(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NODE_NAME", "test-node")
+    code, out, err = run_cli("validate", "-c", str(path))
+    assert code == 0, err
+    assert "valid:" in out
+
+
+def test_missing_config_file_exits_2() -> None:
+    code, _, err = run_cli("validate", "-c", "/nonexistent/wattpipe.yaml")
+    assert code == 2
+    assert "no such file" in err
+
+
+GOOD = f"""
+receivers:
+  custom/gpu: {{class: "{H}:CountingGpu", watts: 150, uuid: "${{env:GPU_UUID:-GPU-abc}}"}}
+exporters:
+  console: {{format: json}}
+service:
+  node_name: n1
+  pipelines:
+    metrics: {{interval: 2s, receivers: [custom/gpu], exporters: [console]}}
+"""
+
+
+def test_print_config_shows_defaults_and_expanded_env(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(GOOD)
+    code, out, _ = run_cli("print-config", "-c", str(cfg))
+    assert code == 0
+    eff = yaml.safe_load(out)
+    assert eff["receivers"]["custom/gpu"] == {"class": f"{H}:CountingGpu", "watts": 150, "uuid": "GPU-abc"}
+    assert eff["exporters"]["console"] == {"format": "json", "output": "stdout", "kinds": []}
+    assert eff["service"]["pipelines"]["metrics"]["interval"] == "2s"
+    assert eff["service"]["pipelines"]["metrics"]["processors"] == []
+
+
+def test_components_lists_every_builtin_with_stability() -> None:
+    code, out, _ = run_cli("components", "--json")
+    assert code == 0
+    listed = {(c["kind"], c["type"]): c for c in json.loads(out)}
+    for key in [("exporter", "console"), ("processor", "filter"), ("processor", "attributes"), ("receiver", "custom")]:
+        assert key in listed
+        assert listed[key]["stability"] in {"development", "alpha", "beta", "stable"}
+        assert listed[key]["description"]
+
+
+def test_probe_runs_one_receiver_once_and_prints_json(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(GOOD)
+    code, out, err = run_cli("probe", "custom/gpu", "-c", str(cfg))
+    assert code == 0, err
+    (record,) = json.loads(out)
+    assert record["type"] == "DeviceSample"
+    assert record["attributes"]["device_id"] == "GPU-abc"
+    assert record["values"]["power_w"] == 150
+    assert record["values"]["energy_mj"] == 0
+
+
+def test_probe_names_the_receivers_when_the_id_is_wrong(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(GOOD)
+    code, _, err = run_cli("probe", "nvml", "-c", str(cfg))
+    assert code == 2
+    assert "no receiver 'nvml' (receivers defined: custom/gpu)" in err
+
+
+def test_probe_reports_a_failing_receiver_with_exit_1(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        GOOD.replace("CountingGpu", "Flaky").replace(
+            ', watts: 150, uuid: "${env:GPU_UUID:-GPU-abc}"', ", good_polls: 0"
+        )
+    )
+    code, _, err = run_cli("probe", "custom/gpu", "-c", str(cfg))
+    assert code == 1
+    assert "receiver custom/gpu failed: ConnectionError: device went away" in err
