@@ -222,7 +222,8 @@ def test_non_metrics_pipeline_is_refused(registry: Registry) -> None:
 
 def test_yaml_syntax_error_names_the_line(registry: Registry) -> None:
     (msg,) = errors_of(GOOD.replace("  nvml:\n", "  nvml: [\n"), registry)
-    assert msg.startswith("demo.yaml:") and "not valid YAML" in msg
+    assert msg.startswith("demo.yaml:")
+    assert "not valid YAML" in msg
 
 
 def test_unknown_top_level_section_suggests(registry: Registry) -> None:

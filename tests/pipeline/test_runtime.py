@@ -66,7 +66,8 @@ def test_tick_merges_receivers_runs_processors_and_feeds_every_exporter() -> Non
     batch = a.batches[-1]  # type: ignore[attr-defined]
     assert batch.node == "node-a"
     assert batch.interval_s == 5.0
-    assert len(batch.devices) == 1 and len(batch.gpu_processes) == 4
+    assert len(batch.devices) == 1
+    assert len(batch.gpu_processes) == 4
     assert batch.devices[0].energy_mj == pytest.approx(200 * 5.0 * 1000)
     assert [s.energy_j for s in batch.shares] == [pytest.approx(250.0)] * 4
     assert {"devices", "gpu_processes", "device_power", "shares"} <= batch.present
@@ -184,7 +185,8 @@ def test_readiness_follows_finished_ticks() -> None:
     assert graph.telemetry.ready() == (True, "ok")
     clock.advance(16.0)  # beyond three 5 s intervals
     ok, why = graph.telemetry.ready()
-    assert not ok and "16.0s ago" in why
+    assert not ok
+    assert "16.0s ago" in why
 
 
 # --- order check ----------------------------------------------------------------------------
