@@ -1,7 +1,7 @@
 """Exporter ``console``: each tick as readable tables, or as JSON lines for piping into jq.
 
 Tables show one row per record and one column per attribute or value; absent values print as "—",
-never as 0. JSON lines carry one record each: its type, kind, attributes and values, with the tick's
+never as 0. JSON lines carry one record each: its type, kind, attributes and values, with the record's
 wall time.
 """
 

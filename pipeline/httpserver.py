@@ -52,7 +52,11 @@ class HttpServer:
         server_class = _ThreadingServer6 if ":" in self.host else _ThreadingServer
         self._server = make_server(self.host, port, app, server_class=server_class, handler_class=_QuietHandler)
         self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, name=f"http-{self.port}", daemon=True)
+        # serve_forever checks for shutdown() between polls; a short poll keeps close() (and so a
+        # SIGTERM'd service's shutdown budget) from waiting half a second per server.
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name=f"http-{self.port}", daemon=True
+        )
 
     def start(self) -> None:
         self._thread.start()

@@ -137,7 +137,7 @@ def _convert(node: yaml.Node, path: KeyPath, source: YamlSource, env: Mapping[st
             return None
         # An unquoted value that is one whole reference takes the type its text has (a port stays an
         # int), as in the OpenTelemetry Collector; a quoted one or a larger string stays a string.
-        if node.style is None and _ENV_RE.fullmatch(raw.strip()) and raw.strip() != "$$":
+        if node.style is None and expanded and _ENV_RE.fullmatch(raw.strip()) and raw.strip() != "$$":
             try:
                 typed = yaml.safe_load(expanded)
             except yaml.YAMLError:

@@ -39,6 +39,16 @@ class MatchRule(ComponentConfig):
             raise ValueError(f"unknown kind(s) {', '.join(unknown)}; kinds are {', '.join(sorted(KINDS))}")
         return value
 
+    @field_validator("attributes", mode="before")
+    @classmethod
+    def _numbers_as_text(cls, value: object) -> object:
+        # `pid: 100` or `device_index: 0` reads as an int from YAML; as a pattern it means the same text.
+        if isinstance(value, dict):
+            return {
+                k: str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v for k, v in value.items()
+            }
+        return value
+
     @field_validator("attributes")
     @classmethod
     def _valid_regex(cls, value: dict[str, str]) -> dict[str, str]:

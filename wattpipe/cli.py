@@ -127,6 +127,7 @@ def cmd_probe(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         defined = ", ".join(config.receivers) or "none"
         print(f"error: {args.config}: no receiver '{args.id}' (receivers defined: {defined})", file=err)
         return EXIT_CONFIG
+    _setup_logging(config.service.telemetry.log_level)
     graph = _build(config, registry, RealClock(), err)
     if graph is None:
         return EXIT_CONFIG

@@ -248,3 +248,8 @@ def test_effective_config_has_defaults_and_durations_as_text(registry: Registry)
 def test_node_name_defaults_to_env_node_name(registry: Registry) -> None:
     config = load(GOOD, registry, {"NODE_NAME": "gpu-node-7"})
     assert config.service.node_name == "gpu-node-7"  # type: ignore[attr-defined]
+
+
+def test_empty_env_value_stays_an_empty_string_not_null(registry: Registry) -> None:
+    config = load(GOOD.replace("http://localhost:9400/metrics", "${env:EMPTY}"), registry, {"EMPTY": ""})
+    assert config.receivers["dcgm"].endpoint == ""  # type: ignore[attr-defined]

@@ -225,7 +225,7 @@ def test_processor_without_any_provider_is_told_what_to_add() -> None:
         make_graph(text)
     (msg,) = info.value.messages
     assert msg.startswith("test.yaml service.pipelines.metrics: processor 'custom/split' needs 'gpu_processes'")
-    assert msg.endswith("nothing before it provides: no installed component provides it")
+    assert msg.endswith("which nothing before it provides: add a receiver 'nvml' before it")
 
 
 def test_order_check_suggests_a_registered_provider() -> None:

@@ -1,0 +1,227 @@
+"""Receiver ``nvml``: GPU power, the energy counter, sharing mode and running processes, from NVML.
+
+Each GPU is read on its own worker thread, so a GPU that hangs in the driver delays nobody: the tick
+takes what the others returned and the slow one is reported absent (never zero) until it answers.
+Sharing mode (compute mode, MIG mode) is re-read every tick, so a change is honoured at once.
+
+Failure modes, each degrading rather than stopping:
+- no driver (library missing, module not loaded): one clear log line, no devices, the pipeline runs on
+  (``required: true`` makes it fatal instead);
+- a GPU lost: marked down (``up=False``), its handle re-acquired by UUID with exponential backoff, the
+  other GPUs keep flowing;
+- a single call failing (no permission, not supported): that value is absent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+import pynvml
+from pydantic import Field
+
+from pipeline.clock import Timestamp
+from pipeline.components import ComponentConfig, CreateContext, Factory
+from pipeline.config import Duration
+from pipeline.records import DeviceSample, Record
+from pipeline.telemetry import ComponentTelemetry
+from receivers.nvml._device import DeviceReader, Reading
+from receivers.nvml._errors import DeviceLost, LibraryMissing, NvmlFailure, nvml_call
+
+__all__ = ["NvmlConfig", "NvmlReceiver", "factory"]
+
+
+class NvmlConfig(ComponentConfig):
+    required: bool = False
+    """Fail to start when NVML is unavailable, instead of running with no GPUs."""
+    devices: list[str] = Field(default_factory=list)
+    """Only these GPUs, by UUID or index; empty: every GPU."""
+    process_utilization: bool = True
+    """Read per-process SM utilisation (the time-slicing shares)."""
+    device_timeout: Duration = 2.0
+    """How long one GPU's reads may take in a tick before it is reported absent for that tick."""
+    reinit_backoff: Duration = 5.0
+    reinit_backoff_max: Duration = 300.0
+
+
+@dataclass
+class _Slot:
+    """A GPU as this receiver tracks it: its reader, its thread, and its health."""
+
+    reader: DeviceReader
+    executor: ThreadPoolExecutor
+    pending: Future[Reading] | None = None
+    down: bool = False
+    retry_at_s: float = 0.0
+    backoff_s: float = 0.0
+
+
+class NvmlReceiver:
+    provides = frozenset({"devices", "gpu_processes"})
+
+    def __init__(self, config: NvmlConfig, ctx: CreateContext) -> None:
+        self.config = config
+        self.clock = ctx.clock
+        self.log = ctx.logger
+        self.rl: ComponentTelemetry = ctx.telemetry
+        self.slots: list[_Slot] = []
+        self.available = False
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await asyncio.to_thread(self._init)
+
+    def _init(self) -> None:
+        try:
+            nvml_call(pynvml.nvmlInit)
+        except LibraryMissing as exc:
+            if self.config.required:
+                raise RuntimeError(f"NVML is not available and the nvml receiver is required: {exc}") from None
+            self.log.warning(
+                "NVML is not available (%s): no NVIDIA driver on this node? Running with no GPUs "
+                "(set required: true to make this fatal)",
+                exc,
+            )
+            return
+        except NvmlFailure as exc:
+            if self.config.required:
+                raise RuntimeError(f"NVML failed to initialise: {exc}") from None
+            self.log.error("NVML failed to initialise (%s): running with no GPUs", exc)
+            return
+        self.available = True
+        count = nvml_call(pynvml.nvmlDeviceGetCount)
+        wanted = set(self.config.devices)
+        start_us = int(self.clock.wall() * 1e6)
+        for index in range(count):
+            try:
+                handle = nvml_call(pynvml.nvmlDeviceGetHandleByIndex, index)
+                uuid = _text(nvml_call(pynvml.nvmlDeviceGetUUID, handle))
+                name = _text(nvml_call(pynvml.nvmlDeviceGetName, handle))
+            except NvmlFailure as exc:
+                self.log.error("GPU %d cannot be opened (%s): skipping it", index, exc)
+                continue
+            if wanted and uuid not in wanted and str(index) not in wanted:
+                continue
+            reader = DeviceReader(
+                index=index,
+                uuid=uuid,
+                name=name,
+                handle=handle,
+                read_utilisation=self.config.process_utilization,
+                # Only samples from now on: the driver's buffer holds older ones (Kepler reads them all).
+                last_seen_us=start_us,
+            )
+            executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"nvml-gpu{index}")
+            self.slots.append(_Slot(reader=reader, executor=executor))
+        missing = wanted - {s.reader.uuid for s in self.slots} - {str(s.reader.index) for s in self.slots}
+        if missing:
+            self.log.warning("devices %s are not on this node", ", ".join(sorted(missing)))
+        self.log.info("NVML: %d GPU(s): %s", len(self.slots), ", ".join(s.reader.uuid for s in self.slots) or "none")
+
+    async def shutdown(self) -> None:
+        for slot in self.slots:
+            slot.executor.shutdown(wait=False, cancel_futures=True)
+        if self.available:
+            try:
+                await asyncio.to_thread(nvml_call, pynvml.nvmlShutdown)
+            except NvmlFailure as exc:
+                self.log.warning("nvmlShutdown failed: %s", exc)
+            self.available = False
+
+    # --- the tick -------------------------------------------------------------------------
+
+    async def collect(self) -> Sequence[Record]:
+        now = self.clock.now()
+        loop = asyncio.get_running_loop()
+        waits: dict[asyncio.Future[Reading], _Slot] = {}
+        readings: dict[int, list[Record]] = {}  # by slot position, so records come out in device order
+        for pos, slot in enumerate(self.slots):
+            if slot.pending is not None and not slot.pending.done():
+                self._warn(
+                    slot, "slow", f"GPU {slot.reader.index} ({slot.reader.uuid}) is still answering the last tick"
+                )
+                continue
+            if slot.down and now.monotonic_s < slot.retry_at_s:
+                readings[pos] = [self._down_sample(slot, now)]
+                continue
+            slot.pending = slot.executor.submit(self._read, slot, now)
+            waits[asyncio.wrap_future(slot.pending, loop=loop)] = slot
+        if waits:
+            done, _ = await asyncio.wait(waits, timeout=self.config.device_timeout)
+            for fut, slot in waits.items():
+                if fut not in done:
+                    self._warn(
+                        slot,
+                        "timeout",
+                        f"GPU {slot.reader.index} did not answer within {self.config.device_timeout:g}s; "
+                        "its values are absent this tick",
+                    )
+                    continue
+                reading = fut.result()
+                readings[self.slots.index(slot)] = [reading.device, *reading.processes]
+                for problem in reading.problems:
+                    self._warn(slot, problem, f"GPU {slot.reader.index}: {problem}; that value is absent")
+        return [record for pos in sorted(readings) for record in readings[pos]]
+
+    def _read(self, slot: _Slot, now: Timestamp) -> Reading:
+        """Runs on the slot's thread. Never raises: a lost GPU comes back as a down sample."""
+        r = slot.reader
+        try:
+            if slot.down:
+                r.handle = nvml_call(pynvml.nvmlDeviceGetHandleByUUID, r.uuid)
+            reading = r.read(now)
+        except NvmlFailure as exc:
+            lost = isinstance(exc, DeviceLost) or slot.down
+            slot.backoff_s = (
+                min(slot.backoff_s * 2, self.config.reinit_backoff_max) if slot.down else self.config.reinit_backoff
+            )
+            slot.retry_at_s = now.monotonic_s + slot.backoff_s
+            if not slot.down:
+                self.log.error(
+                    "GPU %d (%s) %s: %s; marked down, retrying in %gs",
+                    r.index,
+                    r.uuid,
+                    "lost" if lost else "failed",
+                    exc,
+                    slot.backoff_s,
+                )
+            slot.down = True
+            return Reading(self._down_sample(slot, now), [])
+        if slot.down:
+            self.log.warning("GPU %d (%s) is back", r.index, r.uuid)
+            slot.down = False
+            slot.backoff_s = 0.0
+        return reading
+
+    def _down_sample(self, slot: _Slot, now: Timestamp) -> DeviceSample:
+        r = slot.reader
+        return DeviceSample(
+            time=now, device_id=r.uuid, device_index=r.index, device_name=r.name, vendor="nvidia", up=False
+        )
+
+    def _warn(self, slot: _Slot, key: str, message: str) -> None:
+        self.rl.log.log(logging.WARNING, f"{slot.reader.uuid}/{key}", message)
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _create(ctx: CreateContext, config: ComponentConfig) -> NvmlReceiver:
+    assert isinstance(config, NvmlConfig)
+    return NvmlReceiver(config, ctx)
+
+
+factory = Factory(
+    type="nvml",
+    kind="receiver",
+    config_model=NvmlConfig,
+    create=_create,
+    description="NVIDIA GPUs through NVML: power, energy counter, sharing mode, processes and their SM utilisation.",
+    stability="alpha",
+    provides=frozenset({"devices", "gpu_processes"}),
+)

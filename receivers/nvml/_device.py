@@ -1,0 +1,179 @@
+"""Reading one GPU through NVML: the blocking part, run on that device's own worker thread."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import pynvml
+
+from pipeline.clock import Timestamp
+from pipeline.records import DeviceSample, GpuProcessSample
+from receivers.nvml._errors import DeviceLost, NotFound, NotSupported, NvmlFailure, nvml_call
+
+__all__ = ["COMPUTE_MODES", "DeviceReader", "Reading", "integrate_utilisation"]
+
+T = TypeVar("T")
+
+COMPUTE_MODES = {
+    pynvml.NVML_COMPUTEMODE_DEFAULT: "default",
+    pynvml.NVML_COMPUTEMODE_EXCLUSIVE_THREAD: "exclusive_thread",
+    pynvml.NVML_COMPUTEMODE_PROHIBITED: "prohibited",
+    pynvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS: "exclusive_process",
+}
+
+# NVML reports "not in a MIG instance" as 0xFFFFFFFF in the process struct.
+_NO_INSTANCE = 0xFFFFFFFF
+
+
+# After a process's last sample, how long before "now" it may still count as busy: a few of the
+# driver's sample periods (1/6 s on current GPUs), so a process busy to the end is not underweighted.
+_LAST_SAMPLE_GRACE_US = 500_000
+
+
+def integrate_utilisation(samples: list[tuple[int, int, float]], window_start_us: int, now_us: int) -> dict[int, float]:
+    """Each pid's SM utilisation over the window ``(window_start_us, now_us]``, as a 0–1 mean.
+
+    ``samples`` are the driver's entries ``(pid, timestamp_us, sm_util_percent)`` newer than the
+    window's start. Drivers answer in one of two shapes:
+
+    - a buffer of per-period samples (several entries per pid): each distinct timestamp is a sample
+      slot, and a process with no sample in a slot was idle in it (drivers only sample busy processes),
+      so it counts 0 there: the mean over all slots;
+    - one entry per process (current drivers; nvtop#110, go-nvml#51): the mean over that process's
+      busy samples since the window start, stamped with its newest sample. The process was idle after
+      that sample, so its value is scaled by the part of the window up to it: a process that stopped
+      (or exited) halfway through weighs half. A process that only *started* mid-window cannot be told
+      apart from one busy throughout: a known limit of this API, smaller with shorter ticks.
+
+    Entries with pid 0 (seen from drivers with zombie processes) are dropped; values clamp to 0–100 %.
+    """
+    clean = [(pid, ts, max(0.0, min(100.0, sm))) for pid, ts, sm in samples if pid > 0]
+    by_pid: dict[int, list[tuple[int, float]]] = {}
+    for pid, ts, sm in clean:
+        by_pid.setdefault(pid, []).append((ts, sm))
+    if any(len(entries) > 1 for entries in by_pid.values()):
+        slots = len({ts for _, ts, _ in clean})
+        out_slots: dict[int, float] = {}
+        for pid, entries in by_pid.items():
+            per_slot: dict[int, list[float]] = {}
+            for ts, sm in entries:
+                per_slot.setdefault(ts, []).append(sm)  # a pid twice in one slot: take their mean
+            out_slots[pid] = sum(sum(v) / len(v) for v in per_slot.values()) / 100.0 / slots
+        return out_slots
+    window_us = now_us - window_start_us
+    out: dict[int, float] = {}
+    for pid, [(ts, sm)] in by_pid.items():
+        coverage = (
+            1.0 if window_us <= 0 else min(1.0, max(0.0, (ts - window_start_us + _LAST_SAMPLE_GRACE_US) / window_us))
+        )
+        out[pid] = sm / 100.0 * coverage
+    return out
+
+
+@dataclass
+class Reading:
+    device: DeviceSample
+    processes: list[GpuProcessSample]
+    problems: list[str] = field(default_factory=list)  # absent values, and why
+
+
+@dataclass
+class DeviceReader:
+    """One GPU's handle and the state its reads carry from tick to tick."""
+
+    index: int
+    uuid: str
+    name: str
+    handle: Any
+    read_utilisation: bool = True
+    last_seen_us: int = 0  # newest utilisation sample already consumed (driver's µs CPU clock)
+    prev_read_wall_s: float | None = None
+
+    def read(self, now: Timestamp) -> Reading:
+        problems: list[str] = []
+
+        def optional(fn: Callable[..., T], *args: Any) -> T | None:
+            try:
+                return nvml_call(fn, *args)
+            except NotSupported:
+                return None
+            except DeviceLost:
+                raise
+            except NvmlFailure as exc:
+                problems.append(str(exc))
+                return None
+
+        # Power first: if the GPU is gone, this is where we learn it (DeviceLost propagates).
+        power_mw = nvml_call(pynvml.nvmlDeviceGetPowerUsage, self.handle)
+        energy_mj = optional(pynvml.nvmlDeviceGetTotalEnergyConsumption, self.handle)
+        mode = optional(pynvml.nvmlDeviceGetComputeMode, self.handle)
+        mig = optional(pynvml.nvmlDeviceGetMigMode, self.handle)
+        mig_enabled = bool(mig[0] == pynvml.NVML_DEVICE_MIG_ENABLE) if mig is not None else False
+
+        device = DeviceSample(
+            time=now,
+            device_id=self.uuid,
+            device_index=self.index,
+            device_name=self.name,
+            vendor="nvidia",
+            power_w=power_mw / 1000.0,
+            energy_mj=float(energy_mj) if energy_mj is not None else None,
+            compute_mode=COMPUTE_MODES.get(mode) if mode is not None else None,
+            mig_enabled=mig_enabled,
+        )
+        procs = optional(pynvml.nvmlDeviceGetComputeRunningProcesses, self.handle)
+        if procs is None:
+            return Reading(device, [], problems)
+
+        util: dict[int, float] | None = None
+        window_s: float | None = None
+        if self.read_utilisation and not mig_enabled:
+            util, window_s = self._utilisation(now, problems)
+        processes = []
+        listed = {int(p.pid) for p in procs}
+        for pid in sorted(set(util or ()) - listed):
+            # Busy during this tick but gone by its end: it used energy, so it stays in the tick.
+            processes.append(
+                GpuProcessSample(
+                    time=now, device_id=self.uuid, pid=pid, sm_util=util[pid] if util else None, util_window_s=window_s
+                )
+            )
+        for p in procs:
+            gi = p.gpuInstanceId if mig_enabled and p.gpuInstanceId != _NO_INSTANCE else None
+            ci = p.computeInstanceId if mig_enabled and p.computeInstanceId != _NO_INSTANCE else None
+            memory = p.usedGpuMemory
+            processes.append(
+                GpuProcessSample(
+                    time=now,
+                    device_id=self.uuid,
+                    pid=int(p.pid),
+                    used_memory_bytes=int(memory) if memory is not None else None,
+                    gpu_instance_id=gi,
+                    compute_instance_id=ci,
+                    sm_util=None if util is None else util.get(int(p.pid), 0.0),
+                    util_window_s=window_s,
+                )
+            )
+        return Reading(device, processes, problems)
+
+    def _utilisation(self, now: Timestamp, problems: list[str]) -> tuple[dict[int, float] | None, float | None]:
+        since_us = self.last_seen_us
+        window_s = now.wall_s - self.prev_read_wall_s if self.prev_read_wall_s is not None else None
+        self.prev_read_wall_s = now.wall_s
+        try:
+            raw = nvml_call(pynvml.nvmlDeviceGetProcessUtilization, self.handle, since_us)
+        except NotFound:
+            # The driver's way of saying "no busy process since then": observed, and zero.
+            return {}, window_s
+        except NotSupported:
+            return None, None
+        except NvmlFailure as exc:
+            problems.append(str(exc))
+            return None, None
+        # Only samples newer than the last one we used: some drivers return the boundary sample again.
+        samples = [(int(s.pid), int(s.timeStamp), float(s.smUtil)) for s in raw if int(s.timeStamp) > since_us]
+        if samples:
+            self.last_seen_us = max(ts for _, ts, _ in samples)
+        return integrate_utilisation(samples, since_us, int(now.wall_s * 1e6)), window_s

@@ -1,0 +1,61 @@
+"""A GPU node in software: one ground truth, served through every real interface.
+
+    clock = SteppedClock()
+    with simulator.install("configs/scenarios/mig.yaml", clock) as node:
+        pynvml.nvmlInit()                      # pynvml's own code, talking to the simulated driver
+        exporter = start_dcgm_exporter(node)   # a dcgm-exporter on 127.0.0.1
+        clock.advance(5.0)                     # every face moves together
+        node.truth.device_energy_j(0, node.t_s())
+
+See docs/simulator.md for the scenario schema and each face's behaviour.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipeline.clock import Clock
+from simulator.node import SimulatedNode, build
+from simulator.nvml import SimulatedNvmlLibrary, install_nvml, installed_node, mig_uuid, uninstall_nvml
+from simulator.scenario import Scenario, ScenarioError, load_scenario, parse_scenario
+from simulator.truth import GpuState, GroundTruth, ProcessPlan
+
+__all__ = [
+    "GpuState",
+    "GroundTruth",
+    "ProcessPlan",
+    "Scenario",
+    "ScenarioError",
+    "SimulatedNode",
+    "SimulatedNvmlLibrary",
+    "build",
+    "install",
+    "installed_node",
+    "load_scenario",
+    "mig_uuid",
+    "parse_scenario",
+    "uninstall",
+]
+
+
+def install(scenario: Scenario | str | Path, clock: Clock) -> SimulatedNode:
+    """Build a node and install its NVML library as ``pynvml.nvmlLib``.
+
+    Scenario time 0 is now. Closing the node (or leaving its ``with`` block) uninstalls it too.
+    """
+    node = build(scenario, clock)
+    install_nvml(node)
+
+    def uninstall_if_still_ours() -> None:
+        if installed_node() is node:
+            uninstall_nvml()
+
+    node.on_close(uninstall_if_still_ours)
+    return node
+
+
+def uninstall() -> None:
+    """Restore pynvml's previous library and close the installed node's faces (no-op if none)."""
+    node = uninstall_nvml()
+    if node is not None:
+        node.close()

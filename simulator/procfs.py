@@ -1,0 +1,157 @@
+"""/proc and /sys as files in a directory, written from the ground truth at the clock's time.
+
+``ProcfsWriter(node, root).refresh()`` makes ``root/proc`` and ``root/sys`` look like a node's at scenario
+time ``node.t_s()``: a directory per live process (``stat``, ``comm``, ``cmdline``, ``cgroup``),
+``/proc/stat`` and ``/proc/uptime``, and RAPL zones under ``/sys/class/powercap`` whose ``energy_uj``
+wraps at ``max_energy_range_uj`` like the MSR-backed counter. Files are replaced atomically, so a
+reader never sees half a file. Processes that have ended lose their directory.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+from pathlib import Path
+
+from simulator.node import SimulatedNode
+from simulator.scenario import Process, Scenario
+
+__all__ = ["CLOCK_TICKS_PER_S", "ProcfsWriter", "cgroup_path", "cgroup_text"]
+
+CLOCK_TICKS_PER_S = 100  # USER_HZ on every mainstream Linux build
+_USER_SHARE = 0.9  # a process's CPU time splits 90 % user / 10 % system (synthetic)
+_CGROUP_V1_CONTROLLERS = (
+    "hugetlb", "memory", "cpu,cpuacct", "pids", "devices", "blkio", "cpuset", "freezer", "net_cls,net_prio",
+    "perf_event", "rdma", "name=systemd",
+)  # fmt: skip
+_SCOPE_PREFIX = {"containerd": "cri-containerd", "cri-o": "crio", "docker": "docker"}
+
+
+def cgroup_path(scenario: Scenario, process: Process) -> str:
+    """The cgroup a process lives in, in the real shape for its runtime and the node's cgroup driver."""
+    if process.cgroup is not None:
+        return process.cgroup
+    if process.container is None:
+        return f"/system.slice/{process.comm}.service"
+    pod, container = scenario.container_ref(process.container)
+    if scenario.node.cgroup_driver == "cgroupfs":
+        qos_dir = "" if pod.qos == "guaranteed" else f"/{pod.qos}"
+        return f"/kubepods{qos_dir}/pod{pod.uid}/{container.id}"
+    # The systemd driver escapes the pod UID's dashes, which are slice-hierarchy separators to systemd.
+    uid = pod.uid.replace("-", "_")
+    scope = f"{_SCOPE_PREFIX[container.runtime]}-{container.id}.scope"
+    if pod.qos == "guaranteed":
+        return f"/kubepods.slice/kubepods-pod{uid}.slice/{scope}"
+    return f"/kubepods.slice/kubepods-{pod.qos}.slice/kubepods-{pod.qos}-pod{uid}.slice/{scope}"
+
+
+def cgroup_text(scenario: Scenario, process: Process) -> str:
+    """``/proc/<pid>/cgroup``: one ``0::`` line under cgroup v2, one line per hierarchy under v1."""
+    path = cgroup_path(scenario, process)
+    if scenario.node.cgroup_version == 2:
+        return f"0::{path}\n"
+    count = len(_CGROUP_V1_CONTROLLERS)
+    lines = [f"{count - i}:{name}:{path}" for i, name in enumerate(_CGROUP_V1_CONTROLLERS)]
+    return "\n".join([*lines, "0::/"]) + "\n"
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+class ProcfsWriter:
+    """Writes a node's /proc and /sys under ``root``; call :meth:`refresh` whenever time has moved."""
+
+    def __init__(self, node: SimulatedNode, root: str | Path) -> None:
+        self.node = node
+        self.root = Path(root)
+        self.proc = self.root / "proc"
+        self.powercap = self.root / "sys" / "class" / "powercap"
+        self._written: set[int] = set()
+
+    def refresh(self) -> float:
+        """Bring every file up to the clock's time; returns the scenario time written."""
+        t_s = self.node.t_s()
+        self.proc.mkdir(parents=True, exist_ok=True)
+        alive = {pid for pid, plan in self.node.truth.plans.items() if plan.alive(t_s)}
+        for pid in self._written - alive:
+            shutil.rmtree(self.proc / str(pid), ignore_errors=True)
+        for pid in sorted(alive):
+            self._write_process(pid, t_s, new=pid not in self._written)
+        self._written = alive
+        self._write_proc_stat(t_s, running=len(alive))
+        self._write_rapl(t_s)
+        return t_s
+
+    def _write_process(self, pid: int, t_s: float, new: bool) -> None:
+        plan = self.node.truth.plans[pid]
+        spec = plan.spec
+        directory = self.proc / str(pid)
+        if new:  # comm, cmdline and cgroup never change over a process's life
+            directory.mkdir(parents=True, exist_ok=True)
+            _write(directory / "comm", spec.comm + "\n")
+            _write(directory / "cmdline", "\0".join(spec.cmdline or [spec.comm]) + "\0")
+            _write(directory / "cgroup", cgroup_text(self.node.scenario, spec))
+        cpu_ticks = self.node.truth.process_cpu_s(pid, t_s) * CLOCK_TICKS_PER_S
+        utime = math.floor(cpu_ticks * _USER_SHARE)
+        stime = math.floor(cpu_ticks) - utime
+        start_ticks = round((self.node.scenario.node.uptime_s + spec.start_s) * CLOCK_TICKS_PER_S)
+        threads = max(1, math.ceil(spec.cpu_cores))
+        state = "R" if spec.cpu_cores > 0 else "S"
+        rss_pages = 25_600  # 100 MiB: host memory is not modelled
+        fields = [
+            str(pid), f"({spec.comm})", state, str(spec.ppid), str(pid), str(pid), "0", "-1", "4194560",
+            "0", "0", "0", "0", str(utime), str(stime), "0", "0", "20", "0", str(threads), "0",
+            str(start_ticks), str(rss_pages * 4096 * 4), str(rss_pages),
+            *(["0"] * 28),
+        ]  # fmt: skip
+        _write(directory / "stat", " ".join(fields[:52]) + "\n")
+
+    def _write_proc_stat(self, t_s: float, running: int) -> None:
+        cpu = self.node.scenario.cpu
+        uptime_s = self.node.scenario.node.uptime_s + t_s
+        busy_ticks = self.node.truth.cpu_busy_core_s(t_s) * CLOCK_TICKS_PER_S
+        total_ticks = uptime_s * cpu.cores * CLOCK_TICKS_PER_S
+        user = math.floor(busy_ticks * _USER_SHARE)
+        system = math.floor(busy_ticks) - user
+        idle = max(0, math.floor(total_ticks) - user - system)
+
+        def line(label: str, share: float) -> str:
+            values = [user * share, 0, system * share, idle * share, 0, 0, 0, 0, 0, 0]
+            return f"{label} " + " ".join(str(math.floor(v)) for v in values)
+
+        lines = [line("cpu ", 1.0)]  # the aggregate line has two spaces after "cpu"
+        lines += [line(f"cpu{n}", 1.0 / cpu.cores) for n in range(cpu.cores)]
+        boot_s = math.floor(self.node.wall_at(t_s) - uptime_s)
+        lines += [
+            f"btime {boot_s}",
+            f"processes {len(self.node.truth.plans)}",
+            f"procs_running {running}",
+            "procs_blocked 0",
+        ]
+        _write(self.proc / "stat", "\n".join(lines) + "\n")
+        idle_s = idle / CLOCK_TICKS_PER_S
+        _write(self.proc / "uptime", f"{uptime_s:.2f} {idle_s:.2f}\n")
+
+    def _write_rapl(self, t_s: float) -> None:
+        cpu = self.node.scenario.cpu
+        uptime_s = self.node.scenario.node.uptime_s
+        for package in range(cpu.packages):
+            # Energy since boot: the host idled for uptime_s before the scenario started.
+            package_j = cpu.idle_w / cpu.packages * uptime_s + self.node.truth.cpu_package_energy_j(package, t_s)
+            self._write_zone(f"intel-rapl:{package}", f"package-{package}", package_j)
+            if cpu.dram_w > 0:
+                dram_j = cpu.dram_w * uptime_s + self.node.truth.cpu_dram_energy_j(package, t_s)
+                self._write_zone(f"intel-rapl:{package}:0", "dram", dram_j)
+
+    def _write_zone(self, zone: str, name: str, energy_j: float) -> None:
+        directory = self.powercap / zone
+        directory.mkdir(parents=True, exist_ok=True)
+        max_range_uj = self.node.scenario.cpu.max_range_uj
+        _write(directory / "name", name + "\n")
+        _write(directory / "max_energy_range_uj", f"{max_range_uj}\n")
+        # The hardware counter wraps to 0 after max_energy_range_uj.
+        _write(directory / "energy_uj", f"{math.floor(energy_j * 1e6) % (max_range_uj + 1)}\n")

@@ -1,0 +1,308 @@
+"""The scenario file: one YAML document describing a GPU node (schema documented in docs/simulator.md).
+
+Every model forbids unknown keys, so a typo fails at load time with the key's path. Values the file may
+omit and that must still be stable between runs (GPU UUIDs, container ids, pod UIDs) are derived from a
+hash of the names, never from randomness.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from simulator._faults import Fault, GpuChange, GpuFault, NvmlFault
+from simulator._schema_base import MigInstance, MigSpec, _hex64, _Model, hashed_uuid
+from simulator.hardware import gpu_model_info
+
+__all__ = [
+    "Container",
+    "CpuSpec",
+    "DeviceRef",
+    "Gpu",
+    "MigInstance",
+    "MigSpec",
+    "Node",
+    "Pod",
+    "Process",
+    "Scenario",
+    "ScenarioError",
+    "Topology",
+    "hashed_uuid",
+    "load_scenario",
+    "parse_scenario",
+]
+
+ComputeMode = Literal["default", "exclusive_process", "prohibited"]
+Runtime = Literal["containerd", "cri-o", "docker"]
+
+
+class ScenarioError(ValueError):
+    """A scenario file that cannot describe a node; the message names every offending key."""
+
+
+class Node(_Model):
+    name: str = "gpu-node-1"
+    driver_version: str = "580.105.08"
+    # How long the driver (and the host) has been up when the scenario starts: the energy counters
+    # start from idle_w × uptime_s and /proc starttimes count from boot, as on a real node.
+    uptime_s: float = Field(default=3600.0, ge=0)
+    # Driver-side ring of per-process utilisation samples, per device (nvmlDeviceGetProcessUtilization).
+    sample_buffer: int = Field(default=100, ge=1)
+    cgroup_driver: Literal["systemd", "cgroupfs"] = "systemd"
+    cgroup_version: Literal[1, 2] = 2
+
+
+class Topology(_Model):
+    numa: int = 0
+    pcie_switch: int | None = None
+    nvlinks: dict[int, int] = Field(default_factory=dict)  # peer GPU index → number of bonded links
+    nvswitch: bool = False
+
+
+class Gpu(_Model):
+    model: str
+    uuid: str = ""  # "" → derived from the node name and the index
+    pci_bus_id: str = ""  # "" → derived from the index
+    idle_w: float = Field(gt=0)
+    max_w: float = Field(gt=0)
+    compute_mode: ComputeMode = "default"
+    energy_counter: bool | None = None  # None → from the architecture (Volta and newer)
+    memory_mib: int | None = Field(default=None, gt=0)  # None → from the model name
+    mig: MigSpec | None = None
+    topology: Topology = Field(default_factory=Topology)
+
+    @model_validator(mode="after")
+    def _check(self) -> Gpu:
+        if self.max_w < self.idle_w:
+            raise ValueError(f"max_w ({self.max_w}) is below idle_w ({self.idle_w})")
+        if self.uuid and not re.fullmatch(
+            r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", self.uuid
+        ):
+            raise ValueError(f"uuid {self.uuid!r} is not of the form GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx")
+        info = gpu_model_info(self.model)
+        if self.energy_counter is None:
+            self.energy_counter = info.has_energy_counter
+        if self.memory_mib is None:
+            self.memory_mib = info.memory_mib
+        if self.mig is not None:
+            _check_mig_fits(self.model, self.mig)
+        return self
+
+
+def _check_mig_fits(model: str, mig: MigSpec) -> None:
+    slices = gpu_model_info(model).mig_slices
+    if slices == 0:
+        raise ValueError(f"mig: {model!r} cannot do MIG (only A100/A30/H100/H200/B200-class GPUs can)")
+    used = sum(inst.slices for inst in mig.instances)
+    if used > slices:
+        raise ValueError(f"mig: instances use {used} compute slices but {model!r} has {slices}")
+
+
+class DeviceRef(_Model):
+    resource: str = "nvidia.com/gpu"
+    gpu: int = Field(ge=0)
+    gi: int | None = None
+    replica: int | None = Field(default=None, ge=0)
+
+
+class Container(_Model):
+    name: str
+    id: str = ""  # "" → 64 hex derived from namespace/pod/container
+    runtime: Runtime = "containerd"
+    devices: list[DeviceRef] = Field(default_factory=list)
+
+    @field_validator("id")
+    @classmethod
+    def _id_shape(cls, value: str) -> str:
+        if value and not re.fullmatch(r"[0-9a-f]{64}", value):
+            raise ValueError(f"container id {value!r} must be 64 lowercase hex digits")
+        return value
+
+
+class Pod(_Model):
+    name: str
+    namespace: str = "default"
+    uid: str = ""  # "" → derived from namespace/name
+    qos: Literal["guaranteed", "burstable", "besteffort"] = "burstable"
+    containers: list[Container] = Field(default_factory=list)
+
+
+class Process(_Model):
+    pid: int = Field(gt=1, lt=4_194_304)
+    comm: str = Field(min_length=1, max_length=15)  # the kernel truncates comm to 15 bytes
+    cmdline: list[str] | None = None  # None → [comm]
+    ppid: int = 1
+    container: str | None = None  # "namespace/pod/container"; None = a host process
+    cgroup: str | None = None  # overrides the derived cgroup path
+    gpu: int | None = Field(default=None, ge=0)
+    gi: int | None = None
+    dynamic_w: float | None = Field(default=None, ge=0)
+    util: list[tuple[float, float]] = Field(default_factory=list)  # [at_s, fraction], scenario time
+    start_s: float = Field(default=0.0, ge=0)
+    end_s: float | None = None
+    cpu_cores: float = Field(default=0.0, ge=0)
+    memory_mib: float = Field(default=0.0, ge=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> Process:
+        if self.end_s is not None and self.end_s <= self.start_s:
+            raise ValueError(f"end_s ({self.end_s}) must be after start_s ({self.start_s})")
+        times = [at for at, _ in self.util]
+        if times != sorted(times) or len(times) != len(set(times)):
+            raise ValueError(f"util breakpoints must be strictly increasing in time, got {times}")
+        for at, fraction in self.util:
+            if not 0.0 <= fraction <= 1.0 or at < 0:
+                raise ValueError(f"util [{at}, {fraction}]: need at_s >= 0 and 0 <= fraction <= 1")
+        if self.gi is not None and self.gpu is None:
+            raise ValueError("gi is set but gpu is not")
+        return self
+
+
+class CpuSpec(_Model):
+    packages: int = Field(default=1, ge=1)
+    cores: int = Field(default=64, ge=1)  # logical CPUs, for /proc/stat
+    idle_w: float = Field(default=40.0, ge=0)  # whole host, split evenly across packages
+    w_per_core: float = Field(default=6.0, ge=0)
+    dram_w: float = Field(default=0.0, ge=0)  # > 0 adds an intel-rapl:N:0 "dram" zone per package
+    max_range_uj: int = Field(default=262_143_328_850, gt=0)
+
+
+class Scenario(_Model):
+    node: Node = Field(default_factory=Node)
+    gpus: list[Gpu] = Field(default_factory=list)
+    pods: list[Pod] = Field(default_factory=list)
+    processes: list[Process] = Field(default_factory=list)
+    cpu: CpuSpec = Field(default_factory=CpuSpec)
+    faults: list[Annotated[Fault, Field(discriminator="target")]] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _resolve_and_check(self) -> Scenario:
+        for index, gpu in enumerate(self.gpus):
+            if not gpu.uuid:
+                gpu.uuid = "GPU-" + hashed_uuid("gpu", self.node.name, index)
+            if not gpu.pci_bus_id:
+                gpu.pci_bus_id = f"00000000:{(0x18 + 0x11 * index) % 0x100:02X}:00.0"
+        for pod in self.pods:
+            if not pod.uid:
+                pod.uid = hashed_uuid("pod", pod.namespace, pod.name)
+            for container in pod.containers:
+                if not container.id:
+                    container.id = _hex64("container", pod.namespace, pod.name, container.name)
+        _check_references(self)
+        return self
+
+    # --- lookups used by every face -------------------------------------------------------------
+
+    def container_ref(self, ref: str) -> tuple[Pod, Container]:
+        namespace, pod_name, container_name = ref.split("/")
+        for pod in self.pods:
+            if pod.namespace == namespace and pod.name == pod_name:
+                for container in pod.containers:
+                    if container.name == container_name:
+                        return pod, container
+        raise KeyError(ref)
+
+    def gpu_changes(self, index: int) -> list[tuple[float, GpuChange]]:
+        """Live reconfigurations of GPU ``index``, in time order."""
+        changes = [(f.at_s, f.set) for f in self.faults if isinstance(f, GpuFault) and f.gpu == index]
+        return sorted(changes, key=lambda change: change[0])
+
+    def mig_at(self, index: int, at_s: float) -> MigSpec | None:
+        mig = self.gpus[index].mig
+        for change_s, change in self.gpu_changes(index):
+            if change_s <= at_s and "mig" in change.model_fields_set:
+                mig = change.mig
+        return mig
+
+
+def _check_references(scenario: Scenario) -> None:
+    gpu_count = len(scenario.gpus)
+    problems: list[str] = []
+    for index, gpu in enumerate(scenario.gpus):
+        for peer, links in gpu.topology.nvlinks.items():
+            if not 0 <= peer < gpu_count or peer == index:
+                problems.append(f"gpus.{index}.topology.nvlinks: no peer GPU {peer}")
+            elif scenario.gpus[peer].topology.nvlinks.get(index) != links:
+                problems.append(f"gpus.{index}.topology.nvlinks.{peer}: GPU {peer} must list {links} links back")
+    names: set[tuple[str, str]] = set()
+    for p_index, pod in enumerate(scenario.pods):
+        if (pod.namespace, pod.name) in names:
+            problems.append(f"pods.{p_index}: duplicate pod {pod.namespace}/{pod.name}")
+        names.add((pod.namespace, pod.name))
+        for c_index, container in enumerate(pod.containers):
+            for d_index, device in enumerate(container.devices):
+                where = f"pods.{p_index}.containers.{c_index}.devices.{d_index}"
+                problems.extend(_check_device(scenario, device, where))
+    pids: set[int] = set()
+    for index, process in enumerate(scenario.processes):
+        where = f"processes.{index} (pid {process.pid})"
+        if process.pid in pids:
+            problems.append(f"{where}: duplicate pid")
+        pids.add(process.pid)
+        if process.container is not None:
+            try:
+                scenario.container_ref(process.container)
+            except (KeyError, ValueError):
+                problems.append(f"{where}.container: no container {process.container!r} (namespace/pod/name)")
+        if process.gpu is not None:
+            if process.gpu >= gpu_count:
+                problems.append(f"{where}.gpu: no GPU {process.gpu}")
+                continue
+            mig = scenario.mig_at(process.gpu, process.start_s)
+            if mig is not None and process.gi is None:
+                problems.append(f"{where}.gi: GPU {process.gpu} is in MIG mode at start_s; name the instance")
+            if mig is None and process.gi is not None:
+                problems.append(f"{where}.gi: GPU {process.gpu} is not in MIG mode at start_s")
+            if mig is not None and process.gi is not None and mig.instance(process.gi) is None:
+                problems.append(f"{where}.gi: GPU {process.gpu} has no GPU instance {process.gi}")
+    for index, fault in enumerate(scenario.faults):
+        gpu_index = fault.gpu if isinstance(fault, (GpuFault, NvmlFault)) else None
+        if gpu_index is not None and gpu_index >= gpu_count:
+            problems.append(f"faults.{index}.gpu: no GPU {gpu_index}")
+        if isinstance(fault, GpuFault) and fault.gpu < gpu_count and fault.set.mig is not None:
+            try:
+                _check_mig_fits(scenario.gpus[fault.gpu].model, fault.set.mig)
+            except ValueError as err:
+                problems.append(f"faults.{index}.set.{err}")
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
+def _check_device(scenario: Scenario, device: DeviceRef, where: str) -> list[str]:
+    if device.gpu >= len(scenario.gpus):
+        return [f"{where}.gpu: no GPU {device.gpu}"]
+    mig = scenario.gpus[device.gpu].mig
+    if device.gi is None:
+        return [f"{where}: GPU {device.gpu} is in MIG mode; allocate an instance (gi)"] if mig else []
+    instance = mig.instance(device.gi) if mig else None
+    if instance is None:
+        return [f"{where}.gi: GPU {device.gpu} has no GPU instance {device.gi}"]
+    expected = f"nvidia.com/mig-{instance.profile}"
+    if device.resource not in (expected, "nvidia.com/gpu"):
+        return [f"{where}.resource: {device.resource!r} does not match the instance's {expected!r}"]
+    return []
+
+
+def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
+    """Validate a parsed YAML document; errors name each key's path (``gpus.0.idle_w``)."""
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as err:
+        lines = []
+        for error in err.errors():
+            path = ".".join(str(part) for part in error["loc"]) or "(top level)"
+            lines.append(f"  {path}: {error['msg']}")
+        raise ScenarioError(f"{source}: invalid scenario\n" + "\n".join(lines)) from None
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ScenarioError(f"{path}: not valid YAML: {err}") from None
+    return parse_scenario(data if data is not None else {}, source=str(path))

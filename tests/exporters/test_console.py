@@ -1,0 +1,204 @@
+"""Exporter ``console``: tables for people, JSON lines for jq; absent values are "—", never 0."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+from typing import Any
+
+import pytest
+
+from exporters.console import ConsoleConfig, ConsoleExporter, factory
+from pipeline.clock import SteppedClock, Timestamp
+from pipeline.components import CreateContext
+from pipeline.records import Batch, DevicePower, DeviceSample, GpuProcessSample, LabelAction, Totals
+from pipeline.telemetry import Telemetry
+
+T = Timestamp(monotonic_s=1000.0, wall_s=1_767_225_600.0)
+EARLIER = Timestamp(monotonic_s=999.5, wall_s=1_767_225_599.5)
+
+
+def sample_batch(**changes: Any) -> Batch:
+    batch = Batch(time=T, interval_s=5.0, node="node-a").with_records(
+        [
+            DeviceSample(time=T, device_id="GPU-0", device_index=0, power_w=251.25, energy_mj=1234.5678),
+            DeviceSample(time=T, device_id="GPU-1", device_index=1, power_w=None, energy_mj=99.0),
+            DevicePower(
+                time=T,
+                device_id="GPU-0",
+                interval_s=5.0,
+                power_w=300.0,
+                idle_w=60.0,
+                active_w=240.0,
+                energy_j=1500.0,
+                idle_energy_j=300.0,
+                active_energy_j=1200.0,
+            ),
+            GpuProcessSample(time=EARLIER, device_id="GPU-0", pid=4242, sm_util=0.5),
+            Totals(time=T, scope="pod", key="uid-1", device_id="GPU-0", energy_j=12.0),
+        ]
+    )
+    return batch.replace(**changes) if changes else batch
+
+
+def export(batch: Batch, **options: Any) -> str:
+    stream = io.StringIO()
+    asyncio.run(ConsoleExporter(ConsoleConfig.model_validate(options), stream).export(batch))
+    return stream.getvalue()
+
+
+def titles(output: str) -> list[str]:
+    """The tables' titles, in order (a title is a line of one word, padded to the table's width)."""
+    return [line.strip() for line in output.splitlines()[1:] if line.strip() in Batch.FIELDS]
+
+
+def row(output: str, table: str, first_cell: str) -> list[str]:
+    """The cells of the row of ``table`` that starts with ``first_cell``."""
+    lines = [line.rstrip() for line in output.splitlines()]
+    start = lines.index(table)
+    end = next((i for i in range(start + 1, len(lines)) if lines[i] in Batch.FIELDS), len(lines))
+    (line,) = [line for line in lines[start:end] if line.startswith(first_cell + " ")]
+    return [cell.strip() for cell in line.split("│")]
+
+
+def test_table_shows_a_header_with_node_interval_and_record_count() -> None:
+    out = export(sample_batch())
+
+    header = out.splitlines()[0]
+    assert "metrics" in header
+    assert "node node-a" in header
+    assert "wall 1767225600.000" in header
+    assert "interval 5.000s" in header
+    assert "5 records" in header
+
+
+def test_table_shows_attributes_and_floats_with_three_decimals() -> None:
+    out = export(sample_batch())
+
+    assert row(out, "devices", "GPU-0")[:6] == ["GPU-0", "0", "gpu", "True", "251.250", "1234.568"]
+    assert "4242" in out
+    assert "0.500" in out  # sm_util
+    assert "1500.000" in out  # device power energy_j
+    assert titles(out) == ["devices", "gpu_processes", "device_power", "totals"]
+
+
+def test_table_shows_absent_values_as_a_dash_not_zero() -> None:
+    out = export(sample_batch())
+
+    cells = row(out, "devices", "GPU-1")
+    assert cells[4] == "—"  # power_w: the source could not say
+    assert cells[5] == "99.000"
+    assert "0.000" not in cells
+
+
+def test_table_kinds_option_limits_the_fields_shown_in_that_order() -> None:
+    out = export(sample_batch(), kinds=["totals", "devices"])
+
+    assert titles(out) == ["totals", "devices"]
+    assert "4242" not in out
+    assert "uid-1" in out
+
+
+def test_table_renders_labels_after_the_batch_label_actions() -> None:
+    batch = sample_batch(
+        label_actions=(
+            LabelAction(op="insert", key="cluster", value="prod-eu"),
+            LabelAction(op="rename", key="device_id", new_key="gpu_uuid"),
+        )
+    )
+    out = export(batch, kinds=["devices"])
+
+    assert "gpu_uuid" in out
+    assert "device_id" not in out
+    assert out.count("prod-eu") == 2
+
+
+def test_table_for_an_empty_batch_prints_only_the_header() -> None:
+    out = export(Batch(time=T, interval_s=5.0, node="node-a"))
+
+    assert out.splitlines() == [out.splitlines()[0]]
+    assert "0 records" in out
+
+
+def test_json_writes_one_object_per_record_with_labels_after_actions_and_values() -> None:
+    batch = sample_batch(
+        label_actions=(
+            LabelAction(op="insert", key="cluster", value="prod"),
+            LabelAction(op="drop", key="device_type"),
+        )
+    )
+
+    out = export(batch, format="json")
+
+    assert out.endswith("\n")
+    objects = [json.loads(line) for line in out.splitlines()]
+    assert len(objects) == batch.count() == 5
+    first = objects[0]
+    assert first == {
+        "time": 1_767_225_600.0,
+        "node": "node-a",
+        "pipeline": "metrics",
+        "field": "devices",
+        "type": "DeviceSample",
+        "kind": "device",
+        "attributes": {"cluster": "prod", "device_id": "GPU-0", "device_index": "0"},
+        "values": {"up": True, "power_w": 251.25, "energy_mj": 1234.5678},
+    }
+    assert "power_w" not in objects[1]["values"]  # absent, not 0
+    process = next(o for o in objects if o["type"] == "GpuProcessSample")
+    assert process["time"] == 1_767_225_599.5  # the record's own read time
+    assert process["values"] == {"sm_util": 0.5}
+    totals = objects[-1]
+    assert (totals["field"], totals["kind"], totals["values"]) == ("totals", "pod", {"energy_j": 12.0})
+
+
+def test_json_kinds_option_limits_the_records() -> None:
+    out = export(sample_batch(), format="json", kinds=["gpu_processes"])
+
+    objects = [json.loads(line) for line in out.splitlines()]
+    assert [o["attributes"]["pid"] for o in objects] == ["4242"]
+
+
+def test_json_writes_nothing_for_an_empty_batch() -> None:
+    assert export(Batch(time=T, interval_s=5.0, node="node-a"), format="json") == ""
+    assert export(sample_batch(), format="json", kinds=["shares"]) == ""
+
+
+def context() -> CreateContext:
+    clock = SteppedClock()
+    logger = logging.getLogger("test.console")
+    return CreateContext(
+        component_id="console",
+        kind="exporter",
+        clock=clock,
+        node_name="node-a",
+        logger=logger,
+        telemetry=Telemetry(clock).for_component("exporter", "console", logger),
+    )
+
+
+def test_create_rejects_unknown_kinds_listing_the_known_fields() -> None:
+    with pytest.raises(ValueError, match="kinds: unknown batch field") as info:
+        factory.create(context(), ConsoleConfig(kinds=["devices", "device", "pods"]))
+
+    text = str(info.value)
+    assert "field(s) device, pods;" in text
+    assert "known: devices, gpu_processes" in text
+
+
+def test_created_exporter_writes_json_to_the_configured_stream(capsys: pytest.CaptureFixture[str]) -> None:
+    exporter = factory.create(context(), ConsoleConfig(format="json", output="stderr", kinds=["devices"]))
+    assert isinstance(exporter, ConsoleExporter)
+
+    asyncio.run(exporter.export(sample_batch()))
+
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert [json.loads(line)["attributes"]["device_id"] for line in captured.err.splitlines()] == ["GPU-0", "GPU-1"]
+
+
+def test_unknown_format_is_a_validation_error() -> None:
+    with pytest.raises(ValueError, match="'table' or 'json'"):
+        ConsoleConfig.model_validate({"format": "yaml"})

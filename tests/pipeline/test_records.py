@@ -1,0 +1,213 @@
+"""Records and the Batch: typed, frozen, routed to their fields, labels edited only at render time."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import pytest
+
+from pipeline.clock import Timestamp
+from pipeline.records import (
+    Batch,
+    DeviceAllocation,
+    DevicePower,
+    DeviceSample,
+    DeviceSignals,
+    GpuProcessSample,
+    GpuShare,
+    HostProcess,
+    LabelAction,
+    MigActivity,
+    MigInstance,
+    Record,
+    Totals,
+    Workload,
+    record_kind,
+)
+
+T = Timestamp(monotonic_s=1000.0, wall_s=1_767_225_600.0)
+
+
+def batch(**fields: object) -> Batch:
+    return Batch(time=T, interval_s=5.0, node="node-a", **fields)  # type: ignore[arg-type]
+
+
+def one_of_each() -> list[Record]:
+    return [
+        DeviceSample(time=T, device_id="GPU-0", power_w=250.0),
+        GpuProcessSample(time=T, device_id="GPU-0", pid=42),
+        MigInstance(time=T, device_id="GPU-0", gpu_instance_id=1),
+        MigActivity(time=T, device_id="GPU-0", gpu_instance_id=1, sm_active=0.5),
+        DeviceSignals(time=T, device_id="GPU-0", fields=(("power_w", 250.0),)),
+        DeviceAllocation(
+            time=T,
+            device_id="GPU-0",
+            resource_name="nvidia.com/gpu",
+            pod_name="train",
+            pod_namespace="ml",
+            container_name="main",
+        ),
+        HostProcess(time=T, pid=42, comm="python"),
+        DevicePower(
+            time=T,
+            device_id="GPU-0",
+            interval_s=5.0,
+            power_w=250.0,
+            idle_w=50.0,
+            active_w=200.0,
+            energy_j=1250.0,
+            idle_energy_j=250.0,
+            active_energy_j=1000.0,
+        ),
+        GpuShare(time=T, device_id="GPU-0", pid=42, share=1.0, energy_j=1000.0, power_w=200.0),
+        Workload(time=T, pid=42, pod_name="train"),
+        Totals(time=T, scope="pod", key="uid-1", device_id="GPU-0", energy_j=9.5),
+    ]
+
+
+def test_with_records_routes_each_record_type_to_its_field_and_marks_it_present() -> None:
+    records = one_of_each()
+    out = batch().with_records(records)
+
+    assert out.present == frozenset(Batch.FIELDS)
+    assert out.count() == len(Batch.FIELDS) == 11
+    for record in records:
+        field = Batch.field_for(type(record))
+        assert getattr(out, field) == (record,), field
+    assert list(out.records()) == records  # records() walks the fields in FIELDS order
+
+
+def test_with_records_appends_in_order_and_marks_only_fields_that_got_records() -> None:
+    first = DeviceSample(time=T, device_id="GPU-0")
+    second = DeviceSample(time=T, device_id="GPU-1")
+    start = batch(devices=(first,))
+
+    out = start.with_records([second, GpuProcessSample(time=T, device_id="GPU-1", pid=7)])
+
+    assert [d.device_id for d in out.devices] == ["GPU-0", "GPU-1"]
+    assert out.present == {"devices", "gpu_processes"}
+    assert batch().with_records([]).present == frozenset()
+
+
+def test_replace_returns_a_new_batch_and_leaves_the_original_unchanged() -> None:
+    device = DeviceSample(time=T, device_id="GPU-0")
+    original = batch(devices=(device,))
+
+    changed = original.replace(devices=(), shares=())
+
+    assert changed is not original
+    assert original.devices == (device,)
+    assert original.present == frozenset()
+    assert changed.devices == ()
+    assert changed.present == {"devices", "shares"}  # filled, even if empty
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        original.devices = ()  # type: ignore[misc]
+
+
+def test_replace_of_label_actions_does_not_mark_anything_present() -> None:
+    out = batch().replace(label_actions=(LabelAction(op="drop", key="vendor"),))
+    assert out.present == frozenset()
+    assert len(out.label_actions) == 1
+
+
+def test_labels_apply_actions_in_order() -> None:
+    record = DeviceSample(time=T, device_id="GPU-0", device_name="H100", extra=(("zone", "a"),))
+    b = batch(
+        label_actions=(
+            LabelAction(op="insert", key="cluster", value="prod"),
+            LabelAction(op="rename", key="cluster", new_key="env"),
+            LabelAction(op="insert", key="device_name", value="ignored"),  # insert never overwrites
+            LabelAction(op="upsert", key="zone", value="b"),
+            LabelAction(op="drop", key="device_type"),
+        )
+    )
+
+    assert b.labels(record) == {"device_id": "GPU-0", "device_name": "H100", "env": "prod", "zone": "b"}
+    # The record itself is untouched: edits exist only where labels are rendered.
+    assert record.attributes() == {"device_type": "gpu", "device_id": "GPU-0", "device_name": "H100", "zone": "a"}
+
+
+def test_labels_order_matters_rename_before_insert_leaves_both_keys() -> None:
+    record = DeviceSample(time=T, device_id="GPU-0")
+    b = batch(
+        label_actions=(
+            LabelAction(op="rename", key="cluster", new_key="env"),  # nothing to rename yet
+            LabelAction(op="insert", key="cluster", value="prod"),
+        )
+    )
+    assert b.labels(record)["cluster"] == "prod"
+    assert "env" not in b.labels(record)
+
+
+def test_label_action_with_kinds_skips_other_kinds_and_uses_totals_scope() -> None:
+    drop_for_pods = LabelAction(op="drop", key="device_id", kinds=frozenset({"pod"}))
+    b = batch(label_actions=(drop_for_pods,))
+    pod_total = Totals(time=T, scope="pod", key="uid-1", device_id="GPU-0", energy_j=1.0)
+    process_total = Totals(time=T, scope="process", key="42", device_id="GPU-0", energy_j=1.0)
+
+    assert "device_id" not in b.labels(pod_total)
+    assert b.labels(process_total)["device_id"] == "GPU-0"
+    assert b.labels(DeviceSample(time=T, device_id="GPU-0"))["device_id"] == "GPU-0"
+
+
+def test_values_omit_absent_measurements_and_identity_fields() -> None:
+    sample = DeviceSample(time=T, device_id="GPU-0", device_index=0, power_w=250.5, energy_mj=None)
+
+    assert sample.values() == {"up": True, "power_w": 250.5}
+
+
+def test_values_render_timestamps_and_pairs_as_json_ready_objects() -> None:
+    start = Timestamp(monotonic_s=900.0, wall_s=1_767_225_500.0)
+    total = Totals(time=T, scope="process", key="42", device_id="GPU-0", energy_j=12.5, start=start)
+    signals = DeviceSignals(time=T, device_id="GPU-0", fields=(("power_w", 251.0), ("sm_active", 0.75)))
+
+    assert total.values() == {"energy_j": 12.5, "start": {"monotonic_s": 900.0, "wall_s": 1_767_225_500.0}}
+    assert signals.values() == {"fields": {"power_w": 251.0, "sm_active": 0.75}}
+
+
+def test_to_json_has_type_kind_time_attributes_and_values() -> None:
+    total = Totals(time=T, scope="pod", key="uid-1", device_id="GPU-0", energy_j=9.5, power_w=1.9)
+
+    assert total.to_json() == {
+        "type": "Totals",
+        "kind": "pod",
+        "time": {"monotonic_s": 1000.0, "wall_s": 1_767_225_600.0},
+        "attributes": {"scope": "pod", "key": "uid-1", "device_id": "GPU-0", "state": "running"},
+        "values": {"energy_j": 9.5, "power_w": 1.9},
+    }
+
+
+def test_record_kind_is_the_class_kind_except_totals_which_use_their_scope() -> None:
+    assert record_kind(DeviceSample(time=T, device_id="GPU-0")) == "device"
+    assert record_kind(GpuShare(time=T, device_id="GPU-0", pid=None, share=0.1, energy_j=1.0, power_w=0.2)) == "process"
+    assert record_kind(Workload(time=T, pid=1)) == "container"
+    assert record_kind(MigActivity(time=T, device_id="GPU-0", gpu_instance_id=3)) == "instance"
+    assert record_kind(Totals(time=T, scope="container", key="c1", device_id="GPU-0", energy_j=0.0)) == "container"
+
+
+def test_with_extra_stores_sorted_pairs_and_attributes_include_them() -> None:
+    sample = DeviceSample(time=T, device_id="GPU-0").with_extra({"zone": "b", "rack": "7"})
+
+    assert sample.extra == (("rack", "7"), ("zone", "b"))
+    assert sample.attributes()["rack"] == "7"
+    assert hash(sample) == hash(DeviceSample(time=T, device_id="GPU-0", extra=(("rack", "7"), ("zone", "b"))))
+
+
+def test_field_for_routes_a_subclass_to_its_parent_field() -> None:
+    @dataclass(frozen=True, slots=True, kw_only=True)
+    class NvidiaSample(DeviceSample):
+        pass
+
+    assert Batch.field_for(NvidiaSample) == "devices"
+
+
+def test_field_for_raises_type_error_for_an_unknown_record_type() -> None:
+    @dataclass(frozen=True, slots=True, kw_only=True)
+    class Stray(Record):
+        pass
+
+    with pytest.raises(TypeError, match="Stray is not a record kind a Batch carries"):
+        Batch.field_for(Stray)
+    with pytest.raises(TypeError, match="Stray"):
+        batch().with_records([Stray(time=T)])

@@ -1,0 +1,307 @@
+"""The nvml receiver against the simulator's NVML library (pynvml's own wrappers run for real)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import simulator
+from pipeline.clock import SteppedClock
+from pipeline.components import CreateContext
+from pipeline.records import DeviceSample, GpuProcessSample, Record
+from pipeline.telemetry import Telemetry
+from receivers.nvml import NvmlConfig, NvmlReceiver
+from receivers.nvml._device import integrate_utilisation
+from simulator.scenario import parse_scenario
+
+
+def scenario(**overrides: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "node": {"name": "n1"},
+        "gpus": [
+            {"model": "NVIDIA H100 80GB HBM3", "idle_w": 100, "max_w": 700},
+            {"model": "NVIDIA H100 80GB HBM3", "idle_w": 80, "max_w": 700},
+        ],
+        "processes": [
+            {"pid": 10, "comm": "a", "gpu": 0, "dynamic_w": 200, "util": [[0, 0.5], [10, 1.0]]},
+            {"pid": 11, "comm": "b", "gpu": 0, "dynamic_w": 200, "util": [[0, 0.5], [10, 0.0]]},
+            {"pid": 20, "comm": "c", "gpu": 1, "dynamic_w": 300, "util": [[0, 0.8]], "start_s": 2.5},
+        ],
+    }
+    data.update(overrides)
+    return data
+
+
+@pytest.fixture
+def clock() -> SteppedClock:
+    return SteppedClock()
+
+
+class Harness:
+    def __init__(self, data: dict[str, Any], clock: SteppedClock, **options: Any) -> None:
+        self.clock = clock
+        self.node = simulator.install(parse_scenario(data), clock)
+        logger = logging.getLogger("wattpipe.receiver.nvml")
+        telemetry = Telemetry(clock)
+        ctx = CreateContext(
+            component_id="nvml",
+            kind="receiver",
+            clock=clock,
+            node_name="n1",
+            logger=logger,
+            telemetry=telemetry.for_component("receiver", "nvml", logger),
+        )
+        self.receiver = NvmlReceiver(NvmlConfig(**options), ctx)
+        asyncio.run(self.receiver.start())
+
+    def poll(self) -> tuple[list[DeviceSample], list[GpuProcessSample]]:
+        records: list[Record] = list(asyncio.run(self.receiver.collect()))
+        return (
+            [r for r in records if isinstance(r, DeviceSample)],
+            [r for r in records if isinstance(r, GpuProcessSample)],
+        )
+
+    def close(self) -> None:
+        asyncio.run(self.receiver.shutdown())
+        simulator.uninstall()
+
+
+@pytest.fixture
+def harness(clock: SteppedClock) -> Iterator[Harness]:
+    h = Harness(scenario(), clock)
+    yield h
+    h.close()
+
+
+def test_devices_are_enumerated_with_identity_power_and_counter(harness: Harness) -> None:
+    harness.clock.advance(5.0)
+    devices, _ = harness.poll()
+    assert [d.device_index for d in devices] == [0, 1]
+    assert all(d.vendor == "nvidia" and d.up and d.device_id.startswith("GPU-") for d in devices)
+    assert devices[0].device_name == "NVIDIA H100 80GB HBM3"
+    # 1-second average at t=5 on GPU 0: 100 W idle + 0.5·200 + 0.5·200
+    assert devices[0].power_w == pytest.approx(300.0)
+    assert devices[0].compute_mode == "default"
+    assert devices[0].mig_enabled is False
+
+
+def test_energy_counter_delta_matches_the_truth_integral(harness: Harness) -> None:
+    harness.clock.advance(1.0)
+    first, _ = harness.poll()
+    harness.clock.advance(12.0)
+    second, _ = harness.poll()
+    for gpu in (0, 1):
+        delta_j = (second[gpu].energy_mj - first[gpu].energy_mj) / 1000.0  # type: ignore[operator]
+        truth_j = harness.node.truth.device_energy_between_j(gpu, 1.0, 13.0)
+        assert delta_j == pytest.approx(truth_j, abs=0.002)  # the counter is integer mJ
+
+
+def test_utilisation_covers_exactly_the_tick_window(harness: Harness) -> None:
+    harness.clock.advance(5.0)
+    _, procs = harness.poll()
+    util = {p.pid: p.sm_util for p in procs}
+    assert util[10] == pytest.approx(0.5, abs=0.02)
+    assert util[11] == pytest.approx(0.5, abs=0.02)
+    harness.clock.advance(10.0)  # window 5–15 s: pid 10 goes to 1.0 at 10 s, pid 11 to 0 (no samples)
+    _, procs = harness.poll()
+    util = {p.pid: p.sm_util for p in procs}
+    assert util[10] == pytest.approx(0.75, abs=0.03)
+    assert util[11] == pytest.approx(0.275, abs=0.01)  # truth 0.25: idle after 10 s, plus 0.5 s grace
+    assert [p.util_window_s for p in procs if p.device_id == procs[0].device_id] == [pytest.approx(10.0)] * 2
+
+
+def test_process_started_mid_tick_counts_as_busy_throughout(harness: Harness) -> None:
+    harness.clock.advance(10.0)  # pid 20 runs from 2.5 s at 0.8
+    _, procs = harness.poll()
+    (p20,) = [p for p in procs if p.pid == 20]
+    # One entry per process cannot say when a process *started* being busy: the documented limit.
+    assert p20.sm_util == pytest.approx(0.8, abs=0.03)
+
+
+def test_process_that_exited_mid_tick_is_kept_with_its_part(clock: SteppedClock) -> None:
+    data = scenario(processes=[{"pid": 7, "comm": "short", "gpu": 0, "util": [[0, 1.0]], "end_s": 3}])
+    h = Harness(data, clock)
+    try:
+        clock.advance(10.0)
+        _, procs = h.poll()
+        (p7,) = procs
+        assert p7.pid == 7
+        assert p7.used_memory_bytes is None  # not in the running list any more
+        assert p7.sm_util == pytest.approx(0.35, abs=0.02)  # busy 3 s of 10 (+0.5 s grace)
+    finally:
+        h.close()
+
+
+def test_first_tick_ignores_samples_from_before_start(clock: SteppedClock) -> None:
+    h = Harness(scenario(), clock)
+    try:
+        _, procs = h.poll()  # no time has passed since start: nothing new, observed zero
+        assert {p.pid: p.sm_util for p in procs} == {10: 0.0, 11: 0.0}
+    finally:
+        h.close()
+
+
+def test_idle_gpu_processes_report_zero_not_absent(clock: SteppedClock) -> None:
+    data = scenario(processes=[{"pid": 5, "comm": "idle", "gpu": 0, "util": [[0, 0.0]]}])
+    h = Harness(data, clock)
+    try:
+        clock.advance(5.0)
+        _, procs = h.poll()
+        assert [(p.pid, p.sm_util) for p in procs] == [(5, 0.0)]
+    finally:
+        h.close()
+
+
+def test_gpu_without_energy_counter_reports_it_absent(clock: SteppedClock) -> None:
+    data = scenario(gpus=[{"model": "Tesla P100-PCIE-16GB", "idle_w": 30, "max_w": 250, "energy_counter": False}])
+    data["processes"] = []
+    h = Harness(data, clock)
+    try:
+        clock.advance(2.0)
+        (device,), _ = h.poll()
+        assert device.energy_mj is None
+        assert device.power_w == pytest.approx(30.0)
+    finally:
+        h.close()
+
+
+def test_lost_gpu_is_marked_down_others_flow_and_it_comes_back(clock: SteppedClock) -> None:
+    data = scenario(
+        faults=[
+            {
+                "at_s": 5,
+                "for_s": 20,
+                "target": "nvml",
+                "gpu": 1,
+                "call": "nvmlDeviceGetPowerUsage",
+                "error": "GPU_IS_LOST",
+            }
+        ]
+    )
+    h = Harness(data, clock, reinit_backoff=5.0)
+    try:
+        ups = []
+        for _ in range(8):
+            clock.advance(5.0)
+            devices, _ = h.poll()
+            ups.append([d.up for d in devices])
+            assert devices[0].power_w is not None  # GPU 0 unaffected throughout
+        # t=5..25 lost; retries at 10, 20 (backoff 5 then 10) fail; t=40 retry succeeds
+        assert ups[0] == [True, False]
+        assert all(u[1] is False for u in ups[1:5])
+        assert ups[-1] == [True, True]
+        down = [d for d in h.poll()[0] if d.device_index == 1]
+        assert down[0].power_w is not None
+    finally:
+        h.close()
+
+
+def test_mig_processes_carry_instance_ids_and_no_process_utilisation(clock: SteppedClock) -> None:
+    data = scenario(
+        gpus=[
+            {
+                "model": "NVIDIA A100-SXM4-40GB",
+                "idle_w": 50,
+                "max_w": 400,
+                "mig": {"instances": [{"gi": 1, "profile": "3g.20gb"}, {"gi": 2, "profile": "1g.5gb"}]},
+            }
+        ],
+        processes=[
+            {"pid": 41, "comm": "x", "gpu": 0, "gi": 1, "util": [[0, 0.5]]},
+            {"pid": 42, "comm": "y", "gpu": 0, "gi": 2, "util": [[0, 0.5]]},
+        ],
+    )
+    h = Harness(data, clock)
+    try:
+        clock.advance(5.0)
+        (device,), procs = h.poll()
+        assert device.mig_enabled is True
+        assert sorted((p.pid, p.gpu_instance_id, p.sm_util) for p in procs) == [(41, 1, None), (42, 2, None)]
+    finally:
+        h.close()
+
+
+def test_mig_switched_off_is_honoured_on_the_next_tick(clock: SteppedClock) -> None:
+    data = scenario(
+        gpus=[
+            {
+                "model": "NVIDIA A100-SXM4-40GB",
+                "idle_w": 50,
+                "max_w": 400,
+                "mig": {"instances": [{"gi": 1, "profile": "7g.40gb"}]},
+            }
+        ],
+        processes=[{"pid": 41, "comm": "x", "gpu": 0, "gi": 1, "util": [[0, 0.5]]}],
+        faults=[{"at_s": 10, "target": "gpu", "gpu": 0, "set": {"mig": None}}],
+    )
+    h = Harness(data, clock)
+    try:
+        clock.advance(5.0)
+        (before,), _ = h.poll()
+        clock.advance(10.0)
+        (after,), procs = h.poll()
+        assert (before.mig_enabled, after.mig_enabled) == (True, False)
+        assert [p.gpu_instance_id for p in procs] == [None]  # now a whole GPU: time-slicing shares
+    finally:
+        h.close()
+
+
+def test_devices_option_selects_by_uuid_or_index(clock: SteppedClock) -> None:
+    h = Harness(scenario(), clock, devices=["1"])
+    try:
+        devices, procs = h.poll()
+        assert [d.device_index for d in devices] == [1]
+        assert {p.device_id for p in procs} <= {devices[0].device_id}
+    finally:
+        h.close()
+
+
+def test_no_driver_means_no_devices_and_no_crash(clock: SteppedClock, caplog: pytest.LogCaptureFixture) -> None:
+    simulator.uninstall()  # the real library is absent on test machines
+    logger = logging.getLogger("wattpipe.receiver.nvml")
+    telemetry = Telemetry(clock)
+    ctx = CreateContext("nvml", "receiver", clock, "n1", logger, telemetry.for_component("receiver", "nvml", logger))
+    receiver = NvmlReceiver(NvmlConfig(), ctx)
+    with caplog.at_level(logging.WARNING):
+        asyncio.run(receiver.start())
+    assert list(asyncio.run(receiver.collect())) == []
+    assert any("NVML is not available" in r.message for r in caplog.records)
+    required = NvmlReceiver(NvmlConfig(required=True), ctx)
+    with pytest.raises(RuntimeError, match="required"):
+        asyncio.run(required.start())
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 5), st.integers(1, 20), st.floats(-10, 150, allow_nan=False)), min_size=0, max_size=40
+    )
+)
+def test_integrated_utilisation_stays_within_0_and_1(samples: list[tuple[int, int, float]]) -> None:
+    util = integrate_utilisation(samples, 0, 20)
+    assert 0 not in util  # pid 0 is driver garbage
+    assert set(util) == {pid for pid, _, _ in samples if pid > 0}
+    for value in util.values():
+        assert 0.0 <= value <= 1.0 + 1e-9
+
+
+@given(st.integers(2, 30), st.integers(1, 30))
+def test_per_slot_buffers_count_missing_slots_as_idle(slots: int, busy: int) -> None:
+    busy = min(busy, slots)
+    # pid 1 busy at 100 % in `busy` of `slots` slots; pid 2 sampled in every slot (so every slot exists)
+    samples = [(1, t, 100.0) for t in range(busy)] + [(2, t, 10.0) for t in range(slots)]
+    util = integrate_utilisation(samples, -1, slots)
+    assert util[1] == pytest.approx(busy / slots)
+    assert util[2] == pytest.approx(0.1)
+
+
+def test_one_entry_per_process_is_scaled_by_when_it_was_last_busy() -> None:
+    s = 1_000_000
+    util = integrate_utilisation([(1, 10 * s, 80.0), (2, 5 * s, 60.0)], 0, 10 * s)
+    assert util[1] == pytest.approx(0.8)  # busy to the end
+    assert util[2] == pytest.approx(0.6 * 5.5 / 10)  # idle after 5 s (plus half a second of grace)

@@ -1,0 +1,120 @@
+"""/proc and /sys written by the simulator, read back with plain file reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import simulator
+from pipeline.clock import SteppedClock
+from simulator.procfs import CLOCK_TICKS_PER_S, ProcfsWriter, cgroup_path
+from simulator.scenario import Scenario, load_scenario, parse_scenario
+from tests.simulator.conftest import SCENARIOS, two_gpu_data
+
+
+def _stat_fields(root: Path, pid: int) -> list[str]:
+    text = (root / "proc" / str(pid) / "stat").read_text()
+    comm_end = text.rindex(")")
+    return [text[: text.index(" ")], text[text.index("(") : comm_end + 1], *text[comm_end + 2 :].split()]
+
+
+def test_process_files_track_cpu_time_and_identity(tmp_path: Path, two_gpu: Scenario) -> None:
+    clock = SteppedClock()
+    node = simulator.build(two_gpu, clock)
+    writer = ProcfsWriter(node, tmp_path)
+    clock.advance(12.5)
+    writer.refresh()
+    fields = _stat_fields(tmp_path, 101)
+    assert len(fields) == 52
+    assert fields[1] == "(python)"
+    utime, stime, starttime = int(fields[13]), int(fields[14]), int(fields[21])
+    assert utime + stime == int(0.5 * 12.5 * CLOCK_TICKS_PER_S)  # 0.5 cores for 12.5 s
+    assert starttime == 100 * CLOCK_TICKS_PER_S  # started at scenario start, uptime_s = 100
+    assert (tmp_path / "proc" / "101" / "comm").read_text() == "python\n"
+    assert (tmp_path / "proc" / "101" / "cmdline").read_bytes() == b"python\0"
+
+
+def test_ended_processes_disappear(tmp_path: Path, two_gpu: Scenario) -> None:
+    clock = SteppedClock()
+    writer = ProcfsWriter(simulator.build(two_gpu, clock), tmp_path)
+    writer.refresh()
+    assert (tmp_path / "proc" / "101").is_dir()
+    clock.advance(31)  # pid 101 ends at 30 s
+    writer.refresh()
+    assert not (tmp_path / "proc" / "101").exists()
+    assert (tmp_path / "proc" / "100").is_dir()
+
+
+def test_cgroup_paths_have_each_runtimes_real_shape() -> None:
+    scenario = load_scenario(SCENARIOS / "timesliced.yaml")
+    by_pid = {p.pid: p for p in scenario.processes}
+    trainer = scenario.pods[0]
+    uid_ = trainer.uid.replace("-", "_")
+    assert cgroup_path(scenario, by_pid[4242]) == (
+        f"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uid_}.slice/"
+        f"cri-containerd-{trainer.containers[0].id}.scope"
+    )
+    inference = scenario.pods[1]  # guaranteed QoS, CRI-O
+    assert cgroup_path(scenario, by_pid[5100]) == (
+        f"/kubepods.slice/kubepods-pod{inference.uid.replace('-', '_')}.slice/crio-{inference.containers[0].id}.scope"
+    )
+    assert cgroup_path(scenario, by_pid[812]) == "/system.slice/sshd.service"
+
+
+def test_cgroupfs_driver_and_cgroup_v1(tmp_path: Path) -> None:
+    data = two_gpu_data()
+    data["node"].update(cgroup_driver="cgroupfs", cgroup_version=1)
+    data["pods"][0]["containers"][0]["runtime"] = "docker"
+    scenario = parse_scenario(data)
+    pod = scenario.pods[0]
+    expected = f"/kubepods/burstable/pod{pod.uid}/{pod.containers[0].id}"
+    writer = ProcfsWriter(simulator.build(scenario, SteppedClock()), tmp_path)
+    writer.refresh()
+    lines = (tmp_path / "proc" / "100" / "cgroup").read_text().splitlines()
+    assert f"11:memory:{expected}" in lines
+    assert lines[-1] == "0::/"
+    assert all(line.endswith(expected) for line in lines[:-1])
+
+
+def _energy_uj(root: Path, zone: str) -> int:
+    return int((root / "sys" / "class" / "powercap" / zone / "energy_uj").read_text())
+
+
+def test_rapl_energy_follows_cpu_load_and_wraps(tmp_path: Path, two_gpu: Scenario) -> None:
+    clock = SteppedClock()
+    node = simulator.build(two_gpu, clock)
+    writer = ProcfsWriter(node, tmp_path)
+    max_uj = two_gpu.cpu.max_range_uj  # 1,000 J: wraps every ~50 s at this node's package power
+    zone = tmp_path / "sys" / "class" / "powercap" / "intel-rapl:1"
+    writer.refresh()
+    assert (zone / "name").read_text() == "package-1\n"
+    assert int((zone / "max_energy_range_uj").read_text()) == max_uj
+    previous = _energy_uj(tmp_path, "intel-rapl:1")
+    total_uj = 0
+    for _ in range(12):
+        before = node.t_s()
+        clock.advance(7.0)
+        writer.refresh()
+        now = _energy_uj(tmp_path, "intel-rapl:1")
+        assert 0 <= now <= max_uj
+        delta = now - previous if now >= previous else now + max_uj + 1 - previous  # one wrap at most
+        true_uj = (node.truth.cpu_package_energy_j(1, node.t_s()) - node.truth.cpu_package_energy_j(1, before)) * 1e6
+        assert delta == pytest.approx(true_uj, abs=1)
+        total_uj += delta
+        previous = now
+    assert total_uj > max_uj  # it did wrap
+
+
+def test_proc_stat_counts_busy_and_idle_ticks(tmp_path: Path, two_gpu: Scenario) -> None:
+    clock = SteppedClock()
+    node = simulator.build(two_gpu, clock)
+    writer = ProcfsWriter(node, tmp_path)
+    clock.advance(40)
+    writer.refresh()
+    first = (tmp_path / "proc" / "stat").read_text().splitlines()[0].split()
+    assert first[0] == "cpu"
+    user, system, idle = int(first[1]), int(first[3]), int(first[4])
+    busy_ticks = (1.75 * 30 + 1.25 * 10) * CLOCK_TICKS_PER_S
+    assert user + system == int(busy_ticks)
+    assert user + system + idle == (100 + 40) * 8 * CLOCK_TICKS_PER_S  # uptime × cores
