@@ -99,7 +99,7 @@ def build(config: Config, registry: Registry, clock: Clock, telemetry: Telemetry
             return factory.create(ctx, config.components(kind)[cid])
         except ConfigError as exc:
             errors.extend(f"{config.source_name} {kind}s.{cid}: {m}" for m in exc.messages)
-        except (ValueError, TypeError, ImportError, AttributeError) as exc:
+        except Exception as exc:  # a plugin's constructor may raise anything; report it against its ID
             errors.append(f"{config.source_name} {kind}s.{cid}: cannot be built: {exc}")
         return None
 

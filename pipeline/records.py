@@ -302,6 +302,7 @@ class Totals(Record):
     ``scope`` says which consumer: a process (``key`` = pid), a container (container id) or a pod (UID).
     """
 
+    # KIND is per instance here (its scope): always ask record_kind(), never read .KIND directly.
     IDENTITY: ClassVar[tuple[str, ...]] = ("scope", "key", "device_id", "state")
 
     scope: Literal["process", "container", "pod"]
@@ -411,7 +412,8 @@ class Batch:
         raise TypeError(f"{record_type.__name__} is not a record kind a Batch carries")
 
     def replace(self, **changes: Any) -> Batch:
-        present = set(self.present)
+        """A new batch with ``changes``; every record field named is marked present."""
+        present = set(changes.pop("present", self.present))
         present.update(name for name in changes if name in self.FIELDS)
         return dataclasses.replace(self, present=frozenset(present), **changes)
 

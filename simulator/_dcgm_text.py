@@ -74,7 +74,7 @@ _Kind = Literal["gauge", "counter"]
 # name → (TYPE, HELP, value). A value of None means "no row for this field".
 FIELDS: dict[str, tuple[_Kind, str, Value]] = {
     "DCGM_FI_DEV_SM_CLOCK": ("gauge", "SM clock frequency (in MHz).",
-                             lambda n, r: 1980 if _activity(n, r) > 0 else 345),
+                             lambda n, r: 1980 if n.truth.activity(r.gpu, None, r.t0_s, r.t1_s) > 0 else 345),
     "DCGM_FI_DEV_MEM_CLOCK": ("gauge", "Memory clock frequency (in MHz).", lambda n, r: 2619),
     "DCGM_FI_DEV_GPU_TEMP": ("gauge", "GPU temperature (in C).", lambda n, r: n.temperature_c(r.gpu, r.t1_s)),
     "DCGM_FI_DEV_POWER_USAGE": ("gauge", "Power draw (in W).",

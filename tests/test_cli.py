@@ -123,3 +123,25 @@ def test_probe_reports_a_failing_receiver_with_exit_1(tmp_path: Path) -> None:
     code, _, err = run_cli("probe", "custom/gpu", "-c", str(cfg))
     assert code == 1
     assert "receiver custom/gpu failed: ConnectionError: device went away" in err
+
+
+def test_simulate_runs_node_time_back_to_back_and_reads_the_simulated_gpus(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WATTPIPE_CONSOLE_FORMAT", "json")
+    monkeypatch.setenv("WATTPIPE_INTERVAL", "10s")
+    code = main(["simulate", "--duration", "2m", "--log-level", "warning"])
+    assert code == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    devices = [r for r in lines if r["type"] == "DeviceSample"]
+    assert len(devices) == 2 * 13  # two GPUs, ticks at 0, 10, …, 120 s
+    gpu0 = [d["values"]["energy_mj"] for d in devices if d["attributes"]["device_index"] == "0"]
+    assert gpu0 == sorted(gpu0)
+    assert gpu0[-1] > gpu0[0]
+    assert {r["attributes"]["pid"] for r in lines if r["type"] == "GpuProcessSample"} >= {"4242"}
+
+
+def test_demo_with_a_missing_scenario_is_a_config_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["demo", "--scenario", "/nonexistent/node.yaml", "--ticks", "1"])
+    assert code == 2
+    assert "scenario /nonexistent/node.yaml" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""The ``wattpipe`` command: run | validate | print-config | components | probe.
+"""The ``wattpipe`` command: run | validate | print-config | components | probe | demo | simulate.
 
 Exit codes: 0 ok, 2 configuration error, 1 runtime failure. This module is the composition root: the
 only place that knows the engine, the components and the real clock together.
@@ -19,9 +19,9 @@ from typing import TextIO
 
 import yaml
 
-from pipeline.clock import Clock, RealClock
+from pipeline.clock import Clock, RealClock, SteppedClock
 from pipeline.components import Receiver, Registry, call_optional
-from pipeline.config import Config, ConfigError, load_config
+from pipeline.config import Config, ConfigError, load_config, parse_duration
 from pipeline.graph import Graph, build
 from pipeline.runtime import Service
 from pipeline.telemetry import Telemetry
@@ -29,6 +29,11 @@ from pipeline.telemetry import Telemetry
 __all__ = ["main"]
 
 EXIT_OK, EXIT_RUNTIME, EXIT_CONFIG = 0, 1, 2
+
+# Shipped with the repository (an editable install or a checkout): the demo's node and pipeline.
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+DEMO_CONFIG = CONFIGS / "demo.yaml"
+DEMO_SCENARIO = CONFIGS / "scenarios" / "timesliced.yaml"
 
 log = logging.getLogger("wattpipe")
 
@@ -209,6 +214,51 @@ async def run_service(graph: Graph, max_ticks: int | None = None) -> int:
     return EXIT_OK
 
 
+def cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """The whole pipeline on a simulated GPU node, in real time: what wattpipe does, with no GPU."""
+    return _on_simulated_node(args, RealClock(), err, stepped=False)
+
+
+def cmd_simulate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """The pipeline on a simulated node under a stepped clock: ``--duration`` of node time, ticks back to back."""
+    return _on_simulated_node(args, SteppedClock(), err, stepped=True)
+
+
+def _on_simulated_node(args: argparse.Namespace, clock: Clock, err: TextIO, stepped: bool) -> int:
+    import simulator  # the composition root is the only place that knows the simulator
+
+    registry = _registry(err)
+    config = _load(args.config, registry, err)
+    if config is None:
+        return EXIT_CONFIG
+    _setup_logging(args.log_level or config.service.telemetry.log_level)
+    try:
+        node = simulator.install(args.scenario, clock)
+    except (simulator.ScenarioError, OSError) as exc:
+        print(f"error: scenario {args.scenario}: {exc}", file=err)
+        return EXIT_CONFIG
+    try:
+        if stepped:
+            # No one can scrape a stepped node's telemetry in time, and a fixed port could clash.
+            service = config.service.model_copy(
+                update={"telemetry": config.service.telemetry.model_copy(update={"listen": ""})}
+            )
+            config = Config(config.source_name, config.receivers, config.processors, config.exporters, service)
+        graph = _build(config, registry, clock, err)
+        if graph is None:
+            return EXIT_CONFIG
+        max_ticks = args.ticks
+        if stepped and max_ticks is None:
+            interval = min(p.config.interval for p in graph.pipelines)
+            max_ticks = int(args.duration // interval) + 1
+        log.info(
+            "simulated node %s: %d GPU(s) from %s", node.scenario.node.name, len(node.scenario.gpus), args.scenario
+        )
+        return asyncio.run(run_service(graph, max_ticks=max_ticks))
+    finally:
+        simulator.uninstall()
+
+
 def _on_signal(service: Service, sig: signal.Signals) -> None:
     log.info("%s received: finishing the tick in flight, flushing exporters, saving state", sig.name)
     service.stop()
@@ -253,6 +303,23 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--every", type=float, default=1.0, help="seconds between polls (default 1)")
     sp.add_argument("--timeout", type=float, default=10.0, help="seconds one poll may take (default 10)")
     sp.set_defaults(fn=cmd_probe)
+
+    def simulated(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("-c", "--config", default=str(DEMO_CONFIG), help="pipeline (default: configs/demo.yaml)")
+        sp.add_argument(
+            "--scenario", default=str(DEMO_SCENARIO), help="simulated node (default: configs/scenarios/timesliced.yaml)"
+        )
+        sp.add_argument("--ticks", type=int, default=None, help="stop after this many ticks per pipeline")
+        sp.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default=None)
+
+    sp = sub.add_parser("demo", help="run the pipeline on a simulated GPU node, in real time (no GPU needed)")
+    simulated(sp)
+    sp.set_defaults(fn=cmd_demo)
+
+    sp = sub.add_parser("simulate", help="run the pipeline on a simulated node with a stepped clock (fast)")
+    simulated(sp)
+    sp.add_argument("--duration", type=parse_duration, default=600.0, help="node time to simulate (default 10m)")
+    sp.set_defaults(fn=cmd_simulate)
     return p
 
 
