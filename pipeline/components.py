@@ -25,6 +25,7 @@ from pipeline.clock import Clock
 from pipeline.records import Batch, Record
 
 if TYPE_CHECKING:
+    from pipeline.state import StateStore
     from pipeline.telemetry import ComponentTelemetry
 
 __all__ = [
@@ -102,7 +103,14 @@ class CreateContext:
     node_name: str
     logger: logging.Logger
     telemetry: ComponentTelemetry
+    state: StateStore
+    """Durable state: read your section (``state.section(ctx.state_key)``) in ``start()``; return what to
+    keep from an optional ``snapshot() -> dict`` method, which the service calls at every checkpoint."""
     pipeline: str | None = None  # set for processors, which are built once per pipeline
+
+    @property
+    def state_key(self) -> str:
+        return f"{self.pipeline}/{self.component_id}" if self.pipeline else self.component_id
 
 
 @dataclass(frozen=True, slots=True)

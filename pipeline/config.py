@@ -37,6 +37,7 @@ __all__ = [
     "Duration",
     "PipelineConfig",
     "ServiceConfig",
+    "StateConfig",
     "TelemetryConfig",
     "format_duration",
     "load_config",
@@ -161,11 +162,19 @@ class TelemetryConfig(_Strict):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
 
+class StateConfig(_Strict):
+    path: str = ""
+    """The state file (idle baselines, energy totals); empty: kept in memory only, lost on restart."""
+    checkpoint_interval: Duration = 30.0
+    """How often the state file is rewritten; a crash loses at most this much. Always written at shutdown."""
+
+
 class ServiceConfig(_Strict):
     pipelines: dict[str, PipelineConfig] = Field(min_length=1)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     node_name: str = ""
     """The node's name on every record; default: $NODE_NAME, else the host name."""
+    state: StateConfig = Field(default_factory=StateConfig)
     shutdown_timeout: Duration = 10.0
     """How long SIGTERM may take in all: the tick in flight, flushing exporters, saving state."""
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 from pipeline.clock import Clock
 from pipeline.components import (
@@ -20,6 +21,7 @@ from pipeline.components import (
     Registry,
 )
 from pipeline.config import Config, ConfigError, PipelineConfig, parse_component_id
+from pipeline.state import StateStore
 from pipeline.telemetry import Telemetry
 
 __all__ = ["BuiltPipeline", "Graph", "build", "check_order"]
@@ -41,6 +43,13 @@ class Graph:
     receivers: dict[str, Receiver]
     exporters: dict[str, Exporter]
     pipelines: tuple[BuiltPipeline, ...]
+    state: StateStore
+
+    def stateful(self) -> list[tuple[str, object]]:
+        """(state key, component) for every component, receivers and exporters once, processors per pipeline."""
+        out: list[tuple[str, object]] = [*self.receivers.items(), *self.exporters.items()]
+        out += [(f"{p.name}/{cid}", proc) for p in self.pipelines for cid, proc in p.processors]
+        return out
 
 
 def _fields(obj: object, attr: str) -> frozenset[str]:
@@ -80,6 +89,10 @@ def check_order(
 def build(config: Config, registry: Registry, clock: Clock, telemetry: Telemetry | None = None) -> Graph:
     """Build every component and check every pipeline; raise ConfigError listing all problems."""
     telemetry = telemetry or Telemetry(clock)
+    sconf = config.service.state
+    state = StateStore(
+        Path(sconf.path) if sconf.path else None, clock, config.service.node_name, sconf.checkpoint_interval
+    )
     errors: list[str] = []
 
     def create(kind: ComponentKind, cid: str, pipeline: str | None) -> object | None:
@@ -93,6 +106,7 @@ def build(config: Config, registry: Registry, clock: Clock, telemetry: Telemetry
             node_name=config.service.node_name,
             logger=logger,
             telemetry=telemetry.for_component(kind, cid, logger),
+            state=state,
             pipeline=pipeline,
         )
         try:
@@ -151,5 +165,10 @@ def build(config: Config, registry: Registry, clock: Clock, telemetry: Telemetry
     for p in pipelines:
         telemetry.register_pipeline(p.name, p.config.interval)
     return Graph(
-        config=config, telemetry=telemetry, receivers=receivers, exporters=exporters, pipelines=tuple(pipelines)
+        config=config,
+        telemetry=telemetry,
+        receivers=receivers,
+        exporters=exporters,
+        pipelines=tuple(pipelines),
+        state=state,
     )

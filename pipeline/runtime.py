@@ -31,6 +31,19 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def checkpoint(graph: Graph) -> bool:
+    """Ask every component with ``snapshot()`` for its state and write the state file."""
+    for key, component in graph.stateful():
+        snapshot = getattr(component, "snapshot", None)
+        if snapshot is None:
+            continue
+        try:
+            graph.state.put(key, snapshot())
+        except Exception as exc:  # one component's bad snapshot must not cost the others theirs
+            log.error("%s: cannot take a state snapshot: %s", key, _describe(exc))
+    return graph.state.save()
+
+
 class PipelineRunner:
     """Runs one pipeline's ticks."""
 
@@ -91,6 +104,8 @@ class PipelineRunner:
                     f"pipeline {p.name}: processor {cid} failed: {_describe(exc)}; this tick skips it",
                 )
         await asyncio.gather(*(self._export(cid, e, batch) for cid, e in p.exporters))
+        if self.graph.state.due():
+            checkpoint(self.graph)
         self.ticks += 1
         self.last_batch = batch
         self.telemetry.tick_finished(p.name, self.clock.monotonic() - started.monotonic_s)
@@ -155,7 +170,8 @@ class Service:
         return [(f"{p.name}/{cid}", proc) for p in self.graph.pipelines for cid, proc in p.processors]
 
     async def start(self) -> None:
-        """Exporters first (so the first tick has somewhere to go), then processors, then receivers."""
+        """State first, then exporters (so the first tick has somewhere to go), processors, receivers."""
+        self.graph.state.load()
         order: list[tuple[str, object]] = [
             *[(f"exporter {cid}", e) for cid, e in self.graph.exporters.items()],
             *[(f"processor {name}", p) for name, p in self._processors()],
@@ -175,7 +191,13 @@ class Service:
         budget = timeout_s if timeout_s is not None else self.graph.config.service.shutdown_timeout
         loop = asyncio.get_running_loop()
         deadline = loop.time() + budget
+        checkpointed = False
         for name, component in reversed(self._started):
+            if name.startswith("exporter") and not checkpointed and self._started:
+                # Receivers are stopped and processors done: nothing more will be measured, so the
+                # last checkpoint is complete. Write it before exporters flush (which may be slow).
+                checkpoint(self.graph)
+                checkpointed = True
             remaining = max(0.1, deadline - loop.time())
             try:
                 await asyncio.wait_for(call_optional(component, "shutdown"), timeout=remaining)
@@ -183,6 +205,8 @@ class Service:
                 log.error("%s did not shut down within %.1fs; going on without it", name, remaining)
             except Exception as exc:
                 log.error("%s failed to shut down: %s", name, _describe(exc))
+        if not checkpointed and self._started:
+            checkpoint(self.graph)
         self._started.clear()
 
     async def run(self, max_ticks: int | None = None) -> None:

@@ -15,25 +15,34 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.clock import Clock
+from simulator.dcgm import DcgmExporter, DcgmExporterOptions, start_dcgm_exporter
 from simulator.node import SimulatedNode, build
 from simulator.nvml import SimulatedNvmlLibrary, install_nvml, installed_node, mig_uuid, uninstall_nvml
+from simulator.procfs import ProcfsWriter, cgroup_path
+from simulator.scale import scale_scenario
 from simulator.scenario import Scenario, ScenarioError, load_scenario, parse_scenario
 from simulator.truth import GpuState, GroundTruth, ProcessPlan
 
 __all__ = [
+    "DcgmExporter",
+    "DcgmExporterOptions",
     "GpuState",
     "GroundTruth",
     "ProcessPlan",
+    "ProcfsWriter",
     "Scenario",
     "ScenarioError",
     "SimulatedNode",
     "SimulatedNvmlLibrary",
     "build",
+    "cgroup_path",
     "install",
     "installed_node",
     "load_scenario",
     "mig_uuid",
     "parse_scenario",
+    "scale_scenario",
+    "start_dcgm_exporter",
     "uninstall",
 ]
 

@@ -65,7 +65,9 @@ class DcgmExporter:
         self._allocations = _allocations(node)
         self._server = ThreadingHTTPServer(("127.0.0.1", self.options.port), _handler(self))
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="sim-dcgm-exporter", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="sim-dcgm-exporter", daemon=True
+        )
         self._thread.start()
         self._closed = False
 

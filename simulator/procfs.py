@@ -57,9 +57,23 @@ def cgroup_text(scenario: Scenario, process: Process) -> str:
 
 
 def _write(path: Path, text: str) -> None:
+    """Replace a file atomically (for files written once)."""
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
+
+
+def _overwrite(path: Path, text: str) -> None:
+    """Rewrite a counter file in place with one write(): its text only grows (counters rise), so a
+    concurrent reader sees the old or the new line, never an empty file; rename() per refresh was the
+    cost of a whole refresh at benchmark scale."""
+    data = text.encode()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, data)
+        os.ftruncate(fd, len(data))
+    finally:
+        os.close(fd)
 
 
 class ProcfsWriter:
@@ -87,14 +101,25 @@ class ProcfsWriter:
         return t_s
 
     def _write_process(self, pid: int, t_s: float, new: bool) -> None:
-        plan = self.node.truth.plans[pid]
-        spec = plan.spec
+        spec = self.node.truth.plans[pid].spec
         directory = self.proc / str(pid)
-        if new:  # comm, cmdline and cgroup never change over a process's life
-            directory.mkdir(parents=True, exist_ok=True)
-            _write(directory / "comm", spec.comm + "\n")
-            _write(directory / "cmdline", "\0".join(spec.cmdline or [spec.comm]) + "\0")
-            _write(directory / "cgroup", cgroup_text(self.node.scenario, spec))
+        if new:
+            # A new process appears whole: its directory is filled under a hidden name and renamed into
+            # place. comm, cmdline and cgroup never change over a process's life.
+            staging = self.proc / f".{pid}.new"
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir()
+            (staging / "comm").write_text(spec.comm + "\n")
+            (staging / "cmdline").write_text("\0".join(spec.cmdline or [spec.comm]) + "\0")
+            (staging / "cgroup").write_text(cgroup_text(self.node.scenario, spec))
+            (staging / "stat").write_text(self._stat_line(pid, t_s))
+            shutil.rmtree(directory, ignore_errors=True)
+            os.replace(staging, directory)
+            return
+        _overwrite(directory / "stat", self._stat_line(pid, t_s))
+
+    def _stat_line(self, pid: int, t_s: float) -> str:
+        spec = self.node.truth.plans[pid].spec
         cpu_ticks = self.node.truth.process_cpu_s(pid, t_s) * CLOCK_TICKS_PER_S
         utime = math.floor(cpu_ticks * _USER_SHARE)
         stime = math.floor(cpu_ticks) - utime
@@ -108,7 +133,7 @@ class ProcfsWriter:
             str(start_ticks), str(rss_pages * 4096 * 4), str(rss_pages),
             *(["0"] * 28),
         ]  # fmt: skip
-        _write(directory / "stat", " ".join(fields[:52]) + "\n")
+        return " ".join(fields[:52]) + "\n"
 
     def _write_proc_stat(self, t_s: float, running: int) -> None:
         cpu = self.node.scenario.cpu
@@ -132,9 +157,9 @@ class ProcfsWriter:
             f"procs_running {running}",
             "procs_blocked 0",
         ]
-        _write(self.proc / "stat", "\n".join(lines) + "\n")
+        _overwrite(self.proc / "stat", "\n".join(lines) + "\n")
         idle_s = idle / CLOCK_TICKS_PER_S
-        _write(self.proc / "uptime", f"{uptime_s:.2f} {idle_s:.2f}\n")
+        _overwrite(self.proc / "uptime", f"{uptime_s:.2f} {idle_s:.2f}\n")
 
     def _write_rapl(self, t_s: float) -> None:
         cpu = self.node.scenario.cpu
@@ -149,9 +174,11 @@ class ProcfsWriter:
 
     def _write_zone(self, zone: str, name: str, energy_j: float) -> None:
         directory = self.powercap / zone
-        directory.mkdir(parents=True, exist_ok=True)
         max_range_uj = self.node.scenario.cpu.max_range_uj
-        _write(directory / "name", name + "\n")
-        _write(directory / "max_energy_range_uj", f"{max_range_uj}\n")
-        # The hardware counter wraps to 0 after max_energy_range_uj.
+        if not directory.is_dir():
+            directory.mkdir(parents=True)
+            _write(directory / "name", name + "\n")
+            _write(directory / "max_energy_range_uj", f"{max_range_uj}\n")
+        # The hardware counter wraps to 0 after max_energy_range_uj. It can shrink (a wrap), so the
+        # file is replaced atomically rather than rewritten in place.
         _write(directory / "energy_uj", f"{math.floor(energy_j * 1e6) % (max_range_uj + 1)}\n")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import logging
 from typing import Any
 
 import pytest
@@ -14,7 +13,7 @@ from exporters.console import ConsoleConfig, ConsoleExporter, factory
 from pipeline.clock import SteppedClock, Timestamp
 from pipeline.components import CreateContext
 from pipeline.records import Batch, DevicePower, DeviceSample, GpuProcessSample, LabelAction, Totals
-from pipeline.telemetry import Telemetry
+from tests.helpers.context import make_context
 
 T = Timestamp(monotonic_s=1000.0, wall_s=1_767_225_600.0)
 EARLIER = Timestamp(monotonic_s=999.5, wall_s=1_767_225_599.5)
@@ -168,15 +167,7 @@ def test_json_writes_nothing_for_an_empty_batch() -> None:
 
 def context() -> CreateContext:
     clock = SteppedClock()
-    logger = logging.getLogger("test.console")
-    return CreateContext(
-        component_id="console",
-        kind="exporter",
-        clock=clock,
-        node_name="node-a",
-        logger=logger,
-        telemetry=Telemetry(clock).for_component("exporter", "console", logger),
-    )
+    return make_context("console", "exporter", clock, node_name="node-a")
 
 
 def test_create_rejects_unknown_kinds_listing_the_known_fields() -> None:

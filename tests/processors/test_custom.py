@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import sys
 import textwrap
 import types
@@ -22,6 +21,7 @@ from pipeline.runtime import PipelineRunner
 from pipeline.telemetry import Telemetry
 from processors.custom import CustomConfig, factory, load_class
 from tests.helpers.components import CountingGpu, EvenSplit, Recorder
+from tests.helpers.context import make_context
 
 H = "tests.helpers.components"
 
@@ -33,15 +33,7 @@ def custom_factory(kind: ComponentKind) -> Factory:
 
 def context(kind: ComponentKind, clock: SteppedClock | None = None) -> CreateContext:
     clock = clock or SteppedClock()
-    logger = logging.getLogger(f"test.custom.{kind}")
-    return CreateContext(
-        component_id="custom/x",
-        kind=kind,
-        clock=clock,
-        node_name="node-a",
-        logger=logger,
-        telemetry=Telemetry(clock).for_component(kind, "custom/x", logger),
-    )
+    return make_context("custom/x", kind, clock, node_name="node-a")
 
 
 def create(kind: ComponentKind, options: dict[str, Any], ctx: CreateContext | None = None) -> object:

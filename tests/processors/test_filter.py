@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
 from pipeline.clock import SteppedClock, Timestamp
-from pipeline.components import CreateContext
 from pipeline.records import (
     Batch,
     DevicePower,
@@ -24,6 +22,7 @@ from pipeline.records import (
 )
 from pipeline.telemetry import Telemetry
 from processors.filter import FilterConfig, FilterProcessor, factory
+from tests.helpers.context import make_context
 
 T = Timestamp(monotonic_s=1000.0, wall_s=1_767_225_600.0)
 
@@ -216,15 +215,8 @@ def test_unknown_option_is_a_validation_error() -> None:
 def test_factory_creates_a_filter_processor_that_needs_and_provides_nothing() -> None:
     clock = SteppedClock()
     telemetry = Telemetry(clock)
-    logger = logging.getLogger("test.filter")
-    ctx = CreateContext(
-        component_id="filter/no-pids",
-        kind="processor",
-        clock=clock,
-        node_name="node-a",
-        logger=logger,
-        telemetry=telemetry.for_component("processor", "filter/no-pids", logger),
-        pipeline="metrics",
+    ctx = make_context(
+        "filter/no-pids", "processor", clock, pipeline="metrics", telemetry=telemetry, node_name="node-a"
     )
 
     processor = factory.create(ctx, FilterConfig.model_validate({"exclude": {"kinds": ["process"]}}))

@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 
 import simulator
 from pipeline.clock import SteppedClock
-from pipeline.components import CreateContext
 from pipeline.records import DeviceSample, GpuProcessSample, Record
 from pipeline.telemetry import Telemetry
 from receivers.nvml import NvmlConfig, NvmlReceiver
 from receivers.nvml._device import integrate_utilisation
 from simulator.scenario import parse_scenario
+from tests.helpers.context import make_context
 
 
 def scenario(**overrides: Any) -> dict[str, Any]:
@@ -47,16 +47,8 @@ class Harness:
     def __init__(self, data: dict[str, Any], clock: SteppedClock, **options: Any) -> None:
         self.clock = clock
         self.node = simulator.install(parse_scenario(data), clock)
-        logger = logging.getLogger("wattpipe.receiver.nvml")
         telemetry = Telemetry(clock)
-        ctx = CreateContext(
-            component_id="nvml",
-            kind="receiver",
-            clock=clock,
-            node_name="n1",
-            logger=logger,
-            telemetry=telemetry.for_component("receiver", "nvml", logger),
-        )
+        ctx = make_context("nvml", "receiver", clock, telemetry=telemetry)
         self.receiver = NvmlReceiver(NvmlConfig(**options), ctx)
         asyncio.run(self.receiver.start())
 
@@ -264,9 +256,8 @@ def test_devices_option_selects_by_uuid_or_index(clock: SteppedClock) -> None:
 
 def test_no_driver_means_no_devices_and_no_crash(clock: SteppedClock, caplog: pytest.LogCaptureFixture) -> None:
     simulator.uninstall()  # the real library is absent on test machines
-    logger = logging.getLogger("wattpipe.receiver.nvml")
     telemetry = Telemetry(clock)
-    ctx = CreateContext("nvml", "receiver", clock, "n1", logger, telemetry.for_component("receiver", "nvml", logger))
+    ctx = make_context("nvml", "receiver", clock, telemetry=telemetry)
     receiver = NvmlReceiver(NvmlConfig(), ctx)
     with caplog.at_level(logging.WARNING):
         asyncio.run(receiver.start())

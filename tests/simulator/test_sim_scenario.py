@@ -102,3 +102,21 @@ def test_load_reports_yaml_errors_with_the_file(tmp_path: Path) -> None:
     path.write_text("gpus: [\n")
     with pytest.raises(ScenarioError, match=r"bad\.yaml: not valid YAML"):
         load_scenario(path)
+
+
+def test_public_surface_is_explicit() -> None:
+    import simulator
+
+    assert sorted(simulator.__all__) == sorted(
+        ["DcgmExporter", "DcgmExporterOptions", "GpuState", "GroundTruth", "ProcessPlan", "ProcfsWriter",
+         "Scenario", "ScenarioError", "SimulatedNode", "SimulatedNvmlLibrary", "build", "cgroup_path", "install",
+         "installed_node", "load_scenario", "mig_uuid", "parse_scenario", "scale_scenario", "start_dcgm_exporter",
+         "uninstall"]
+    )  # fmt: skip
+    assert all(hasattr(simulator, name) for name in simulator.__all__)
+
+
+def test_simulator_imports_no_pipeline_components() -> None:
+    source = "\n".join(p.read_text() for p in (Path(__file__).parents[2] / "simulator").glob("*.py"))
+    for package in ("receivers", "processors", "exporters", "wattpipe"):
+        assert not re.search(rf"^\s*(from|import) {package}\b", source, re.MULTILINE), package

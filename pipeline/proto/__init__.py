@@ -1,0 +1,1 @@
+"""Protocol buffers wattpipe speaks, each with its generated modules (``scripts/gen_protos.py``)."""

@@ -1,0 +1,1 @@
+"""The kubelet pod-resources API."""

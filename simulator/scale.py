@@ -1,0 +1,54 @@
+"""Benchmark-sized scenarios, generated: many GPUs, MIG instances, time-sliced and host processes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from simulator.scenario import Scenario, parse_scenario
+
+__all__ = ["scale_scenario"]
+
+
+def scale_scenario(
+    mig_gpus: int = 8,
+    timesliced_gpus: int = 8,
+    processes_per_gpu: int = 64,
+    host_processes: int = 2000,
+    duration_s: float = 3600.0,
+) -> Scenario:
+    """A node with ``mig_gpus`` H100s split into seven 1g instances (one pod and process each),
+    ``timesliced_gpus`` H100s shared by ``processes_per_gpu`` processes with changing utilisation, and
+    ``host_processes`` CPU-only processes. Deterministic: the same arguments give the same node."""
+    gpus: list[dict[str, Any]] = []
+    pods: list[dict[str, Any]] = []
+    processes: list[dict[str, Any]] = []
+    pid = 10_000
+    instances = [{"gi": 7 + i, "profile": "1g.10gb"} for i in range(7)]
+    for index in range(mig_gpus):
+        gpus.append({"model": "NVIDIA H100 80GB HBM3", "idle_w": 70, "max_w": 700, "mig": {"instances": instances}})
+        for inst in instances:
+            name = f"mig-{index}-{inst['gi']}"
+            device = {"resource": "nvidia.com/mig-1g.10gb", "gpu": index, "gi": inst["gi"]}
+            pods.append({"name": name, "namespace": "bench", "containers": [{"name": "main", "devices": [device]}]})
+            util = [[0, 0.2 + 0.1 * (pid % 7)], [duration_s / 2, 0.9]]
+            processes.append({"pid": pid, "comm": "python", "container": f"bench/{name}/main", "gpu": index,
+                              "gi": inst["gi"], "util": util, "cpu_cores": 0.5, "memory_mib": 4000})  # fmt: skip
+            pid += 1
+    for offset in range(timesliced_gpus):
+        index = mig_gpus + offset
+        gpus.append({"model": "NVIDIA H100 80GB HBM3", "idle_w": 70, "max_w": 700})
+        name = f"shared-{index}"
+        pods.append({"name": name, "namespace": "bench", "containers": [{"name": "main", "devices": [{"gpu": index}]}]})
+        for n in range(processes_per_gpu):
+            start_s = (n * 37) % 600
+            util = [[0, 0.01 * (n % 10)], [start_s + 300, 0.02 * (n % 7)], [start_s + 900, 0.015]]
+            processes.append({"pid": pid, "comm": "worker", "container": f"bench/{name}/main", "gpu": index,
+                              "dynamic_w": 10 + n % 20, "util": util, "start_s": start_s,
+                              "cpu_cores": 0.1, "memory_mib": 512})  # fmt: skip
+            pid += 1
+    for n in range(host_processes):
+        processes.append({"pid": pid, "comm": f"svc{n % 50}", "cpu_cores": 0.01 * (n % 5), "start_s": n % 100})
+        pid += 1
+    data = {"node": {"name": "bench-node"}, "gpus": gpus, "pods": pods, "processes": processes,
+            "cpu": {"packages": 2, "cores": 128}}  # fmt: skip
+    return parse_scenario(data, source="scale_scenario")
