@@ -165,3 +165,25 @@ class Recorder:
         self.flushed = True
         if self.path is not None:
             Path(f"{self.path}.flushed").write_text(f"{len(self.batches)} {os.getpid()}\n")
+
+
+class Tally:
+    """A processor that counts ticks and keeps the count in the state file."""
+
+    needs: frozenset[str] = frozenset()
+    provides: frozenset[str] = frozenset()
+
+    def __init__(self, *, context: CreateContext) -> None:
+        self.ctx = context
+        self.count = 0
+
+    def start(self) -> None:
+        saved = self.ctx.state.section(self.ctx.state_key)
+        self.count = int(saved["count"]) if saved else 0
+
+    def process(self, batch: Batch) -> Batch:
+        self.count += 1
+        return batch
+
+    def snapshot(self) -> dict[str, int]:
+        return {"count": self.count}

@@ -20,7 +20,8 @@ V1 = Path("pipeline/proto/podresources/v1")
 
 def _gen_protos() -> ModuleType:
     spec = importlib.util.spec_from_file_location("gen_protos", ROOT / "scripts" / "gen_protos.py")
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -140,8 +140,9 @@ def test_list_reports_every_pod_container_and_device(node: simulator.SimulatedNo
         assert kubelet.socket_path.name == "kubelet.sock"
         response = _list(kubelet)
     assert _flatten(response.pod_resources) == EXPECTED_LIST
-    assert GPU2 == node.scenario.gpus[2].uuid
-    assert MIG_GI2.startswith("MIG-") and len(MIG_GI2) == 40
+    assert node.scenario.gpus[2].uuid == GPU2
+    assert MIG_GI2.startswith("MIG-")
+    assert len(MIG_GI2) == 40
     trainer = response.pod_resources[0].containers[0]
     # CPU and memory managers run their default "none" policy: nothing exclusive to report.
     assert (list(trainer.cpu_ids), len(trainer.memory), len(trainer.dynamic_resources)) == ([], 0, 0)
@@ -216,9 +217,8 @@ def test_get_of_an_unknown_pod_fails_as_the_kubelet_does(node: simulator.Simulat
 
 def test_get_of_an_unknown_pod_can_answer_not_found(node: simulator.SimulatedNode) -> None:
     kubelet = KubeletServer(node, get_not_found_code=grpc.StatusCode.NOT_FOUND, poll_interval_s=None)
-    with kubelet, _stub(kubelet) as stub:
-        with pytest.raises(grpc.RpcError) as raised:
-            stub.Get(api_pb2.GetPodResourcesRequest(pod_name="gone", pod_namespace="ml"), timeout=5)
+    with kubelet, _stub(kubelet) as stub, pytest.raises(grpc.RpcError) as raised:
+        stub.Get(api_pb2.GetPodResourcesRequest(pod_name="gone", pod_namespace="ml"), timeout=5)
     assert raised.value.code() == grpc.StatusCode.NOT_FOUND
     assert raised.value.details() == "pod gone in namespace ml not found"
 
@@ -239,7 +239,9 @@ def test_allocatable_lists_every_advertised_device(node: simulator.SimulatedNode
 
 def test_allocatable_follows_a_mig_repartition_and_allocations_stay(clock: SteppedClock) -> None:
     data = _data()
-    data["faults"] = [{"target": "gpu", "gpu": 1, "at_s": 20, "set": {"mig": {"instances": [{"gi": 3, "profile": "7g.40gb"}]}}}]
+    data["faults"] = [
+        {"target": "gpu", "gpu": 1, "at_s": 20, "set": {"mig": {"instances": [{"gi": 3, "profile": "7g.40gb"}]}}}
+    ]
     with simulator.build(parse_scenario(data), clock) as repartitioned, KubeletServer(repartitioned) as kubelet:
         clock.advance(20.0)
         with _stub(kubelet) as stub:
@@ -311,7 +313,7 @@ def test_a_server_started_inside_the_fault_binds_when_it_ends(clock: SteppedCloc
 def test_rate_limit_refuses_beyond_the_burst_until_the_clock_refills(
     node: simulator.SimulatedNode, clock: SteppedClock
 ) -> None:
-    assert KUBELET_RATE_LIMIT == RateLimit(qps=100.0, burst=10)
+    assert RateLimit(qps=100.0, burst=10) == KUBELET_RATE_LIMIT
     with KubeletServer(node, rate_limit=KUBELET_RATE_LIMIT, poll_interval_s=None) as kubelet, _stub(kubelet) as stub:
         request = api_pb2.ListPodResourcesRequest()
         for _ in range(10):
@@ -330,12 +332,14 @@ def test_rate_limit_refuses_beyond_the_burst_until_the_clock_refills(
 def test_stop_removes_the_socket_and_its_temporary_directory(node: simulator.SimulatedNode, tmp_path: Path) -> None:
     own = KubeletServer(node, poll_interval_s=None).start()
     given = KubeletServer(node, socket_dir=tmp_path / "pod-resources", poll_interval_s=None).start()
-    assert own.socket_path.exists() and given.socket_path == tmp_path.resolve() / "pod-resources" / "kubelet.sock"
+    assert own.socket_path.exists()
+    assert given.socket_path == tmp_path.resolve() / "pod-resources" / "kubelet.sock"
     own.stop()
     given.stop()
     given.stop()  # idempotent
     assert not own.socket_path.parent.exists()
-    assert (tmp_path / "pod-resources").is_dir() and not given.socket_path.exists()
+    assert (tmp_path / "pod-resources").is_dir()
+    assert not given.socket_path.exists()
 
 
 def test_a_socket_path_too_long_for_unix_sockets_is_refused(node: simulator.SimulatedNode, tmp_path: Path) -> None:
