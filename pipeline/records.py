@@ -25,6 +25,7 @@ __all__ = [
     "DevicePower",
     "DeviceSample",
     "DeviceSignals",
+    "DeviceTotals",
     "GpuProcessSample",
     "GpuShare",
     "HostProcess",
@@ -32,6 +33,7 @@ __all__ = [
     "MigActivity",
     "MigInstance",
     "Record",
+    "SharingMode",
     "Totals",
     "Workload",
     "record_kind",
@@ -228,12 +230,19 @@ class HostProcess(Record):
 # --- processors ------------------------------------------------------------------------------
 
 
+# Energy that is attributed travels as integer millijoules, the unit of NVML's counter: then
+# idle + Σ shares + unattributed == the counter's delta exactly (no float rounding), shares can be
+# apportioned without losing a millijoule, and totals never drift however long they run. Exporters
+# convert to joules once, at the edge.
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DevicePower(Record):
     """A device's power and energy over one tick, split into idle and active.
 
-    ``energy_j`` is the tick's energy from the hardware counter delta (``source="counter"``), or
-    power × interval where no counter exists (``source="power"``). ``idle_w`` is ``None`` until an idle
+    ``energy_mj`` is the tick's energy from the hardware counter's delta (``source="counter"``), or
+    power × interval where the device has no counter or it reset (``source="power"``).
+    ``idle_energy_mj + active_energy_mj == energy_mj`` exactly. ``idle_w`` is ``None`` until an idle
     baseline is known; until then all energy is active.
     """
 
@@ -249,17 +258,25 @@ class DevicePower(Record):
     power_w: float
     idle_w: float | None
     active_w: float
-    energy_j: float
-    idle_energy_j: float
-    active_energy_j: float
+    energy_mj: int
+    idle_energy_mj: int
+    active_energy_mj: int
     source: Literal["counter", "power"] = "counter"
+
+    @property
+    def energy_j(self) -> float:
+        return self.energy_mj / 1000.0
+
+
+SharingMode = Literal["exclusive", "time_slicing", "mig", "none"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GpuShare(Record):
-    """The share of one device's active energy in one tick that one consumer used.
+    """The part of one device's active energy in one tick that one consumer used.
 
-    ``pid is None`` is the explicit *unattributed* remainder (active energy with no process to carry it).
+    ``pid is None`` is the explicit *unattributed* remainder (active energy with no process to carry
+    it). ``mode`` is how the device's energy was split this tick.
     """
 
     KIND: ClassVar[RecordKind] = "process"
@@ -268,9 +285,14 @@ class GpuShare(Record):
     device_id: str
     pid: int | None
     share: float
-    energy_j: float
+    energy_mj: int
     power_w: float
+    mode: SharingMode = "time_slicing"
     gpu_instance_id: int | None = None
+
+    @property
+    def energy_j(self) -> float:
+        return self.energy_mj / 1000.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -297,9 +319,10 @@ class Workload(Record):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Totals(Record):
-    """A monotonic energy total for one consumer on one device.
+    """A monotonic energy total for one consumer on one device (integer mJ, see above).
 
     ``scope`` says which consumer: a process (``key`` = pid), a container (container id) or a pod (UID).
+    ``start`` is when the series began (its first tick), for exporters that carry start times.
     """
 
     # KIND is per instance here (its scope): always ask record_kind(), never read .KIND directly.
@@ -308,7 +331,7 @@ class Totals(Record):
     scope: Literal["process", "container", "pod"]
     key: str
     device_id: str
-    energy_j: float
+    energy_mj: int
     power_w: float | None = None
     state: Literal["running", "terminated"] = "running"
     start: Timestamp | None = None
@@ -316,6 +339,33 @@ class Totals(Record):
     @property
     def kind(self) -> RecordKind:
         return self.scope
+
+    @property
+    def energy_j(self) -> float:
+        return self.energy_mj / 1000.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeviceTotals(Record):
+    """A device's monotonic energy totals since the series began (integer mJ).
+
+    ``energy_mj == idle_energy_mj + attributed_energy_mj + unattributed_energy_mj`` at every tick.
+    """
+
+    KIND: ClassVar[RecordKind] = "device"
+    IDENTITY: ClassVar[tuple[str, ...]] = ("device_type", "device_id", "device_index", "device_name", "vendor")
+
+    device_id: str
+    device_type: Literal["gpu", "cpu"] = "gpu"
+    device_index: int | None = None
+    device_name: str | None = None
+    vendor: str | None = None
+    energy_mj: int
+    idle_energy_mj: int
+    active_energy_mj: int
+    attributed_energy_mj: int
+    unattributed_energy_mj: int
+    start: Timestamp | None = None
 
 
 # --- the batch -------------------------------------------------------------------------------
@@ -361,6 +411,7 @@ _FIELD_BY_TYPE: dict[type[Record], str] = {
     GpuShare: "shares",
     Workload: "workloads",
     Totals: "totals",
+    DeviceTotals: "device_totals",
 }
 
 
@@ -398,6 +449,7 @@ class Batch:
     shares: tuple[GpuShare, ...] = ()
     workloads: tuple[Workload, ...] = ()
     totals: tuple[Totals, ...] = ()
+    device_totals: tuple[DeviceTotals, ...] = ()
     # Which fields some receiver or processor actually filled this tick (present, even if empty):
     # lets exporters tell "no processes" from "no process source".
     present: frozenset[str] = field(default_factory=frozenset)

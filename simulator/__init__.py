@@ -16,6 +16,7 @@ from pathlib import Path
 
 from pipeline.clock import Clock
 from simulator.dcgm import DcgmExporter, DcgmExporterOptions, start_dcgm_exporter
+from simulator.kubelet import KUBELET_RATE_LIMIT, KubeletServer, RateLimit, start_kubelet
 from simulator.node import SimulatedNode, build
 from simulator.nvml import SimulatedNvmlLibrary, install_nvml, installed_node, mig_uuid, uninstall_nvml
 from simulator.procfs import ProcfsWriter, cgroup_path
@@ -24,12 +25,15 @@ from simulator.scenario import Scenario, ScenarioError, load_scenario, parse_sce
 from simulator.truth import GpuState, GroundTruth, ProcessPlan
 
 __all__ = [
+    "KUBELET_RATE_LIMIT",
     "DcgmExporter",
     "DcgmExporterOptions",
     "GpuState",
     "GroundTruth",
+    "KubeletServer",
     "ProcessPlan",
     "ProcfsWriter",
+    "RateLimit",
     "Scenario",
     "ScenarioError",
     "SimulatedNode",
@@ -43,6 +47,7 @@ __all__ = [
     "parse_scenario",
     "scale_scenario",
     "start_dcgm_exporter",
+    "start_kubelet",
     "uninstall",
 ]
 

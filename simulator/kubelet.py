@@ -27,10 +27,11 @@ What it answers, and where that follows the real kubelet and the NVIDIA device p
 Faults (``target: kubelet``) follow scenario time. ``down`` removes the socket and stops the server, as a
 stopped kubelet does; when the fault ends a new server binds a new socket at the same path, as a restarted
 kubelet does (clients must redial). The socket follows the clock whenever :meth:`KubeletServer.refresh`
-runs: on every call, at start, and every ``poll_interval_s`` real seconds from a background thread
-(``None``: no thread). With a stepped clock, call ``refresh()`` after ``clock.advance`` to apply the change
-at once; a call that reaches the old server after the fault began is answered UNAVAILABLE. ``slow``
-answers after ``delay_s`` real seconds.
+runs: at start, and every ``poll_interval_s`` real seconds from a background thread (``None``: no
+thread). With a stepped clock no real time need pass, so call ``refresh()`` after ``clock.advance`` to
+apply the change at once; until then, a call that reaches the still-bound server after the fault began
+is answered UNAVAILABLE, as an unreachable kubelet would be. ``slow`` answers after ``delay_s`` real
+seconds.
 
 The kubelet rate-limits this API (``KUBELET_RATE_LIMIT``: 100 requests/s, burst 10) and answers
 RESOURCE_EXHAUSTED beyond; ``rate_limit=KUBELET_RATE_LIMIT`` turns that on, with tokens refilled on the

@@ -29,7 +29,7 @@ class Reweight:
 
     def process(self, batch: Batch) -> Batch:
         shares = tuple(
-            dataclasses.replace(s, energy_j=s.energy_j * self.factor, power_w=s.power_w * self.factor)
+            dataclasses.replace(s, energy_mj=round(s.energy_mj * self.factor), power_w=s.power_w * self.factor)
             if s.pid in self.pids
             else s
             for s in batch.shares

@@ -31,12 +31,12 @@ def sample_batch(**changes: Any) -> Batch:
                 power_w=300.0,
                 idle_w=60.0,
                 active_w=240.0,
-                energy_j=1500.0,
-                idle_energy_j=300.0,
-                active_energy_j=1200.0,
+                energy_mj=1500000,
+                idle_energy_mj=300000,
+                active_energy_mj=1200000,
             ),
             GpuProcessSample(time=EARLIER, device_id="GPU-0", pid=4242, sm_util=0.5),
-            Totals(time=T, scope="pod", key="uid-1", device_id="GPU-0", energy_j=12.0),
+            Totals(time=T, scope="pod", key="uid-1", device_id="GPU-0", energy_mj=12000),
         ]
     )
     return batch.replace(**changes) if changes else batch
@@ -79,7 +79,7 @@ def test_table_shows_attributes_and_floats_with_three_decimals() -> None:
     assert row(out, "devices", "GPU-0")[:6] == ["GPU-0", "0", "gpu", "True", "251.250", "1234.568"]
     assert "4242" in out
     assert "0.500" in out  # sm_util
-    assert "1500.000" in out  # device power energy_j
+    assert "1500000" in out  # device power energy_mj
     assert titles(out) == ["devices", "gpu_processes", "device_power", "totals"]
 
 
@@ -150,7 +150,7 @@ def test_json_writes_one_object_per_record_with_labels_after_actions_and_values(
     assert process["time"] == 1_767_225_599.5  # the record's own read time
     assert process["values"] == {"sm_util": 0.5}
     totals = objects[-1]
-    assert (totals["field"], totals["kind"], totals["values"]) == ("totals", "pod", {"energy_j": 12.0})
+    assert (totals["field"], totals["kind"], totals["values"]) == ("totals", "pod", {"energy_mj": 12000})
 
 
 def test_json_kinds_option_limits_the_records() -> None:

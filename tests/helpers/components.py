@@ -89,7 +89,7 @@ class EvenSplit:
         powers, shares = [], []
         for d in batch.devices:
             w = d.power_w or 0.0
-            e = w * batch.interval_s
+            e = round(w * batch.interval_s * 1000)  # mJ
             powers.append(
                 DevicePower(
                     time=d.time,
@@ -98,9 +98,9 @@ class EvenSplit:
                     power_w=w,
                     idle_w=None,
                     active_w=w,
-                    energy_j=e,
-                    idle_energy_j=0.0,
-                    active_energy_j=e,
+                    energy_mj=e,
+                    idle_energy_mj=0,
+                    active_energy_mj=e,
                 )
             )
             procs = [p for p in batch.gpu_processes if p.device_id == d.device_id]
@@ -111,7 +111,7 @@ class EvenSplit:
                         device_id=d.device_id,
                         pid=p.pid,
                         share=1 / len(procs),
-                        energy_j=e / len(procs),
+                        energy_mj=e // len(procs),
                         power_w=w / len(procs),
                     )
                 )

@@ -14,6 +14,7 @@ from pipeline.records import (
     DevicePower,
     DeviceSample,
     DeviceSignals,
+    DeviceTotals,
     GpuProcessSample,
     GpuShare,
     HostProcess,
@@ -56,13 +57,22 @@ def one_of_each() -> list[Record]:
             power_w=250.0,
             idle_w=50.0,
             active_w=200.0,
-            energy_j=1250.0,
-            idle_energy_j=250.0,
-            active_energy_j=1000.0,
+            energy_mj=1250000,
+            idle_energy_mj=250000,
+            active_energy_mj=1000000,
         ),
-        GpuShare(time=T, device_id="GPU-0", pid=42, share=1.0, energy_j=1000.0, power_w=200.0),
+        GpuShare(time=T, device_id="GPU-0", pid=42, share=1.0, energy_mj=1000000, power_w=200.0),
         Workload(time=T, pid=42, pod_name="train"),
-        Totals(time=T, scope="pod", key="uid-1", device_id="GPU-0", energy_j=9.5),
+        Totals(time=T, scope="pod", key="uid-1", device_id="GPU-0", energy_mj=9500),
+        DeviceTotals(
+            time=T,
+            device_id="GPU-0",
+            energy_mj=1250000,
+            idle_energy_mj=250000,
+            active_energy_mj=1000000,
+            attributed_energy_mj=1000000,
+            unattributed_energy_mj=0,
+        ),
     ]
 
 
@@ -71,7 +81,7 @@ def test_with_records_routes_each_record_type_to_its_field_and_marks_it_present(
     out = batch().with_records(records)
 
     assert out.present == frozenset(Batch.FIELDS)
-    assert out.count() == len(Batch.FIELDS) == 11
+    assert out.count() == len(Batch.FIELDS) == 12
     for record in records:
         field = Batch.field_for(type(record))
         assert getattr(out, field) == (record,), field
@@ -143,8 +153,8 @@ def test_labels_order_matters_rename_before_insert_leaves_both_keys() -> None:
 def test_label_action_with_kinds_skips_other_kinds_and_uses_totals_scope() -> None:
     drop_for_pods = LabelAction(op="drop", key="device_id", kinds=frozenset({"pod"}))
     b = batch(label_actions=(drop_for_pods,))
-    pod_total = Totals(time=T, scope="pod", key="uid-1", device_id="GPU-0", energy_j=1.0)
-    process_total = Totals(time=T, scope="process", key="42", device_id="GPU-0", energy_j=1.0)
+    pod_total = Totals(time=T, scope="pod", key="uid-1", device_id="GPU-0", energy_mj=1000)
+    process_total = Totals(time=T, scope="process", key="42", device_id="GPU-0", energy_mj=1000)
 
     assert "device_id" not in b.labels(pod_total)
     assert b.labels(process_total)["device_id"] == "GPU-0"
@@ -159,31 +169,33 @@ def test_values_omit_absent_measurements_and_identity_fields() -> None:
 
 def test_values_render_timestamps_and_pairs_as_json_ready_objects() -> None:
     start = Timestamp(monotonic_s=900.0, wall_s=1_767_225_500.0)
-    total = Totals(time=T, scope="process", key="42", device_id="GPU-0", energy_j=12.5, start=start)
+    total = Totals(time=T, scope="process", key="42", device_id="GPU-0", energy_mj=12500, start=start)
     signals = DeviceSignals(time=T, device_id="GPU-0", fields=(("power_w", 251.0), ("sm_active", 0.75)))
 
-    assert total.values() == {"energy_j": 12.5, "start": {"monotonic_s": 900.0, "wall_s": 1_767_225_500.0}}
+    assert total.values() == {"energy_mj": 12500, "start": {"monotonic_s": 900.0, "wall_s": 1_767_225_500.0}}
     assert signals.values() == {"fields": {"power_w": 251.0, "sm_active": 0.75}}
 
 
 def test_to_json_has_type_kind_time_attributes_and_values() -> None:
-    total = Totals(time=T, scope="pod", key="uid-1", device_id="GPU-0", energy_j=9.5, power_w=1.9)
+    total = Totals(time=T, scope="pod", key="uid-1", device_id="GPU-0", energy_mj=9500, power_w=1.9)
 
     assert total.to_json() == {
         "type": "Totals",
         "kind": "pod",
         "time": {"monotonic_s": 1000.0, "wall_s": 1_767_225_600.0},
         "attributes": {"scope": "pod", "key": "uid-1", "device_id": "GPU-0", "state": "running"},
-        "values": {"energy_j": 9.5, "power_w": 1.9},
+        "values": {"energy_mj": 9500, "power_w": 1.9},
     }
 
 
 def test_record_kind_is_the_class_kind_except_totals_which_use_their_scope() -> None:
     assert record_kind(DeviceSample(time=T, device_id="GPU-0")) == "device"
-    assert record_kind(GpuShare(time=T, device_id="GPU-0", pid=None, share=0.1, energy_j=1.0, power_w=0.2)) == "process"
+    assert (
+        record_kind(GpuShare(time=T, device_id="GPU-0", pid=None, share=0.1, energy_mj=1000, power_w=0.2)) == "process"
+    )
     assert record_kind(Workload(time=T, pid=1)) == "container"
     assert record_kind(MigActivity(time=T, device_id="GPU-0", gpu_instance_id=3)) == "instance"
-    assert record_kind(Totals(time=T, scope="container", key="c1", device_id="GPU-0", energy_j=0.0)) == "container"
+    assert record_kind(Totals(time=T, scope="container", key="c1", device_id="GPU-0", energy_mj=0)) == "container"
 
 
 def test_with_extra_stores_sorted_pairs_and_attributes_include_them() -> None:

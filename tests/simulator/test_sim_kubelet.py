@@ -207,9 +207,10 @@ def test_get_answers_one_pod(node: simulator.SimulatedNode) -> None:
 
 
 def test_get_of_an_unknown_pod_fails_as_the_kubelet_does(node: simulator.SimulatedNode) -> None:
-    with KubeletServer(node, poll_interval_s=None) as kubelet, _stub(kubelet) as stub:
-        with pytest.raises(grpc.RpcError) as raised:
-            stub.Get(api_pb2.GetPodResourcesRequest(pod_name="trainer-0", pod_namespace="default"), timeout=5)
+    request = api_pb2.GetPodResourcesRequest(pod_name="trainer-0", pod_namespace="default")  # trainer-0 is in ml
+    kubelet = KubeletServer(node, poll_interval_s=None)
+    with kubelet, _stub(kubelet) as stub, pytest.raises(grpc.RpcError) as raised:
+        stub.Get(request, timeout=5)
     # The kubelet returns a plain Go error, which gRPC sends as UNKNOWN.
     assert raised.value.code() == grpc.StatusCode.UNKNOWN
     assert raised.value.details() == "pod trainer-0 in namespace default not found"
@@ -358,3 +359,18 @@ def test_starts_and_answers_inside_an_asyncio_app(node: simulator.SimulatedNode)
         return [pod.name for pod in response.pod_resources]
 
     assert asyncio.run(app()) == ["trainer-0", "embed-0", "notebook-0", "notebook-1", "notebook-2", "web"]
+
+
+def test_slow_fault_answers_after_its_delay_in_real_seconds(clock: SteppedClock) -> None:
+    data = _data()
+    data["faults"] = [{"target": "kubelet", "kind": "slow", "at_s": 5, "for_s": 1, "delay_s": 0.2}]
+    with simulator.build(parse_scenario(data), clock) as slow_node, KubeletServer(slow_node) as kubelet:
+        started = time.monotonic()
+        assert len(_list(kubelet).pod_resources) == 6
+        fast_s = time.monotonic() - started
+        clock.advance(5.0)
+        started = time.monotonic()
+        assert len(_list(kubelet).pod_resources) == 6
+        slow_s = time.monotonic() - started
+    assert slow_s >= 0.2
+    assert fast_s < 0.2

@@ -108,7 +108,8 @@ def test_public_surface_is_explicit() -> None:
     import simulator
 
     assert sorted(simulator.__all__) == sorted(
-        ["DcgmExporter", "DcgmExporterOptions", "GpuState", "GroundTruth", "ProcessPlan", "ProcfsWriter",
+        ["KUBELET_RATE_LIMIT", "KubeletServer", "RateLimit", "start_kubelet",
+         "DcgmExporter", "DcgmExporterOptions", "GpuState", "GroundTruth", "ProcessPlan", "ProcfsWriter",
          "Scenario", "ScenarioError", "SimulatedNode", "SimulatedNvmlLibrary", "build", "cgroup_path", "install",
          "installed_node", "load_scenario", "mig_uuid", "parse_scenario", "scale_scenario", "start_dcgm_exporter",
          "uninstall"]
