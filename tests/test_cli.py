@@ -125,7 +125,7 @@ def test_probe_reports_a_failing_receiver_with_exit_1(tmp_path: Path) -> None:
     assert "receiver custom/gpu failed: ConnectionError: device went away" in err
 
 
-def test_simulate_runs_node_time_back_to_back_and_reads_the_simulated_gpus(
+def test_simulate_runs_node_time_back_to_back_and_attributes_the_simulated_gpus(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("WATTPIPE_CONSOLE_FORMAT", "json")
@@ -133,12 +133,14 @@ def test_simulate_runs_node_time_back_to_back_and_reads_the_simulated_gpus(
     code = main(["simulate", "--duration", "2m", "--log-level", "warning"])
     assert code == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
-    devices = [r for r in lines if r["type"] == "DeviceSample"]
-    assert len(devices) == 2 * 13  # two GPUs, ticks at 0, 10, …, 120 s
-    gpu0 = [d["values"]["energy_mj"] for d in devices if d["attributes"]["device_index"] == "0"]
-    assert gpu0 == sorted(gpu0)
-    assert gpu0[-1] > gpu0[0]
-    assert {r["attributes"]["pid"] for r in lines if r["type"] == "GpuProcessSample"} >= {"4242"}
+    powers = [r for r in lines if r["type"] == "DevicePower"]
+    assert len(powers) == 2 * 12  # two GPUs, ticks at 0, 10, …, 120 s; the first only sets the baseline
+    device_totals = [r for r in lines if r["type"] == "DeviceTotals" and r["attributes"]["device_index"] == "0"]
+    energies = [r["values"]["energy_mj"] for r in device_totals]
+    assert energies == sorted(energies)
+    assert energies[-1] > 0
+    shares = [r for r in lines if r["type"] == "GpuShare"]
+    assert {r["attributes"].get("pid") for r in shares} >= {"4242"}
 
 
 def test_demo_with_a_missing_scenario_is_a_config_error(capsys: pytest.CaptureFixture[str]) -> None:
