@@ -8,6 +8,7 @@ wall time.
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 import sys
 from typing import Any, Literal, TextIO
 
@@ -104,6 +105,8 @@ def _cell(value: Any) -> str:
         return "—"
     if isinstance(value, float):
         return f"{value:.3f}"
+    if isinstance(value, dict) and "wall_s" in value:  # a Timestamp (a series' start): show when, in UTC
+        return datetime.fromtimestamp(value["wall_s"], tz=UTC).strftime("%H:%M:%S")
     return str(value)
 
 
