@@ -8,8 +8,8 @@ wall time.
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 import sys
+from datetime import UTC, datetime
 from typing import Any, Literal, TextIO
 
 from rich.console import Console

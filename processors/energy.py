@@ -112,9 +112,11 @@ class EnergyProcessor:
 
     def process(self, batch: Batch) -> Batch:
         now = batch.time
-        observed = {p.device_id for p in batch.device_power}
+        powers = {p.device_id: p for p in batch.device_power}
+        observed = set(powers)
         for power in batch.device_power:
-            d = self.devices.setdefault(power.device_id, _Device(start_wall_s=power.time.wall_s))
+            # A series starts where the energy it counts starts: the beginning of its first interval.
+            d = self.devices.setdefault(power.device_id, _Device(start_wall_s=power.time.wall_s - power.interval_s))
             d.energy_mj += power.energy_mj
             d.idle_energy_mj += power.idle_energy_mj
             d.active_energy_mj += power.active_energy_mj
@@ -128,7 +130,8 @@ class EnergyProcessor:
             key = (share.pid, share.device_id)
             series = self.series.get(key)
             if series is None:
-                series = self.series[key] = _Series(energy_mj=0, start_wall_s=share.time.wall_s)
+                interval_s = powers[share.device_id].interval_s if share.device_id in powers else batch.interval_s
+                series = self.series[key] = _Series(energy_mj=0, start_wall_s=share.time.wall_s - interval_s)
             series.energy_mj += share.energy_mj
             series.power_w = share.power_w
             series.ended_wall_s = None  # back (or still) running

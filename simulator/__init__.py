@@ -16,6 +16,7 @@ from pathlib import Path
 
 from pipeline.clock import Clock
 from simulator.dcgm import DcgmExporter, DcgmExporterOptions, start_dcgm_exporter
+from simulator.k8sapi import K8sApiOptions, K8sApiServer, container_id, start_k8s_api
 from simulator.kubelet import KUBELET_RATE_LIMIT, KubeletServer, RateLimit, start_kubelet
 from simulator.node import SimulatedNode, build
 from simulator.nvml import SimulatedNvmlLibrary, install_nvml, installed_node, mig_uuid, uninstall_nvml
@@ -30,6 +31,8 @@ __all__ = [
     "DcgmExporterOptions",
     "GpuState",
     "GroundTruth",
+    "K8sApiOptions",
+    "K8sApiServer",
     "KubeletServer",
     "ProcessPlan",
     "ProcfsWriter",
@@ -40,6 +43,7 @@ __all__ = [
     "SimulatedNvmlLibrary",
     "build",
     "cgroup_path",
+    "container_id",
     "install",
     "installed_node",
     "load_scenario",
@@ -47,6 +51,7 @@ __all__ = [
     "parse_scenario",
     "scale_scenario",
     "start_dcgm_exporter",
+    "start_k8s_api",
     "start_kubelet",
     "uninstall",
 ]

@@ -19,6 +19,7 @@ from typing import TextIO
 
 import yaml
 
+import simulator  # the composition root is the only place that knows both the engine and the simulator
 from pipeline.clock import Clock, RealClock, SteppedClock
 from pipeline.components import Receiver, Registry, call_optional
 from pipeline.config import Config, ConfigError, load_config, parse_duration
@@ -174,9 +175,9 @@ def cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return asyncio.run(run_service(graph, max_ticks=args.ticks))
 
 
-async def run_service(graph: Graph, max_ticks: int | None = None) -> int:
+async def run_service(graph: Graph, max_ticks: int | None = None, service: Service | None = None) -> int:
     """Serve telemetry, run every pipeline until SIGTERM/SIGINT (or ``max_ticks``), shut down in bounded time."""
-    service = Service(graph)
+    service = service or Service(graph)
     listen = graph.config.service.telemetry.listen
     if listen:
         try:
@@ -225,8 +226,6 @@ def cmd_simulate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _on_simulated_node(args: argparse.Namespace, clock: Clock, err: TextIO, stepped: bool) -> int:
-    import simulator  # the composition root is the only place that knows the simulator
-
     registry = _registry(err)
     config = _load(args.config, registry, err)
     if config is None:
@@ -254,9 +253,52 @@ def _on_simulated_node(args: argparse.Namespace, clock: Clock, err: TextIO, step
         log.info(
             "simulated node %s: %d GPU(s) from %s", node.scenario.node.name, len(node.scenario.gpus), args.scenario
         )
-        return asyncio.run(run_service(graph, max_ticks=max_ticks))
+        svc = Service(graph)
+        code = asyncio.run(run_service(graph, max_ticks=max_ticks, service=svc))
+        if stepped and code == EXIT_OK:
+            _print_truth(svc, node, err)
+        return code
     finally:
         simulator.uninstall()
+
+
+def _print_truth(service: Service, node: simulator.SimulatedNode, err: TextIO) -> None:
+    """Attributed energy beside the simulator's ground truth, per device and process (to stderr)."""
+    t_s = node.t_s()
+    uuids = [g.uuid for g in node.scenario.gpus]
+    for runner in service.runners:
+        batch = runner.last_batch
+        if batch is None or not (batch.totals or batch.device_totals):
+            continue
+        print(f"\n{runner.pipeline.name}: attributed vs true energy after {t_s:g} s of node time", file=err)
+        print(f"  {'what':<40} {'wattpipe J':>12} {'true J':>12} {'error':>8}", file=err)
+        for device in batch.device_totals:
+            if device.device_id not in uuids:
+                continue
+            gpu = uuids.index(device.device_id)
+            start_s = device.start.monotonic_s - node.start_monotonic_s if device.start else 0.0
+            truth = node.truth.device_energy_between_j(gpu, start_s, t_s)
+            _truth_row(f"gpu {gpu} energy", device.energy_mj / 1000, truth, err)
+            idle_truth = node.scenario.gpus[gpu].idle_w * (t_s - start_s)
+            _truth_row(f"gpu {gpu} idle", device.idle_energy_mj / 1000, idle_truth, err)
+        for total in batch.totals:
+            if total.scope == "process":
+                _truth_row(
+                    f"pid {total.key} ({total.state})",
+                    total.energy_j,
+                    node.truth.process_energy_j(int(total.key), t_s),
+                    err,
+                )
+        print(
+            "  (a process's true energy is its own dynamic power; until the idle baseline is learned, idle energy\n"
+            "   counts as active and goes to the processes: see docs/attribution.md)",
+            file=err,
+        )
+
+
+def _truth_row(what: str, attributed_j: float, true_j: float, err: TextIO) -> None:
+    error = f"{(attributed_j - true_j) / true_j * 100:+.2f}%" if true_j else "—"
+    print(f"  {what:<34} {attributed_j:>14.1f} {true_j:>14.1f} {error:>8}", file=err)
 
 
 def _on_signal(service: Service, sig: signal.Signals) -> None:

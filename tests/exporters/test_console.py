@@ -199,6 +199,8 @@ def test_series_start_times_print_as_clock_times_not_dicts() -> None:
     start = Timestamp(monotonic_s=1.0, wall_s=1_767_225_600.0 + 3723)  # 01:02:03 UTC
     total = Totals(time=T, scope="process", key="7", device_id="GPU-0", energy_mj=5, start=start)
     stream = io.StringIO()
-    asyncio.run(ConsoleExporter(ConsoleConfig(), stream).export(Batch(time=T, interval_s=5, node="n").replace(totals=(total,))))
+    asyncio.run(
+        ConsoleExporter(ConsoleConfig(), stream).export(Batch(time=T, interval_s=5, node="n").replace(totals=(total,)))
+    )
     assert "01:02:03" in stream.getvalue()
     assert "wall_s" not in stream.getvalue()

@@ -109,6 +109,7 @@ def test_public_surface_is_explicit() -> None:
 
     assert sorted(simulator.__all__) == sorted(
         ["KUBELET_RATE_LIMIT", "KubeletServer", "RateLimit", "start_kubelet",
+         "K8sApiOptions", "K8sApiServer", "container_id", "start_k8s_api",
          "DcgmExporter", "DcgmExporterOptions", "GpuState", "GroundTruth", "ProcessPlan", "ProcfsWriter",
          "Scenario", "ScenarioError", "SimulatedNode", "SimulatedNvmlLibrary", "build", "cgroup_path", "install",
          "installed_node", "load_scenario", "mig_uuid", "parse_scenario", "scale_scenario", "start_dcgm_exporter",

@@ -1,0 +1,522 @@
+"""The Kubernetes API server's pod endpoints on 127.0.0.1, answering from the scenario.
+
+    api = start_k8s_api(node)                        # http://127.0.0.1:<port>
+    api.write_kubeconfig(tmp / "kubeconfig")         # for kubernetes.config.load_kube_config(...)
+    v1 = CoreV1Api(new_client_from_config(str(tmp / "kubeconfig")))
+    v1.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node.scenario.node.name}")
+
+What a node agent asks of the API server, and nothing else: ``GET /api/v1/pods``,
+``/api/v1/namespaces/{ns}/pods`` and ``/api/v1/namespaces/{ns}/pods/{name}``, with ``fieldSelector``,
+``labelSelector``, ``limit``/``continue`` and ``watch=true`` (chunked, one JSON event per line). Every pod is
+on the scenario's node. Each has name, namespace, uid, labels, QoS class and per container
+``containerID: <runtime>://<64 hex>`` (``containerd://``, ``cri-o://``, ``docker://``), the id that
+``/proc/<pid>/cgroup`` shows, so PID → container → pod joins hold.
+
+Pods have no lifetimes in the scenario. ``pod_lifetimes="static"`` (the default, and what the kubelet face
+assumes) keeps every pod present at all times; ``"processes"`` derives one from the pod's processes (their
+effective lifetimes, so a MIG reconfiguration that kills them counts): ADDED at the first start, DELETED
+when the last one ends; a pod without processes is static. Each ADDED/DELETED is one resourceVersion, in
+scenario-time order, so a watch from any earlier list's resourceVersion replays exactly what happened since.
+
+Faults (``target: k8sapi``) apply per request at the clock's time: ``down`` answers 503 with a Status
+(and cuts open watch streams without their final chunk, as a restarting API server does); ``slow``
+answers after ``delay_s`` real seconds.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import bisect
+import contextlib
+import hashlib
+import json
+import math
+import re
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import parse_qs, urlsplit
+
+import yaml
+
+from simulator._faults import K8sApiFault
+from simulator.node import SimulatedNode
+from simulator.scenario import Container, Pod
+
+__all__ = ["K8sApiOptions", "K8sApiServer", "container_id", "start_k8s_api"]
+
+_BASE_RV = 1000  # the resourceVersion of the empty cluster; event i gets _BASE_RV + i + 1
+_QOS_CLASS = {"guaranteed": "Guaranteed", "burstable": "Burstable", "besteffort": "BestEffort"}
+_FIELDS = ("metadata.name", "metadata.namespace", "spec.nodeName", "status.phase")
+_LABEL_TERM = re.compile(r"(?P<neg>!)?(?P<key>[A-Za-z0-9_./-]+)(?:(?P<op>==|!=|=)(?P<value>[A-Za-z0-9_.-]*))?")
+
+Json = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class K8sApiOptions:
+    """How the simulated API server answers."""
+
+    pod_lifetimes: Literal["static", "processes"] = "static"
+    # "namespace/name" → the pod's labels (replacing the derived {"app": name without "-<n>"}).
+    labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    annotations: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    # Watch history kept, in events: a watch from an older resourceVersion gets a 410 Expired ERROR event.
+    # None: everything is kept.
+    history_events: int | None = None
+    # Watches without timeoutSeconds end after this many seconds (the API server's --min-request-timeout).
+    default_watch_timeout_s: float = 1800.0
+    watch_poll_s: float = 0.02  # real seconds between looks at the clock while a watch is open
+    port: int = 0  # 0: an ephemeral port
+
+    def __post_init__(self) -> None:
+        if self.pod_lifetimes not in ("static", "processes"):
+            raise ValueError(f"pod_lifetimes must be 'static' or 'processes', got {self.pod_lifetimes!r}")
+        if self.history_events is not None and self.history_events < 0:
+            raise ValueError("history_events must be >= 0 (or None to keep everything)")
+        if self.watch_poll_s <= 0 or self.default_watch_timeout_s <= 0:
+            raise ValueError("watch_poll_s and default_watch_timeout_s must be positive")
+
+
+def container_id(container: Container) -> str:
+    """``containerStatuses[].containerID`` of ``container``: ``<runtime>://<64 hex>``."""
+    return f"{container.runtime}://{container.id}"
+
+
+@dataclass(frozen=True, slots=True)
+class _Event:
+    rv: int
+    t_s: float
+    type: Literal["ADDED", "DELETED"]
+    pod: Pod
+
+
+class _Timeline:
+    """Every pod's ADDED and DELETED events in scenario-time order, each one resourceVersion."""
+
+    def __init__(self, node: SimulatedNode, lifetimes: Literal["static", "processes"]) -> None:
+        spans: list[tuple[float, int, int, Literal["ADDED", "DELETED"]]] = []
+        for index, pod in enumerate(node.scenario.pods):
+            start_s, end_s = _lifetime(node, pod) if lifetimes == "processes" else (0.0, math.inf)
+            spans.append((start_s, 1, index, "ADDED"))
+            if end_s != math.inf:
+                spans.append((end_s, 0, index, "DELETED"))  # at one instant, deletions go first
+        spans.sort()
+        pods = node.scenario.pods
+        self.events = [
+            _Event(_BASE_RV + i + 1, t_s, kind, pods[index]) for i, (t_s, _, index, kind) in enumerate(spans)
+        ]
+        self._times = [event.t_s for event in self.events]
+
+    def happened(self, t_s: float) -> int:
+        """How many events have happened by scenario time ``t_s``."""
+        return bisect.bisect_right(self._times, t_s)
+
+    def present(self, count: int) -> list[_Event]:
+        """The ADDED event of every pod present after the first ``count`` events."""
+        live: dict[int, _Event] = {}
+        for event in self.events[:count]:
+            if event.type == "ADDED":
+                live[id(event.pod)] = event
+            else:
+                live.pop(id(event.pod), None)
+        return sorted(live.values(), key=lambda e: _key(e.pod))  # etcd's order: /registry/pods/<ns>/<name>
+
+
+def _key(pod: Pod) -> str:
+    return f"{pod.namespace}/{pod.name}"
+
+
+def _lifetime(node: SimulatedNode, pod: Pod) -> tuple[float, float]:
+    prefix = f"{pod.namespace}/{pod.name}/"
+    plans = [p for p in node.truth.plans.values() if (p.spec.container or "").startswith(prefix)]
+    if not plans:
+        return 0.0, math.inf
+    return min(p.start_s for p in plans), max(p.end_s for p in plans)
+
+
+class _BadRequest(ValueError):
+    pass
+
+
+def _field_selector(text: str) -> Callable[[Json], bool]:
+    terms: list[tuple[str, bool, str]] = []  # (field, equal?, value)
+    for term in filter(None, (t.strip() for t in text.split(","))):
+        match = re.fullmatch(r"([A-Za-z.]+)(==|!=|=)(.*)", term)
+        if match is None:
+            raise _BadRequest(f"invalid field selector: {term!r}")
+        if match[1] not in _FIELDS:
+            raise _BadRequest(f"field label not supported: {match[1]}")
+        terms.append((match[1], match[2] != "!=", match[3]))
+    return lambda fields: all((fields[name] == value) == equal for name, equal, value in terms)
+
+
+def _label_selector(text: str) -> Callable[[Mapping[str, str]], bool]:
+    """Equality-based terms (``a=b``, ``a==b``, ``a!=b``) and existence (``a``, ``!a``), comma-joined."""
+    terms: list[tuple[str, str | None, bool]] = []  # (key, value or None for existence, wanted?)
+    for term in filter(None, (t.strip() for t in text.split(","))):
+        match = _LABEL_TERM.fullmatch(term)
+        if match is None or (match["neg"] and match["op"]):
+            raise _BadRequest(f"unable to parse requirement: {term!r} (set-based selectors are not simulated)")
+        wanted = not match["neg"] and match["op"] != "!="
+        terms.append((match["key"], match["value"] if match["op"] else None, wanted))
+    return lambda labels: all(
+        ((k in labels) if v is None else (labels.get(k) == v)) == wanted for k, v, wanted in terms
+    )
+
+
+class K8sApiServer:
+    """A running API server for ``node``. Stop it with :meth:`close` (or by closing its node)."""
+
+    def __init__(self, node: SimulatedNode, options: K8sApiOptions | None = None) -> None:
+        self.node = node
+        self.options = options or K8sApiOptions()
+        self.requests: Counter[str] = Counter()  # "list", "get", "watch" → requests answered or refused
+        self._timeline = _Timeline(node, self.options.pod_lifetimes)
+        self._stopping = threading.Event()
+        self._connections: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.options.port), _handler(self))
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="sim-k8s-api", daemon=True
+        )
+        self._thread.start()
+        self._closed = False
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def write_kubeconfig(self, path: str | Path, namespace: str = "default") -> Path:
+        """Write a kubeconfig (no auth) whose current context is this server; returns the path."""
+        name = f"wattpipe-sim-{self.node.scenario.node.name}"
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": name, "cluster": {"server": self.url}}],
+            "users": [{"name": name, "user": {}}],
+            "contexts": [{"name": name, "context": {"cluster": name, "user": name, "namespace": namespace}}],
+            "current-context": name,
+            "preferences": {},
+        }
+        out = Path(path)
+        out.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+        return out
+
+    def resource_version(self, t_s: float | None = None) -> str:
+        """The list resourceVersion at scenario time ``t_s`` (default: now)."""
+        return str(_BASE_RV + self._timeline.happened(self.node.t_s() if t_s is None else t_s))
+
+    def pod_objects(self, t_s: float | None = None) -> list[Json]:
+        """Every pod present at scenario time ``t_s`` (default: now), as the API serves it."""
+        count = self._timeline.happened(self.node.t_s() if t_s is None else t_s)
+        return [self._pod(event) for event in self._timeline.present(count)]
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._stopping.set()
+        self._server.shutdown()
+        self._server.server_close()
+        with self._lock:
+            connections = list(self._connections)
+        for conn in connections:  # idle keep-alive connections would otherwise outlive the server
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> K8sApiServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- objects -----------------------------------------------------------------------------------
+
+    def _labels(self, pod: Pod) -> dict[str, str]:
+        if _key(pod) in self.options.labels:
+            return dict(self.options.labels[_key(pod)])
+        return {"app": re.sub(r"-\d+$", "", pod.name)}
+
+    def _fields(self, pod: Pod) -> dict[str, str]:
+        # Selection sees the pod as it was while present, so a filtered watch still gets its DELETED.
+        node_name = self.node.scenario.node.name
+        return {
+            "metadata.name": pod.name,
+            "metadata.namespace": pod.namespace,
+            "spec.nodeName": node_name,
+            "status.phase": "Running",
+        }
+
+    def _pod(self, added: _Event, deleted: _Event | None = None) -> Json:
+        pod, wall = added.pod, self.node.wall_at
+        started = _rfc3339(wall(added.t_s))
+        metadata: Json = {
+            "name": pod.name,
+            "namespace": pod.namespace,
+            "uid": pod.uid,
+            "resourceVersion": str((deleted or added).rv),
+            "creationTimestamp": started,
+        }
+        if labels := self._labels(pod):
+            metadata["labels"] = labels
+        if annotations := dict(self.options.annotations.get(_key(pod), {})):
+            metadata["annotations"] = annotations
+        if deleted is not None:
+            metadata["deletionTimestamp"] = _rfc3339(wall(deleted.t_s))
+        containers, statuses = [], []
+        for container in pod.containers:
+            image = f"registry.sim.local/{pod.namespace}/{container.name}:v1"
+            spec: Json = {"name": container.name, "image": image}
+            limits = Counter(device.resource for device in container.devices)
+            if limits:
+                amounts = {resource: str(count) for resource, count in limits.items()}
+                spec["resources"] = {"limits": amounts, "requests": dict(amounts)}
+            containers.append(spec)
+            state: Json = {"running": {"startedAt": started}}
+            if deleted is not None:
+                finished = _rfc3339(wall(deleted.t_s))
+                state = {
+                    "terminated": {
+                        "exitCode": 0,
+                        "reason": "Completed",
+                        "startedAt": started,
+                        "finishedAt": finished,
+                        "containerID": container_id(container),
+                    }
+                }
+            digest = hashlib.sha256(image.encode()).hexdigest()
+            statuses.append(
+                {
+                    "name": container.name,
+                    "containerID": container_id(container),
+                    "image": image,
+                    "imageID": f"registry.sim.local/{pod.namespace}/{container.name}@sha256:{digest}",
+                    "ready": deleted is None,
+                    "started": deleted is None,
+                    "restartCount": 0,
+                    "state": state,
+                }
+            )
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": metadata,
+            "spec": {"nodeName": self.node.scenario.node.name, "restartPolicy": "Always", "containers": containers},
+            "status": {
+                "phase": "Running" if deleted is None else "Succeeded",
+                "qosClass": _QOS_CLASS[pod.qos],
+                "startTime": started,
+                "containerStatuses": statuses,
+            },
+        }
+
+    def _selected(self, query: Mapping[str, str], namespace: str | None) -> Callable[[Pod], bool]:
+        by_fields = _field_selector(query.get("fieldSelector", ""))
+        by_labels = _label_selector(query.get("labelSelector", ""))
+        return lambda pod: (
+            (namespace is None or pod.namespace == namespace)
+            and by_fields(self._fields(pod))
+            and by_labels(self._labels(pod))
+        )
+
+    def _pod_list(self, query: Mapping[str, str], namespace: str | None) -> Json:
+        """A PodList for a list request's query (raises :class:`_BadRequest` on a bad selector or token)."""
+        selected = self._selected(query, namespace)
+        count, start_after = self._timeline.happened(self.node.t_s()), ""
+        if token := query.get("continue"):
+            try:
+                state = json.loads(base64.urlsafe_b64decode(token.encode()))
+                count, start_after = int(state["rv"]) - _BASE_RV, str(state["after"])
+            except (ValueError, KeyError, TypeError, binascii.Error):
+                raise _BadRequest(f"continue key is not valid: {token!r}") from None
+        items = [e for e in self._timeline.present(count) if selected(e.pod)]
+        items = [e for e in items if _key(e.pod) > start_after]
+        metadata: Json = {"resourceVersion": str(_BASE_RV + count)}
+        try:
+            limit = int(query.get("limit") or 0)
+        except ValueError:
+            raise _BadRequest(f"limit must be an integer, got {query['limit']!r}") from None
+        if 0 < limit < len(items):
+            state = {"rv": _BASE_RV + count, "after": _key(items[limit - 1].pod)}
+            metadata["continue"] = base64.urlsafe_b64encode(json.dumps(state).encode()).decode()
+            metadata["remainingItemCount"] = len(items) - limit
+            items = items[:limit]
+        return {"kind": "PodList", "apiVersion": "v1", "metadata": metadata, "items": [self._pod(e) for e in items]}
+
+    def _find_pod(self, namespace: str, name: str) -> Json | None:
+        for event in self._timeline.present(self._timeline.happened(self.node.t_s())):
+            if event.pod.namespace == namespace and event.pod.name == name:
+                return self._pod(event)
+        return None
+
+    def _fault(self) -> K8sApiFault | None:
+        fault = self.node.service_fault("k8sapi", self.node.t_s())
+        return fault if isinstance(fault, K8sApiFault) else None
+
+
+def _rfc3339(wall_s: float) -> str:
+    return datetime.fromtimestamp(math.floor(wall_s), tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _status(code: int, reason: str, message: str) -> Json:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+
+
+def _handler(api: K8sApiServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive like the real server; watches need chunked encoding
+
+        def setup(self) -> None:
+            super().setup()
+            # Go servers set TCP_NODELAY; without it, headers and body in two writes wait on delayed ACKs.
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with api._lock:
+                api._connections.add(self.connection)
+
+        def finish(self) -> None:
+            with api._lock:
+                api._connections.discard(self.connection)
+            super().finish()
+
+        def do_GET(self) -> None:
+            url = urlsplit(self.path)
+            query = {key: values[-1] for key, values in parse_qs(url.query, keep_blank_values=True).items()}
+            parts = url.path.strip("/").split("/")
+            watch = query.get("watch", "").lower() in ("true", "1")
+            if parts[:3] == ["api", "v1", "pods"] and len(parts) == 3:
+                namespace, name = None, None
+            elif parts[:3] == ["api", "v1", "namespaces"] and len(parts) in (5, 6) and parts[4] == "pods":
+                namespace, name = parts[3], (parts[5] if len(parts) == 6 else None)
+            else:
+                self._json(404, _status(404, "NotFound", "the server could not find the requested resource"))
+                return
+            with api._lock:
+                api.requests["watch" if watch and name is None else "list" if name is None else "get"] += 1
+            fault = api._fault()
+            if fault is not None and fault.kind == "down":
+                self._json(503, _status(503, "ServiceUnavailable", "the API server is down (simulated)"))
+                return
+            if fault is not None and fault.kind == "slow":
+                api._stopping.wait(fault.delay_s)  # network latency in real seconds; close() cuts it short
+            try:
+                if name is not None:
+                    pod = api._find_pod(parts[3], name)
+                    if pod is None:
+                        status = _status(404, "NotFound", f'pods "{name}" not found')
+                        status["details"] = {"name": name, "kind": "pods"}
+                        self._json(404, status)
+                    else:
+                        self._json(200, pod)
+                elif watch:
+                    self._watch(query, api._selected(query, namespace))
+                else:
+                    self._json(200, api._pod_list(query, namespace))
+            except _BadRequest as err:
+                self._json(400, _status(400, "BadRequest", str(err)))
+
+        def _json(self, code: int, body: Json) -> None:
+            data = json.dumps(body, separators=(",", ":")).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self._write(data)
+
+        def _watch(self, query: Mapping[str, str], selected: Callable[[Pod], bool]) -> None:
+            timeline, options = api._timeline, api.options
+            try:
+                timeout_s = float(query.get("timeoutSeconds") or options.default_watch_timeout_s)
+                since = query.get("resourceVersion", "")
+                from_count = int(since) - _BASE_RV if since not in ("", "0") else None
+            except ValueError:
+                raise _BadRequest(f"resourceVersion and timeoutSeconds must be numbers: {query}") from None
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            end_t_s, end_real_s = api.node.t_s() + timeout_s, time.monotonic() + timeout_s
+            sent = timeline.happened(api.node.t_s())
+            if from_count is None:  # "most recent": synthetic ADDED for the current state, then changes
+                initial = [e for e in timeline.present(sent) if selected(e.pod)]
+                if not all(self._event("ADDED", api._pod(e)) for e in initial):
+                    return
+            elif options.history_events is not None and from_count < sent - options.history_events:
+                message = f"too old resource version: {since} ({_BASE_RV + sent - options.history_events})"
+                self._event("ERROR", _status(410, "Expired", message))
+                self._end()
+                return
+            else:
+                sent = max(0, from_count)
+            live = {id(e.pod): e for e in timeline.events if e.type == "ADDED"}
+            while True:
+                t_s = api.node.t_s()
+                fault = api._fault()
+                if api._stopping.is_set() or (fault is not None and fault.kind == "down"):
+                    self.close_connection = True  # no final chunk: the client sees the stream break
+                    return
+                upto = timeline.happened(min(t_s, end_t_s))
+                for event in timeline.events[sent:upto]:
+                    if selected(event.pod):
+                        added = live[id(event.pod)]
+                        obj = api._pod(event) if event.type == "ADDED" else api._pod(added, event)
+                        if not self._event(event.type, obj):
+                            return
+                sent = max(sent, upto)
+                if t_s >= end_t_s or time.monotonic() >= end_real_s:
+                    if query.get("allowWatchBookmarks", "").lower() in ("true", "1"):
+                        rv = {"resourceVersion": str(_BASE_RV + sent)}
+                        self._event("BOOKMARK", {"kind": "Pod", "apiVersion": "v1", "metadata": rv})
+                    self._end()
+                    return
+                api._stopping.wait(options.watch_poll_s)
+
+        def _event(self, kind: str, obj: Json) -> bool:
+            line = json.dumps({"type": kind, "object": obj}, separators=(",", ":")).encode() + b"\n"
+            return self._write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
+
+        def _end(self) -> None:
+            self._write(b"0\r\n\r\n")
+
+        def _write(self, data: bytes) -> bool:
+            try:
+                self.wfile.write(data)
+                self.wfile.flush()
+            except OSError:  # the client went away (BrokenPipe, ConnectionReset) or close() cut us off
+                self.close_connection = True
+                return False
+            return True
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return  # no access log on stderr
+
+    return Handler
+
+
+def start_k8s_api(node: SimulatedNode, options: K8sApiOptions | None = None) -> K8sApiServer:
+    """Start an API server for ``node`` on 127.0.0.1; it stops when the node closes."""
+    server = K8sApiServer(node, options)
+    node.on_close(server.close)
+    return server
