@@ -27,11 +27,9 @@ from __future__ import annotations
 
 import base64
 import binascii
-import bisect
 import contextlib
 import hashlib
 import json
-import math
 import re
 import socket
 import threading
@@ -39,7 +37,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Literal
@@ -48,17 +45,25 @@ from urllib.parse import parse_qs, urlsplit
 import yaml
 
 from simulator._faults import K8sApiFault
+from simulator._k8s_objects import (
+    BASE_RV,
+    BadRequest,
+    Event,
+    Json,
+    Timeline,
+    container_id,
+    field_selector,
+    label_selector,
+    pod_key,
+    rfc3339,
+    status_object,
+)
 from simulator.node import SimulatedNode
-from simulator.scenario import Container, Pod
+from simulator.scenario import Pod
 
 __all__ = ["K8sApiOptions", "K8sApiServer", "container_id", "start_k8s_api"]
 
-_BASE_RV = 1000  # the resourceVersion of the empty cluster; event i gets _BASE_RV + i + 1
 _QOS_CLASS = {"guaranteed": "Guaranteed", "burstable": "Burstable", "besteffort": "BestEffort"}
-_FIELDS = ("metadata.name", "metadata.namespace", "spec.nodeName", "status.phase")
-_LABEL_TERM = re.compile(r"(?P<neg>!)?(?P<key>[A-Za-z0-9_./-]+)(?:(?P<op>==|!=|=)(?P<value>[A-Za-z0-9_.-]*))?")
-
-Json = dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,93 +91,6 @@ class K8sApiOptions:
             raise ValueError("watch_poll_s and default_watch_timeout_s must be positive")
 
 
-def container_id(container: Container) -> str:
-    """``containerStatuses[].containerID`` of ``container``: ``<runtime>://<64 hex>``."""
-    return f"{container.runtime}://{container.id}"
-
-
-@dataclass(frozen=True, slots=True)
-class _Event:
-    rv: int
-    t_s: float
-    type: Literal["ADDED", "DELETED"]
-    pod: Pod
-
-
-class _Timeline:
-    """Every pod's ADDED and DELETED events in scenario-time order, each one resourceVersion."""
-
-    def __init__(self, node: SimulatedNode, lifetimes: Literal["static", "processes"]) -> None:
-        spans: list[tuple[float, int, int, Literal["ADDED", "DELETED"]]] = []
-        for index, pod in enumerate(node.scenario.pods):
-            start_s, end_s = _lifetime(node, pod) if lifetimes == "processes" else (0.0, math.inf)
-            spans.append((start_s, 1, index, "ADDED"))
-            if end_s != math.inf:
-                spans.append((end_s, 0, index, "DELETED"))  # at one instant, deletions go first
-        spans.sort()
-        pods = node.scenario.pods
-        self.events = [
-            _Event(_BASE_RV + i + 1, t_s, kind, pods[index]) for i, (t_s, _, index, kind) in enumerate(spans)
-        ]
-        self._times = [event.t_s for event in self.events]
-
-    def happened(self, t_s: float) -> int:
-        """How many events have happened by scenario time ``t_s``."""
-        return bisect.bisect_right(self._times, t_s)
-
-    def present(self, count: int) -> list[_Event]:
-        """The ADDED event of every pod present after the first ``count`` events."""
-        live: dict[int, _Event] = {}
-        for event in self.events[:count]:
-            if event.type == "ADDED":
-                live[id(event.pod)] = event
-            else:
-                live.pop(id(event.pod), None)
-        return sorted(live.values(), key=lambda e: _key(e.pod))  # etcd's order: /registry/pods/<ns>/<name>
-
-
-def _key(pod: Pod) -> str:
-    return f"{pod.namespace}/{pod.name}"
-
-
-def _lifetime(node: SimulatedNode, pod: Pod) -> tuple[float, float]:
-    prefix = f"{pod.namespace}/{pod.name}/"
-    plans = [p for p in node.truth.plans.values() if (p.spec.container or "").startswith(prefix)]
-    if not plans:
-        return 0.0, math.inf
-    return min(p.start_s for p in plans), max(p.end_s for p in plans)
-
-
-class _BadRequest(ValueError):
-    pass
-
-
-def _field_selector(text: str) -> Callable[[Json], bool]:
-    terms: list[tuple[str, bool, str]] = []  # (field, equal?, value)
-    for term in filter(None, (t.strip() for t in text.split(","))):
-        match = re.fullmatch(r"([A-Za-z.]+)(==|!=|=)(.*)", term)
-        if match is None:
-            raise _BadRequest(f"invalid field selector: {term!r}")
-        if match[1] not in _FIELDS:
-            raise _BadRequest(f"field label not supported: {match[1]}")
-        terms.append((match[1], match[2] != "!=", match[3]))
-    return lambda fields: all((fields[name] == value) == equal for name, equal, value in terms)
-
-
-def _label_selector(text: str) -> Callable[[Mapping[str, str]], bool]:
-    """Equality-based terms (``a=b``, ``a==b``, ``a!=b``) and existence (``a``, ``!a``), comma-joined."""
-    terms: list[tuple[str, str | None, bool]] = []  # (key, value or None for existence, wanted?)
-    for term in filter(None, (t.strip() for t in text.split(","))):
-        match = _LABEL_TERM.fullmatch(term)
-        if match is None or (match["neg"] and match["op"]):
-            raise _BadRequest(f"unable to parse requirement: {term!r} (set-based selectors are not simulated)")
-        wanted = not match["neg"] and match["op"] != "!="
-        terms.append((match["key"], match["value"] if match["op"] else None, wanted))
-    return lambda labels: all(
-        ((k in labels) if v is None else (labels.get(k) == v)) == wanted for k, v, wanted in terms
-    )
-
-
 class K8sApiServer:
     """A running API server for ``node``. Stop it with :meth:`close` (or by closing its node)."""
 
@@ -180,7 +98,7 @@ class K8sApiServer:
         self.node = node
         self.options = options or K8sApiOptions()
         self.requests: Counter[str] = Counter()  # "list", "get", "watch" → requests answered or refused
-        self._timeline = _Timeline(node, self.options.pod_lifetimes)
+        self._timeline = Timeline(node, self.options.pod_lifetimes)
         self._stopping = threading.Event()
         self._connections: set[socket.socket] = set()
         self._lock = threading.Lock()
@@ -218,7 +136,7 @@ class K8sApiServer:
 
     def resource_version(self, t_s: float | None = None) -> str:
         """The list resourceVersion at scenario time ``t_s`` (default: now)."""
-        return str(_BASE_RV + self._timeline.happened(self.node.t_s() if t_s is None else t_s))
+        return str(BASE_RV + self._timeline.happened(self.node.t_s() if t_s is None else t_s))
 
     def pod_objects(self, t_s: float | None = None) -> list[Json]:
         """Every pod present at scenario time ``t_s`` (default: now), as the API serves it."""
@@ -248,8 +166,8 @@ class K8sApiServer:
     # --- objects -----------------------------------------------------------------------------------
 
     def _labels(self, pod: Pod) -> dict[str, str]:
-        if _key(pod) in self.options.labels:
-            return dict(self.options.labels[_key(pod)])
+        if pod_key(pod) in self.options.labels:
+            return dict(self.options.labels[pod_key(pod)])
         return {"app": re.sub(r"-\d+$", "", pod.name)}
 
     def _fields(self, pod: Pod) -> dict[str, str]:
@@ -262,9 +180,9 @@ class K8sApiServer:
             "status.phase": "Running",
         }
 
-    def _pod(self, added: _Event, deleted: _Event | None = None) -> Json:
+    def _pod(self, added: Event, deleted: Event | None = None) -> Json:
         pod, wall = added.pod, self.node.wall_at
-        started = _rfc3339(wall(added.t_s))
+        started = rfc3339(wall(added.t_s))
         metadata: Json = {
             "name": pod.name,
             "namespace": pod.namespace,
@@ -274,10 +192,10 @@ class K8sApiServer:
         }
         if labels := self._labels(pod):
             metadata["labels"] = labels
-        if annotations := dict(self.options.annotations.get(_key(pod), {})):
+        if annotations := dict(self.options.annotations.get(pod_key(pod), {})):
             metadata["annotations"] = annotations
         if deleted is not None:
-            metadata["deletionTimestamp"] = _rfc3339(wall(deleted.t_s))
+            metadata["deletionTimestamp"] = rfc3339(wall(deleted.t_s))
         containers, statuses = [], []
         for container in pod.containers:
             image = f"registry.sim.local/{pod.namespace}/{container.name}:v1"
@@ -289,7 +207,7 @@ class K8sApiServer:
             containers.append(spec)
             state: Json = {"running": {"startedAt": started}}
             if deleted is not None:
-                finished = _rfc3339(wall(deleted.t_s))
+                finished = rfc3339(wall(deleted.t_s))
                 state = {
                     "terminated": {
                         "exitCode": 0,
@@ -326,8 +244,8 @@ class K8sApiServer:
         }
 
     def _selected(self, query: Mapping[str, str], namespace: str | None) -> Callable[[Pod], bool]:
-        by_fields = _field_selector(query.get("fieldSelector", ""))
-        by_labels = _label_selector(query.get("labelSelector", ""))
+        by_fields = field_selector(query.get("fieldSelector", ""))
+        by_labels = label_selector(query.get("labelSelector", ""))
         return lambda pod: (
             (namespace is None or pod.namespace == namespace)
             and by_fields(self._fields(pod))
@@ -335,24 +253,24 @@ class K8sApiServer:
         )
 
     def _pod_list(self, query: Mapping[str, str], namespace: str | None) -> Json:
-        """A PodList for a list request's query (raises :class:`_BadRequest` on a bad selector or token)."""
+        """A PodList for a list request's query (raises :class:`BadRequest` on a bad selector or token)."""
         selected = self._selected(query, namespace)
         count, start_after = self._timeline.happened(self.node.t_s()), ""
         if token := query.get("continue"):
             try:
                 state = json.loads(base64.urlsafe_b64decode(token.encode()))
-                count, start_after = int(state["rv"]) - _BASE_RV, str(state["after"])
+                count, start_after = int(state["rv"]) - BASE_RV, str(state["after"])
             except (ValueError, KeyError, TypeError, binascii.Error):
-                raise _BadRequest(f"continue key is not valid: {token!r}") from None
+                raise BadRequest(f"continue key is not valid: {token!r}") from None
         items = [e for e in self._timeline.present(count) if selected(e.pod)]
-        items = [e for e in items if _key(e.pod) > start_after]
-        metadata: Json = {"resourceVersion": str(_BASE_RV + count)}
+        items = [e for e in items if pod_key(e.pod) > start_after]
+        metadata: Json = {"resourceVersion": str(BASE_RV + count)}
         try:
             limit = int(query.get("limit") or 0)
         except ValueError:
-            raise _BadRequest(f"limit must be an integer, got {query['limit']!r}") from None
+            raise BadRequest(f"limit must be an integer, got {query['limit']!r}") from None
         if 0 < limit < len(items):
-            state = {"rv": _BASE_RV + count, "after": _key(items[limit - 1].pod)}
+            state = {"rv": BASE_RV + count, "after": pod_key(items[limit - 1].pod)}
             metadata["continue"] = base64.urlsafe_b64encode(json.dumps(state).encode()).decode()
             metadata["remainingItemCount"] = len(items) - limit
             items = items[:limit]
@@ -367,22 +285,6 @@ class K8sApiServer:
     def _fault(self) -> K8sApiFault | None:
         fault = self.node.service_fault("k8sapi", self.node.t_s())
         return fault if isinstance(fault, K8sApiFault) else None
-
-
-def _rfc3339(wall_s: float) -> str:
-    return datetime.fromtimestamp(math.floor(wall_s), tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _status(code: int, reason: str, message: str) -> Json:
-    return {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code,
-    }
 
 
 def _handler(api: K8sApiServer) -> type[BaseHTTPRequestHandler]:
@@ -411,13 +313,13 @@ def _handler(api: K8sApiServer) -> type[BaseHTTPRequestHandler]:
             elif parts[:3] == ["api", "v1", "namespaces"] and len(parts) in (5, 6) and parts[4] == "pods":
                 namespace, name = parts[3], (parts[5] if len(parts) == 6 else None)
             else:
-                self._json(404, _status(404, "NotFound", "the server could not find the requested resource"))
+                self._json(404, status_object(404, "NotFound", "the server could not find the requested resource"))
                 return
             with api._lock:
                 api.requests["watch" if watch and name is None else "list" if name is None else "get"] += 1
             fault = api._fault()
             if fault is not None and fault.kind == "down":
-                self._json(503, _status(503, "ServiceUnavailable", "the API server is down (simulated)"))
+                self._json(503, status_object(503, "ServiceUnavailable", "the API server is down (simulated)"))
                 return
             if fault is not None and fault.kind == "slow":
                 api._stopping.wait(fault.delay_s)  # network latency in real seconds; close() cuts it short
@@ -425,7 +327,7 @@ def _handler(api: K8sApiServer) -> type[BaseHTTPRequestHandler]:
                 if name is not None:
                     pod = api._find_pod(parts[3], name)
                     if pod is None:
-                        status = _status(404, "NotFound", f'pods "{name}" not found')
+                        status = status_object(404, "NotFound", f'pods "{name}" not found')
                         status["details"] = {"name": name, "kind": "pods"}
                         self._json(404, status)
                     else:
@@ -434,8 +336,8 @@ def _handler(api: K8sApiServer) -> type[BaseHTTPRequestHandler]:
                     self._watch(query, api._selected(query, namespace))
                 else:
                     self._json(200, api._pod_list(query, namespace))
-            except _BadRequest as err:
-                self._json(400, _status(400, "BadRequest", str(err)))
+            except BadRequest as err:
+                self._json(400, status_object(400, "BadRequest", str(err)))
 
         def _json(self, code: int, body: Json) -> None:
             data = json.dumps(body, separators=(",", ":")).encode()
@@ -450,9 +352,9 @@ def _handler(api: K8sApiServer) -> type[BaseHTTPRequestHandler]:
             try:
                 timeout_s = float(query.get("timeoutSeconds") or options.default_watch_timeout_s)
                 since = query.get("resourceVersion", "")
-                from_count = int(since) - _BASE_RV if since not in ("", "0") else None
+                from_count = int(since) - BASE_RV if since not in ("", "0") else None
             except ValueError:
-                raise _BadRequest(f"resourceVersion and timeoutSeconds must be numbers: {query}") from None
+                raise BadRequest(f"resourceVersion and timeoutSeconds must be numbers: {query}") from None
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Transfer-Encoding", "chunked")
@@ -464,8 +366,8 @@ def _handler(api: K8sApiServer) -> type[BaseHTTPRequestHandler]:
                 if not all(self._event("ADDED", api._pod(e)) for e in initial):
                     return
             elif options.history_events is not None and from_count < sent - options.history_events:
-                message = f"too old resource version: {since} ({_BASE_RV + sent - options.history_events})"
-                self._event("ERROR", _status(410, "Expired", message))
+                message = f"too old resource version: {since} ({BASE_RV + sent - options.history_events})"
+                self._event("ERROR", status_object(410, "Expired", message))
                 self._end()
                 return
             else:
@@ -487,7 +389,7 @@ def _handler(api: K8sApiServer) -> type[BaseHTTPRequestHandler]:
                 sent = max(sent, upto)
                 if t_s >= end_t_s or time.monotonic() >= end_real_s:
                     if query.get("allowWatchBookmarks", "").lower() in ("true", "1"):
-                        rv = {"resourceVersion": str(_BASE_RV + sent)}
+                        rv = {"resourceVersion": str(BASE_RV + sent)}
                         self._event("BOOKMARK", {"kind": "Pod", "apiVersion": "v1", "metadata": rv})
                     self._end()
                     return
