@@ -1,8 +1,9 @@
 """Processor ``idle``: each device's energy per tick from its hardware counter, split into idle and active.
 
 Energy comes from the counter's delta between this tick's and the previous tick's readings of the same
-device (each reading carries its own time). Where there is no counter (pre-Volta GPUs), or it went
-backwards (driver reload), energy is power × time for that tick, by the trapezoid of the two power
+device (each reading carries its own time); a counter that declares its range (``energy_counter_max_mj``,
+as RAPL's does) wraps around it. Where there is no counter (pre-Volta GPUs), or it went backwards
+(driver reload), energy is power × time for that tick, by the trapezoid of the two power
 readings, and the record says ``source="power"``. A device's first reading only sets the baseline:
 its first DevicePower comes one tick later (nothing is known about the time before it).
 
@@ -15,6 +16,7 @@ energy counts as active. ``mode: fixed`` takes ``watts`` (every device) or ``dev
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -140,9 +142,15 @@ class IdleProcessor:
         self, s: DeviceSample, last: _Last, interval_s: float
     ) -> tuple[int | None, Literal["counter", "power"]]:
         if s.energy_mj is not None and last.energy_mj is not None:
-            delta = s.energy_mj - last.energy_mj
+            # Deltas of floored absolute readings telescope: however many ticks, the sum of the deltas is
+            # the counter's own difference to the millijoule (rounding each delta would drift).
+            delta = math.floor(s.energy_mj) - math.floor(last.energy_mj)
+            if delta < 0 and s.energy_counter_max_mj:
+                # A counter with a declared range (RAPL) wrapped: at most once per tick, since a wrap takes
+                # minutes even at full power.
+                delta += math.floor(s.energy_counter_max_mj)
             if delta >= 0:
-                return round(delta), "counter"
+                return delta, "counter"
             self.log.warning(
                 "device %s: energy counter went backwards (%.0f → %.0f mJ; driver reloaded?): "
                 "this tick uses power × time",

@@ -1,5 +1,7 @@
 """The ``wattpipe`` command: run | validate | print-config | components | probe | demo | simulate.
 
+``demo`` and ``simulate`` live in :mod:`wattpipe.simulated`.
+
 Exit codes: 0 ok, 2 configuration error, 1 runtime failure. This module is the composition root: the
 only place that knows the engine, the components and the real clock together.
 """
@@ -19,13 +21,13 @@ from typing import TextIO
 
 import yaml
 
-import simulator  # the composition root is the only place that knows both the engine and the simulator
-from pipeline.clock import Clock, RealClock, SteppedClock
+from pipeline.clock import Clock, RealClock
 from pipeline.components import Receiver, Registry, call_optional
 from pipeline.config import Config, ConfigError, load_config, parse_duration
 from pipeline.graph import Graph, build
 from pipeline.runtime import Service
 from pipeline.telemetry import Telemetry
+from wattpipe.simulated import cmd_demo, cmd_simulate
 
 __all__ = ["main"]
 
@@ -34,7 +36,7 @@ EXIT_OK, EXIT_RUNTIME, EXIT_CONFIG = 0, 1, 2
 # Shipped with the repository (an editable install or a checkout): the demo's node and pipeline.
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 DEMO_CONFIG = CONFIGS / "demo.yaml"
-DEMO_SCENARIO = CONFIGS / "scenarios" / "timesliced.yaml"
+DEMO_SCENARIO = CONFIGS / "scenarios" / "demo.yaml"
 
 log = logging.getLogger("wattpipe")
 
@@ -215,92 +217,6 @@ async def run_service(graph: Graph, max_ticks: int | None = None, service: Servi
     return EXIT_OK
 
 
-def cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    """The whole pipeline on a simulated GPU node, in real time: what wattpipe does, with no GPU."""
-    return _on_simulated_node(args, RealClock(), err, stepped=False)
-
-
-def cmd_simulate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    """The pipeline on a simulated node under a stepped clock: ``--duration`` of node time, ticks back to back."""
-    return _on_simulated_node(args, SteppedClock(), err, stepped=True)
-
-
-def _on_simulated_node(args: argparse.Namespace, clock: Clock, err: TextIO, stepped: bool) -> int:
-    registry = _registry(err)
-    config = _load(args.config, registry, err)
-    if config is None:
-        return EXIT_CONFIG
-    _setup_logging(args.log_level or config.service.telemetry.log_level)
-    try:
-        node = simulator.install(args.scenario, clock)
-    except (simulator.ScenarioError, OSError) as exc:
-        print(f"error: scenario {args.scenario}: {exc}", file=err)
-        return EXIT_CONFIG
-    try:
-        if stepped:
-            # No one can scrape a stepped node's telemetry in time, and a fixed port could clash.
-            service = config.service.model_copy(
-                update={"telemetry": config.service.telemetry.model_copy(update={"listen": ""})}
-            )
-            config = Config(config.source_name, config.receivers, config.processors, config.exporters, service)
-        graph = _build(config, registry, clock, err)
-        if graph is None:
-            return EXIT_CONFIG
-        max_ticks = args.ticks
-        if stepped and max_ticks is None:
-            interval = min(p.config.interval for p in graph.pipelines)
-            max_ticks = int(args.duration // interval) + 1
-        log.info(
-            "simulated node %s: %d GPU(s) from %s", node.scenario.node.name, len(node.scenario.gpus), args.scenario
-        )
-        svc = Service(graph)
-        code = asyncio.run(run_service(graph, max_ticks=max_ticks, service=svc))
-        if stepped and code == EXIT_OK:
-            _print_truth(svc, node, err)
-        return code
-    finally:
-        simulator.uninstall()
-
-
-def _print_truth(service: Service, node: simulator.SimulatedNode, err: TextIO) -> None:
-    """Attributed energy beside the simulator's ground truth, per device and process (to stderr)."""
-    t_s = node.t_s()
-    uuids = [g.uuid for g in node.scenario.gpus]
-    for runner in service.runners:
-        batch = runner.last_batch
-        if batch is None or not (batch.totals or batch.device_totals):
-            continue
-        print(f"\n{runner.pipeline.name}: attributed vs true energy after {t_s:g} s of node time", file=err)
-        print(f"  {'what':<40} {'wattpipe J':>12} {'true J':>12} {'error':>8}", file=err)
-        for device in batch.device_totals:
-            if device.device_id not in uuids:
-                continue
-            gpu = uuids.index(device.device_id)
-            start_s = device.start.monotonic_s - node.start_monotonic_s if device.start else 0.0
-            truth = node.truth.device_energy_between_j(gpu, start_s, t_s)
-            _truth_row(f"gpu {gpu} energy", device.energy_mj / 1000, truth, err)
-            idle_truth = node.scenario.gpus[gpu].idle_w * (t_s - start_s)
-            _truth_row(f"gpu {gpu} idle", device.idle_energy_mj / 1000, idle_truth, err)
-        for total in batch.totals:
-            if total.scope == "process":
-                _truth_row(
-                    f"pid {total.key} ({total.state})",
-                    total.energy_j,
-                    node.truth.process_energy_j(int(total.key), t_s),
-                    err,
-                )
-        print(
-            "  (a process's true energy is its own dynamic power; until the idle baseline is learned, idle energy\n"
-            "   counts as active and goes to the processes: see docs/attribution.md)",
-            file=err,
-        )
-
-
-def _truth_row(what: str, attributed_j: float, true_j: float, err: TextIO) -> None:
-    error = f"{(attributed_j - true_j) / true_j * 100:+.2f}%" if true_j else "—"
-    print(f"  {what:<34} {attributed_j:>14.1f} {true_j:>14.1f} {error:>8}", file=err)
-
-
 def _on_signal(service: Service, sig: signal.Signals) -> None:
     log.info("%s received: finishing the tick in flight, flushing exporters, saving state", sig.name)
     service.stop()
@@ -349,18 +265,20 @@ def parser() -> argparse.ArgumentParser:
     def simulated(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("-c", "--config", default=str(DEMO_CONFIG), help="pipeline (default: configs/demo.yaml)")
         sp.add_argument(
-            "--scenario", default=str(DEMO_SCENARIO), help="simulated node (default: configs/scenarios/timesliced.yaml)"
+            "--scenario", default=str(DEMO_SCENARIO), help="simulated node (default: configs/scenarios/demo.yaml)"
         )
         sp.add_argument("--ticks", type=int, default=None, help="stop after this many ticks per pipeline")
         sp.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default=None)
 
     sp = sub.add_parser("demo", help="run the pipeline on a simulated GPU node, in real time (no GPU needed)")
     simulated(sp)
+    sp.add_argument("--duration", type=parse_duration, default=None, help="stop after this long (default: Ctrl-C)")
     sp.set_defaults(fn=cmd_demo)
 
-    sp = sub.add_parser("simulate", help="run the pipeline on a simulated node with a stepped clock (fast)")
+    sp = sub.add_parser("simulate", help="the pipeline on a simulated node with a stepped clock, checked against truth")
     simulated(sp)
     sp.add_argument("--duration", type=parse_duration, default=600.0, help="node time to simulate (default 10m)")
+    sp.add_argument("--report", default=None, help="write the attributed-vs-true report as JSON to this file")
     sp.set_defaults(fn=cmd_simulate)
     return p
 

@@ -274,3 +274,33 @@ def test_totals_never_go_backwards(ticks: list[list[tuple[int, int]]]) -> None:
         for t in b.totals:
             assert t.energy_mj >= seen.get(t.key, 0)
             seen[t.key] = t.energy_mj
+
+
+@given(
+    st.integers(1000, 10**7),
+    st.floats(0, 10**6, allow_nan=False),
+    st.lists(st.floats(0, 10**5, allow_nan=False), min_size=1, max_size=30),
+)
+def test_a_wrapping_counter_loses_nothing_and_deltas_telescope(
+    range_mj: int, start_mj: float, steps: list[float]
+) -> None:
+    """RAPL-like counters wrap at a declared range; the summed deltas equal the true energy to the mJ."""
+    steps = [min(step, range_mj - 1) for step in steps]  # at most one wrap per tick
+    clock = SteppedClock()
+    proc = idle(clock)
+    reading = start_mj % range_mj
+    total_true = 0.0
+    got = 0
+
+    def sample() -> DeviceSample:
+        return DeviceSample(time=clock.now(), device_id="cpu", energy_mj=reading, energy_counter_max_mj=float(range_mj))
+
+    proc.process(batch(clock, [sample()], [1]))
+    for step in steps:
+        clock.advance(1.0)
+        reading = (reading + step) % range_mj
+        total_true += step
+        (p,) = proc.process(batch(clock, [sample()], [1])).device_power
+        assert p.source == "counter"
+        got += p.energy_mj
+    assert abs(got - total_true) <= 1.0 + 1e-6 * total_true  # floors of the first and last reading

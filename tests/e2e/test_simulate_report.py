@@ -1,0 +1,59 @@
+"""`wattpipe simulate --report` on the shipped scenarios, checked against the simulator's ground truth."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from wattpipe.cli import main
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "configs" / "scenarios"
+
+
+def simulate(tmp_path: Path, scenario: str, duration: str, monkeypatch: pytest.MonkeyPatch) -> dict:  # type: ignore[type-arg]
+    monkeypatch.setenv("WATTPIPE_CONSOLE_FORMAT", "json")
+    report = tmp_path / "report.json"
+    err = io.StringIO()
+    code = main(
+        ["simulate", "--scenario", str(SCENARIOS / scenario), "--duration", duration, "--report", str(report),
+         "--log-level", "error"],
+        io.StringIO(),
+        err,
+    )  # fmt: skip
+    assert code == 0, err.getvalue()
+    assert "attributed vs true energy" in err.getvalue()
+    return json.loads(report.read_text())  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("scenario", sorted(p.name for p in SCENARIOS.glob("*.yaml")))
+def test_residual_is_zero_on_every_shipped_scenario(
+    scenario: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = simulate(tmp_path, scenario, "3m", monkeypatch)
+    assert report["devices"]
+    for d in report["devices"]:
+        assert abs(d["residual_j"]) <= 1e-6 * d["counter_j"]
+        assert d["counter_j"] == pytest.approx(d["idle_j"] + d["attributed_j"] + d["unattributed_j"], abs=1e-9)
+
+
+def test_demo_scenario_processes_within_2_percent_and_idle_within_1_watt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = simulate(tmp_path, "demo.yaml", "5m", monkeypatch)
+    assert set(report) == {"ticks", "simulated_s", "devices", "processes", "containers", "pods"}
+    assert report["simulated_s"] == pytest.approx(300.0)
+    for d in report["devices"]:
+        assert d["detected_idle_w"] == pytest.approx(d["true_idle_w"], abs=1.0)
+    assert {p["pid"] for p in report["processes"]} == {4242, 4390, 6001}
+    for p in report["processes"]:
+        assert p["attributed_j"] == pytest.approx(p["true_j"], rel=0.02), p
+    assert {(p["namespace"], p["name"]) for p in report["pods"]} == {
+        ("ml", "trainer-0"),
+        ("research", "notebook-3"),
+        ("ml", "batch-7"),
+    }
+    for pod in report["pods"]:
+        assert pod["attributed_j"] == pytest.approx(pod["true_j"], rel=0.02)
