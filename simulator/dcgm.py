@@ -13,14 +13,14 @@ with bytes that are not exposition text, ``oversized`` answers 200 with ``size_b
 from __future__ import annotations
 
 import math
-import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Literal
 
 from simulator._dcgm_text import DEFAULT_FIELDS, FIELDS, Row, render
 from simulator._faults import DcgmFault
+from simulator._loopback import LoopbackHttp
 from simulator.node import SimulatedNode
 from simulator.scenario import Container, Pod
 
@@ -63,17 +63,11 @@ class DcgmExporter:
         self.node = node
         self.options = options or DcgmExporterOptions()
         self._allocations = _allocations(node)
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.options.port), _handler(self))
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="sim-dcgm-exporter", daemon=True
-        )
-        self._thread.start()
-        self._closed = False
+        self._http = LoopbackHttp(self.options.port, _handler(self), "sim-dcgm-exporter")
 
     @property
     def port(self) -> int:
-        return int(self._server.server_address[1])
+        return self._http.port
 
     @property
     def url(self) -> str:
@@ -130,12 +124,7 @@ class DcgmExporter:
         return labels
 
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        self._http.stop()
 
     def __enter__(self) -> DcgmExporter:
         return self

@@ -37,7 +37,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import parse_qs, urlsplit
@@ -58,6 +58,7 @@ from simulator._k8s_objects import (
     rfc3339,
     status_object,
 )
+from simulator._loopback import LoopbackHttp
 from simulator.node import SimulatedNode
 from simulator.scenario import Pod
 
@@ -102,17 +103,11 @@ class K8sApiServer:
         self._stopping = threading.Event()
         self._connections: set[socket.socket] = set()
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.options.port), _handler(self))
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="sim-k8s-api", daemon=True
-        )
-        self._thread.start()
-        self._closed = False
+        self._http = LoopbackHttp(self.options.port, _handler(self), "sim-k8s-api")
 
     @property
     def port(self) -> int:
-        return int(self._server.server_address[1])
+        return self._http.port
 
     @property
     def url(self) -> str:
@@ -144,18 +139,15 @@ class K8sApiServer:
         return [self._pod(event) for event in self._timeline.present(count)]
 
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
         self._stopping.set()
-        self._server.shutdown()
-        self._server.server_close()
+        self._http.stop(after_close=self._cut_connections)
+
+    def _cut_connections(self) -> None:
         with self._lock:
             connections = list(self._connections)
         for conn in connections:  # idle keep-alive connections would otherwise outlive the server
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
-        self._thread.join(timeout=5)
 
     def __enter__(self) -> K8sApiServer:
         return self
