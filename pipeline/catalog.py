@@ -22,8 +22,9 @@ is ``None`` yields no point (absent is not zero).
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
 from typing import Literal
 
@@ -52,7 +53,6 @@ __all__ = [
     "points",
     "prometheus_label",
     "prometheus_name",
-    "render_markdown",
 ]
 
 Scheme = Literal["kepler", "otel"]
@@ -75,7 +75,9 @@ ATTRIBUTES: tuple[Attribute, ...] = (
     Attribute("device_name", "gpu_name", "hw.name", "The device's model name."),
     Attribute("vendor", "vendor", "hw.vendor", "The device's vendor (`nvidia`)."),
     Attribute("device_type", None, "hw.type", "`gpu` (the Kepler scheme says it in the metric name)."),
-    Attribute("compute_mode", "compute_mode", "wattpipe.gpu.compute_mode", "`default`, `exclusive_process`, `prohibited`."),
+    Attribute(
+        "compute_mode", "compute_mode", "wattpipe.gpu.compute_mode", "`default`, `exclusive_process`, `prohibited`."
+    ),
     Attribute("mig_enabled", "mig_enabled", "wattpipe.gpu.mig.enabled", "`true` when the GPU is in MIG mode."),
     Attribute("gpu_instance_id", "gpu_instance_id", "wattpipe.gpu.instance.id", "The MIG GPU instance."),
     Attribute("mode", "mode", "wattpipe.attribution.mode", "`exclusive`, `time_slicing`, `mig` or `none`."),
@@ -132,11 +134,8 @@ class Family:
     divisor: int = 1
     extras: bool = True
     """Render the record's other attributes; off for families with one series per device."""
-
-    @property
-    def kind(self) -> str:
-        """Whose family: device, process, container or pod (``per_process: false`` drops process ones)."""
-        return dict(self.where).get("scope", self.record.KIND)
+    kind: Literal["device", "process", "container", "pod"] = "device"
+    """Whose family: ``per_process: false`` in the Prometheus exporter drops the process ones."""
 
     def name(self, scheme: Scheme) -> str:
         return self.kepler if scheme == "kepler" else self.otel
@@ -175,35 +174,43 @@ def _energy(kepler: str, otel: str, value: str, help: str) -> Family:
     return Family(kepler, otel, DeviceTotals, value, "counter", "J", help, _DEVICE, where=_GPU, divisor=_MJ)
 
 
-def _consumer(scope: str, key: str, labels: tuple[str, ...], optional: tuple[str, ...]) -> tuple[Family, Family]:
-    common = {
-        "labels": (key, "device_index", "device_id", *labels, "state"),
-        "optional": optional,
-        "where": (("scope", scope),),
-        "aliases": (("key", key),),
-    }
+def _consumer(
+    scope: Literal["process", "container", "pod"], key: str, optional: tuple[str, ...]
+) -> tuple[Family, Family]:
+    def family(kepler: str, otel: str, value: str, instrument: Instrument, unit: str, help: str) -> Family:
+        return Family(
+            kepler,
+            otel,
+            Totals,
+            value,
+            instrument,
+            unit,
+            help,
+            (key, "device_index", "device_id", "state"),
+            optional=optional,
+            where=(("scope", scope),),
+            aliases=(("key", key),),
+            divisor=_MJ if unit == "J" else 1,
+            kind=scope,
+        )
+
     return (
-        Family(
+        family(
             f"kepler_{scope}_gpu_joules_total",
             f"wattpipe.{scope}.gpu.energy",
-            Totals,
             "energy_mj",
             "counter",
             "J",
             f"GPU energy attributed to a {scope} on one GPU since its series began; terminated series stay for "
             "the energy processor's retention.",
-            divisor=_MJ,
-            **common,  # type: ignore[arg-type]
         ),
-        Family(
+        family(
             f"kepler_{scope}_gpu_watts",
             f"wattpipe.{scope}.gpu.power",
-            Totals,
             "power_w",
             "gauge",
             "W",
             f"GPU power attributed to a {scope} on one GPU over the last tick (0 once terminated).",
-            **common,  # type: ignore[arg-type]
         ),
     )
 
@@ -220,9 +227,7 @@ FAMILIES: tuple[Family, ...] = (
     ),
     _power("kepler_node_gpu_active_watts", "wattpipe.gpu.power.active", "active_w", "GPU power above idle."),
     _energy("kepler_node_gpu_joules_total", "hw.energy", "energy_mj", "GPU energy since the series began."),
-    _energy(
-        "kepler_node_gpu_idle_joules_total", "wattpipe.gpu.energy.idle", "idle_energy_mj", "GPU idle energy."
-    ),
+    _energy("kepler_node_gpu_idle_joules_total", "wattpipe.gpu.energy.idle", "idle_energy_mj", "GPU idle energy."),
     _energy(
         "kepler_node_gpu_active_joules_total",
         "wattpipe.gpu.energy.active",
@@ -268,9 +273,9 @@ FAMILIES: tuple[Family, ...] = (
         ("device_index", "device_id", "mode"),
         extras=False,
     ),
-    *_consumer("process", "pid", (), ("gpu_instance_id", "comm", "exe", "container_id", *_K8S)),
-    *_consumer("container", "container_id", ("container_name", "runtime", "pod_uid", *_K8S), ()),
-    *_consumer("pod", "pod_uid", _K8S, ()),
+    *_consumer("process", "pid", ("gpu_instance_id", "comm", "exe", "container_id", *_K8S)),
+    *_consumer("container", "container_id", ("container_name", "runtime", "pod_uid", *_K8S)),
+    *_consumer("pod", "pod_uid", _K8S),
 )
 
 
@@ -293,7 +298,12 @@ def _text(value: object) -> str:
 def device_attributes(batch: Batch) -> dict[str, dict[str, str]]:
     """device_id → its :data:`DEVICE_DERIVED` attributes, from the batch's device records."""
     out: dict[str, dict[str, str]] = {}
-    for record in (*batch.devices, *batch.device_power, *batch.device_totals):
+    records: tuple[DeviceSample | DevicePower | DeviceTotals, ...] = (
+        *batch.devices,
+        *batch.device_power,
+        *batch.device_totals,
+    )
+    for record in records:
         known = out.setdefault(record.device_id, {})
         for name in DEVICE_DERIVED:
             value = getattr(record, name)
@@ -305,49 +315,80 @@ def device_attributes(batch: Batch) -> dict[str, dict[str, str]]:
 def points(
     family: Family, batch: Batch, scheme: Scheme, devices: Mapping[str, Mapping[str, str]] | None = None
 ) -> Iterator[Point]:
-    """``family``'s points in ``batch``. ``devices``: :func:`device_attributes`, possibly remembered longer."""
+    """``family``'s points in ``batch``, one per label set (the last record wins).
+
+    ``devices`` is :func:`device_attributes` of the batch, possibly merged with what earlier batches said.
+    """
     devices = device_attributes(batch) if devices is None else devices
-    aliases = dict(family.aliases)
+    plan = _plan(family, scheme)
+    # One point per label set: records that collapse onto one series (a device's many shares, for the
+    # attribution mode) would otherwise be duplicate samples, which Prometheus and OTLP both reject.
+    out: dict[tuple[tuple[str, str], ...], Point] = {}
     for record in getattr(batch, Batch.field_for(family.record)):
         if not family.matches(record):
             continue
         value = family.read(record)
         if value is None:
             continue
-        yield Point(_labels(family, record, batch, scheme, devices, aliases), value, record)
+        labels = plan.labels(record, batch, devices)
+        out[tuple(sorted(labels.items()))] = Point(labels, value, record)
+    yield from out.values()
 
 
-def _labels(
-    family: Family,
-    record: Record,
-    batch: Batch,
-    scheme: Scheme,
-    devices: Mapping[str, Mapping[str, str]],
-    aliases: Mapping[str, str],
-) -> dict[str, str]:
-    attrs = {aliases.get(k, k): v for k, v in batch.labels(record).items()}
-    identity = {aliases.get(k, k) for k in record.IDENTITY}
-    out: dict[str, str] = {}
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """How one family's labels are made in one scheme, worked out once (it is the same for every record)."""
 
-    def put(attribute: str, value: str | None) -> None:
-        name = label_name(attribute, scheme)
-        if name is not None and value is not None:
-            out.setdefault(name, value)
+    family: Family
+    scheme: Scheme
+    labels_from: tuple[tuple[str, str, Literal["attribute", "field", "device"]], ...]  # attribute, name, source
+    aliases: Mapping[str, str]
+    identity: frozenset[str]
 
+    def labels(self, record: Record, batch: Batch, devices: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
+        aliases = self.aliases
+        attrs = {aliases.get(k, k): v for k, v in batch.labels(record).items()}
+        device = devices.get(getattr(record, "device_id", ""), {})
+        out: dict[str, str] = {}
+        for attribute, name, source in self.labels_from:
+            if source == "attribute":
+                value = attrs.get(attribute)
+                if value is None and attribute in DEVICE_DERIVED and getattr(record, attribute, None) is None:
+                    # The record does not know it (device totals restored from state, before the device's
+                    # first reading) but the device records do. A value the record has and a label action
+                    # dropped stays dropped.
+                    value = device.get(attribute)
+            elif source == "field":
+                raw = getattr(record, attribute)
+                value = None if raw is None else _text(raw)
+            else:
+                value = device.get(attribute)
+            if value is not None:
+                out.setdefault(name, value)
+        if self.family.extras:
+            for attribute, value in attrs.items():
+                if attribute not in self.identity:
+                    extra_name = label_name(attribute, self.scheme)
+                    if extra_name is not None:
+                        out.setdefault(extra_name, value)
+        return out
+
+
+@functools.cache
+def _plan(family: Family, scheme: Scheme) -> _Plan:
+    aliases = dict(family.aliases)
+    labels_from = []
     for attribute in family.labels:
-        source = family.label_source(attribute)
-        if source == "attribute":
-            put(attribute, attrs.get(attribute))
-        elif source == "field":
-            raw = getattr(record, attribute)
-            put(attribute, None if raw is None else _text(raw))
-        else:
-            put(attribute, devices.get(getattr(record, "device_id", ""), {}).get(attribute))
-    if family.extras:
-        for attribute, value in attrs.items():
-            if attribute not in identity:
-                put(attribute, value)
-    return out
+        name = label_name(attribute, scheme)
+        if name is not None:
+            labels_from.append((attribute, name, family.label_source(attribute)))
+    return _Plan(
+        family=family,
+        scheme=scheme,
+        labels_from=tuple(labels_from),
+        aliases=aliases,
+        identity=frozenset(aliases.get(k, k) for k in family.record.IDENTITY),
+    )
 
 
 # --- Prometheus names ----------------------------------------------------------------------------
@@ -378,85 +419,3 @@ def prometheus_name(family: Family, scheme: Scheme) -> str:
         name = f"{name}_{word}"
     suffix = {"counter": "_total", "info": "_info"}.get(family.instrument, "")
     return name if name.endswith(suffix) else name + suffix
-
-
-# --- docs/metrics.md --------------------------------------------------------------------------------
-
-
-def _source(family: Family) -> str:
-    value = f"`{family.record.__name__}.{family.value}`" if family.value else f"`{family.record.__name__}` (1)"
-    if family.divisor != 1:
-        value += f" ÷ {family.divisor} (mJ → J)"
-    where = ", ".join(f"{k} = {v}" for k, v in family.where)
-    return f"{value}, where {where}" if where else value
-
-
-def _label_rows(family: Family) -> Iterable[str]:
-    aliases = {v: k for k, v in family.aliases}
-    for attribute in (*family.labels, *family.optional, NODE.name):
-        kepler, otel = label_name(attribute, "kepler"), label_name(attribute, "otel")
-        if attribute == NODE.name:
-            origin = "the exporter (constant)"
-        elif attribute in family.optional:
-            origin = "the record's extra attributes, when present"
-        else:
-            source = family.label_source(attribute)
-            origin = {
-                "attribute": f"attribute `{aliases.get(attribute, attribute)}`",
-                "field": f"field `{attribute}`",
-                "device": "the device records of the batch, by `device_id`",
-            }[source]
-        yield f"| `{attribute}` | {f'`{kepler}`' if kepler else '—'} | {f'`{otel}`' if otel else '—'} | {origin} |"
-
-
-def render_markdown() -> str:
-    """docs/metrics.md, generated from :data:`FAMILIES` and :data:`ATTRIBUTES`."""
-    lines = [
-        "# Metrics reference",
-        "",
-        "<!-- Generated from pipeline/catalog.py by scripts/gen_metrics_doc.py; do not edit by hand. -->",
-        "",
-        "Every family is named twice. The **Kepler scheme** (the Prometheus exporter's default,",
-        "`naming: kepler`) keeps Kepler's names and labels, so Kepler dashboards work unchanged, and adds",
-        "what Kepler lacks: a `gpu` label on every attributed series and an explicit unattributed remainder.",
-        "The **OpenTelemetry scheme** (OTLP's default; `naming: otel` in Prometheus) uses the `hw.*`",
-        "semantic conventions where they exist and the `wattpipe.*` namespace where they do not.",
-        "",
-        "- Energy is exported in joules (records carry integer millijoules; the value is divided by 1000).",
-        "- Absent is not zero: a value its source could not give is not exported (no idle watts until an",
-        "  idle baseline is known), and a label whose value is unknown is left out.",
-        "- Attributed series (process, container, pod) know only the device's UUID; their `gpu` label is",
-        "  the index the batch's device records give that UUID (remembered, so it stays while a device",
-        "  is not read).",
-        "- Attributes a record carries beyond its identity (`extra`, and keys inserted by the `attributes`",
-        "  processor) are rendered too, under their name in the table below or under their own name.",
-        "- `naming: otel` in Prometheus: `.` → `_` in metric and label names, the unit's word appended",
-        "  (`W` → `_watts`, `J` → `_joules`), `_total` on counters, `_info` on info families.",
-        "",
-        "## Attributes",
-        "",
-        "| attribute | Kepler label | OpenTelemetry attribute | meaning |",
-        "|---|---|---|---|",
-    ]
-    for a in (*ATTRIBUTES, NODE):
-        kepler = f"`{a.kepler}`" if a.kepler else "—"
-        otel = f"`{a.otel}`" if a.otel else "—"
-        lines.append(f"| `{a.name}` | {kepler} | {otel} | {a.description} |")
-    lines += ["", "## Families", ""]
-    for family in FAMILIES:
-        unit = f"`{family.unit}`" if family.unit else "none"
-        lines += [
-            f"### `{family.kepler}`",
-            "",
-            family.help,
-            "",
-            f"- OpenTelemetry: `{family.otel}` ({family.instrument}, unit {unit}); "
-            f"Prometheus with `naming: otel`: `{prometheus_name(family, 'otel')}`",
-            f"- Instrument: {family.instrument}; from {_source(family)}",
-            "",
-            "| attribute | Kepler label | OpenTelemetry attribute | from |",
-            "|---|---|---|---|",
-            *_label_rows(family),
-            "",
-        ]
-    return "\n".join(lines)

@@ -1,0 +1,185 @@
+"""The metric catalog: every family resolvable against its record, named uniquely per scheme, documented."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import re
+import shutil
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from pipeline.catalog import (
+    ATTRIBUTES,
+    DEVICE_DERIVED,
+    FAMILIES,
+    NODE,
+    Family,
+    Scheme,
+    device_attributes,
+    label_name,
+    points,
+    prometheus_name,
+)
+from pipeline.clock import Timestamp
+from pipeline.records import Batch, DevicePower, DeviceSample, GpuShare, LabelAction, Totals
+
+ROOT = Path(__file__).resolve().parents[2]
+T = Timestamp(monotonic_s=10.0, wall_s=1_767_225_600.0)
+SCHEMES: tuple[Scheme, ...] = ("kepler", "otel")
+
+
+def _gen_metrics_doc() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gen_metrics_doc", ROOT / "scripts" / "gen_metrics_doc.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.kepler)
+def test_every_field_a_family_names_exists_on_its_record_type(family: Family) -> None:
+    names = {f.name for f in dataclasses.fields(family.record)}
+    if family.value is not None:
+        assert family.value in names
+    for field_name, _ in family.where:
+        assert field_name in names
+    for attribute, _ in family.aliases:
+        assert attribute in family.record.IDENTITY
+    for attribute in family.labels:
+        family.label_source(attribute)  # raises when neither an attribute, a field nor derivable
+    assert set(family.labels).isdisjoint(family.optional)
+    assert (family.divisor == 1000) == (family.value is not None and family.value.endswith("_mj"))
+
+
+def test_label_source_refuses_what_the_record_cannot_give() -> None:
+    broken = dataclasses.replace(FAMILIES[0], labels=("pod_name",))
+    with pytest.raises(KeyError, match="DevicePower has no attribute or field 'pod_name'"):
+        broken.label_source("pod_name")
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_names_are_unique_per_scheme_and_valid_for_prometheus(scheme: Scheme) -> None:
+    names = [f.name(scheme) for f in FAMILIES]
+    assert len(names) == len(set(names))
+    prom = [prometheus_name(f, scheme) for f in FAMILIES]
+    assert len(prom) == len(set(prom))
+    assert all(re.fullmatch(r"[a-zA-Z_:][a-zA-Z0-9_:]*", name) for name in prom)
+    labels = [label_name(a.name, scheme) for a in (*ATTRIBUTES, NODE)]
+    rendered = [name for name in labels if name is not None]
+    assert len(rendered) == len(set(rendered))
+
+
+def test_kepler_names_follow_prometheus_conventions_and_otel_names_the_rule() -> None:
+    for family in FAMILIES:
+        if family.instrument == "counter":
+            assert family.kepler.endswith("_joules_total")
+        if family.unit == "W":
+            assert family.kepler.endswith("_watts")
+        if family.instrument == "info":
+            assert family.kepler.endswith("_info")
+    by_otel = {f.otel: prometheus_name(f, "otel") for f in FAMILIES}
+    assert by_otel["hw.power"] == "hw_power_watts"
+    assert by_otel["hw.energy"] == "hw_energy_joules_total"
+    assert by_otel["wattpipe.gpu.info"] == "wattpipe_gpu_info"
+    assert by_otel["wattpipe.device.up"] == "wattpipe_device_up"
+
+
+def test_the_families_the_kepler_dashboards_use_are_all_there() -> None:
+    kepler = {f.kepler for f in FAMILIES}
+    assert {
+        "kepler_node_gpu_watts",
+        "kepler_node_gpu_idle_watts",
+        "kepler_node_gpu_active_watts",
+        "kepler_node_gpu_joules_total",
+        "kepler_node_gpu_idle_joules_total",
+        "kepler_node_gpu_active_joules_total",
+        "kepler_node_gpu_info",
+        "kepler_process_gpu_watts",
+        "kepler_process_gpu_joules_total",
+        "kepler_container_gpu_watts",
+        "kepler_container_gpu_joules_total",
+        "kepler_pod_gpu_watts",
+        "kepler_pod_gpu_joules_total",
+    } <= kepler
+
+
+def test_points_map_attributes_derive_the_gpu_index_and_skip_absent_values() -> None:
+    batch = Batch(time=T, interval_s=5.0, node="n").with_records(
+        [
+            DeviceSample(time=T, device_id="GPU-x", device_index=4, vendor="nvidia"),
+            DevicePower(
+                time=T,
+                device_id="GPU-x",
+                device_index=4,
+                interval_s=5.0,
+                power_w=100.0,
+                idle_w=None,
+                active_w=100.0,
+                energy_mj=500_000,
+                idle_energy_mj=0,
+                active_energy_mj=500_000,
+            ),
+            Totals(time=T, scope="process", key="42", device_id="GPU-x", energy_mj=2_500, extra=(("comm", "py"),)),
+            Totals(time=T, scope="pod", key="uid-1", device_id="GPU-x", energy_mj=1),
+        ]
+    )
+    family = {f.kepler: f for f in FAMILIES}
+    (process,) = points(family["kepler_process_gpu_joules_total"], batch, "kepler")
+    assert process.value == 2.5
+    assert dict(process.labels) == {"pid": "42", "gpu": "4", "gpu_uuid": "GPU-x", "state": "running", "comm": "py"}
+    (otel,) = points(family["kepler_process_gpu_joules_total"], batch, "otel")
+    assert dict(otel.labels) == {
+        "process.pid": "42",
+        "wattpipe.gpu.index": "4",
+        "hw.id": "GPU-x",
+        "wattpipe.state": "running",
+        "process.command": "py",
+    }
+    assert list(points(family["kepler_process_gpu_watts"], batch, "kepler")) == []  # power_w absent
+    assert list(points(family["kepler_node_gpu_idle_watts"], batch, "kepler")) == []  # idle_w absent
+    (pod,) = points(family["kepler_pod_gpu_joules_total"], batch, "kepler")
+    assert dict(pod.labels)["pod_id"] == "uid-1"
+    assert device_attributes(batch) == {"GPU-x": {"device_index": "4", "vendor": "nvidia"}}
+    assert set(DEVICE_DERIVED) == {"device_index", "device_name", "vendor"}
+
+
+def test_points_collapse_records_onto_one_series_and_apply_label_actions() -> None:
+    shares = [
+        GpuShare(time=T, device_id="GPU-x", pid=pid, share=0.5, energy_mj=1, power_w=1.0, extra=(("comm", str(pid)),))
+        for pid in (1, 2)
+    ]
+    batch = Batch(time=T, interval_s=5.0, node="n").with_records(shares)
+    mode = next(f for f in FAMILIES if f.kepler == "wattpipe_attribution_mode")
+    (point,) = points(mode, batch, "kepler")
+    assert dict(point.labels) == {"gpu_uuid": "GPU-x", "mode": "time_slicing"}  # no index known, no extras
+    renamed = batch.replace(label_actions=(LabelAction("rename", "device_id", new_key="uuid"),))
+    (point,) = points(mode, renamed, "kepler")
+    assert dict(point.labels) == {"mode": "time_slicing"}
+
+
+def test_metrics_doc_is_current() -> None:
+    problem = _gen_metrics_doc().check(ROOT)
+    assert problem is None, f"{problem}: run python scripts/gen_metrics_doc.py"
+
+
+def test_metrics_doc_check_notices_a_stale_or_missing_file(tmp_path: Path) -> None:
+    gen = _gen_metrics_doc()
+    assert gen.check(tmp_path) == "docs/metrics.md is missing"
+    (tmp_path / "docs").mkdir()
+    shutil.copy(ROOT / "docs" / "metrics.md", tmp_path / "docs" / "metrics.md")
+    assert gen.check(tmp_path) is None
+    with (tmp_path / "docs" / "metrics.md").open("a", encoding="utf-8") as f:
+        f.write("hand edit\n")
+    assert "differs" in gen.check(tmp_path)
+
+
+def test_metrics_doc_names_every_family_in_both_schemes() -> None:
+    text = _gen_metrics_doc().render()
+    for family in FAMILIES:
+        assert f"### `{family.kepler}`" in text
+        assert f"`{family.otel}`" in text
+        assert f"`{prometheus_name(family, 'otel')}`" in text
