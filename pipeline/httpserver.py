@@ -32,6 +32,9 @@ def parse_listen(listen: str) -> tuple[str, int]:
 class _ThreadingServer(ThreadingMixIn, WSGIServer):
     daemon_threads = True
     allow_reuse_address = True
+    # socketserver's default backlog of 5 makes a burst of scrapes (many Prometheus replicas, a
+    # dashboard refresh) wait on TCP retries for seconds; answers come from memory, so accept them all.
+    request_queue_size = 128
 
 
 class _ThreadingServer6(_ThreadingServer):

@@ -10,7 +10,8 @@ How, per device and tick (re-decided every tick, so a change of sharing mode is 
 - **mig**: until the dcgm-exporter receiver brings per-instance activity, an equal split over the GPU's
   processes, with a warning once per device;
 - **none**: no process: the active energy is *unattributed*, carried by an explicit record
-  (``pid=None``) so it is never silently lost.
+  (``pid=None``) so it is never silently lost. Every device has that record every tick (0 mJ when its
+  processes carried everything), so the remainder is an observed value, never an absent one.
 
 Conservation is exact, in integer millijoules: shares are apportioned by the largest-remainder
 method, so Σ process mJ + unattributed mJ == active mJ, and with the idle part == the counter's delta.
@@ -126,7 +127,11 @@ class AttributionProcessor:
             weights = [1.0] * len(procs)  # utilisation unavailable for some: no basis to weigh them
         fractions = _fractions(weights)
         parts = apportion(power.active_energy_mj, fractions)
-        return [
+        # The remainder is explicit every tick: here the processes carried it all, so it is an observed 0.
+        remainder = GpuShare(
+            time=power.time, device_id=power.device_id, pid=None, share=0.0, energy_mj=0, power_w=0.0, mode=mode
+        )
+        return [remainder] + [
             GpuShare(
                 time=power.time,
                 device_id=power.device_id,

@@ -180,7 +180,7 @@ def test_device_families_carry_kepler_labels_and_energy_in_joules(http: httpx.Cl
     assert labels == {"gpu": "0", "gpu_uuid": A, "gpu_name": "NVIDIA H100", "vendor": "nvidia", "node_name": "node-a"}
     assert one(text, "kepler_node_gpu_idle_joules_total", gpu="0")[1] == 1000.0
     assert one(text, "kepler_node_gpu_active_joules_total", gpu="0")[1] == 6000.123
-    assert one(text, "wattpipe_gpu_unattributed_joules_total", gpu="1")[1] == 123.456
+    assert one(text, "wattpipe_node_gpu_unattributed_joules_total", gpu="1")[1] == 123.456
     assert one(text, "kepler_node_gpu_watts", gpu="0")[1] == 300.0
     assert one(text, "kepler_node_gpu_idle_watts", gpu="0")[1] == 60.0
     assert one(text, "kepler_node_gpu_active_watts", gpu="0")[1] == 240.0
@@ -198,7 +198,14 @@ def test_process_series_carry_the_gpu_index_from_the_device_records_and_their_st
     text = exported(http)
     labels, value = one(text, "kepler_process_gpu_joules_total", pid="7")
     assert value == 4321.987
-    assert labels == {"pid": "7", "gpu": "0", "gpu_uuid": A, "state": "running", "node_name": "node-a"}
+    assert labels == {
+        "pid": "7",
+        "gpu": "0",
+        "gpu_uuid": A,
+        "vendor": "nvidia",
+        "state": "running",
+        "node_name": "node-a",
+    }
     assert one(text, "kepler_process_gpu_watts", pid="7")[1] == 42.5
     assert one(text, "kepler_process_gpu_joules_total", pid="8")[0]["state"] == "terminated"
     assert one(text, "kepler_process_gpu_joules_total", pid="8")[1] == 0.001
@@ -461,7 +468,7 @@ def test_exported_energy_adds_up_after_the_real_processors(http: httpx.Client) -
     total = one(text, "kepler_node_gpu_joules_total", gpu="2")[1]
     idle_j = one(text, "kepler_node_gpu_idle_joules_total", gpu="2")[1]
     active = one(text, "kepler_node_gpu_active_joules_total", gpu="2")[1]
-    unattributed = one(text, "wattpipe_gpu_unattributed_joules_total", gpu="2")[1]
+    unattributed = one(text, "wattpipe_node_gpu_unattributed_joules_total", gpu="2")[1]
     processes = series(text)["kepler_process_gpu_joules_total"]
     assert total == 3000.009
     assert idle_j == 750.0  # 50 W × 5 s × 3 ticks

@@ -130,12 +130,20 @@ def test_points_map_attributes_derive_the_gpu_index_and_skip_absent_values() -> 
     family = {f.kepler: f for f in FAMILIES}
     (process,) = points(family["kepler_process_gpu_joules_total"], batch, "kepler")
     assert process.value == 2.5
-    assert dict(process.labels) == {"pid": "42", "gpu": "4", "gpu_uuid": "GPU-x", "state": "running", "comm": "py"}
+    assert dict(process.labels) == {
+        "pid": "42",
+        "gpu": "4",
+        "gpu_uuid": "GPU-x",
+        "vendor": "nvidia",
+        "state": "running",
+        "comm": "py",
+    }
     (otel,) = points(family["kepler_process_gpu_joules_total"], batch, "otel")
     assert dict(otel.labels) == {
         "process.pid": "42",
         "wattpipe.gpu.index": "4",
         "hw.id": "GPU-x",
+        "hw.vendor": "nvidia",
         "wattpipe.state": "running",
         "process.command": "py",
     }

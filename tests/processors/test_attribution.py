@@ -80,11 +80,11 @@ def test_time_slicing_splits_by_integrated_utilisation() -> None:
             GpuProcessSample(time=T, device_id="G", pid=2, sm_util=0.2),
         ],
     )
-    assert [(s.pid, s.energy_mj, s.mode) for s in batch.shares] == [
+    assert [(s.pid, s.energy_mj, s.mode) for s in batch.shares if s.pid is not None] == [
         (1, 750_000, "time_slicing"),
         (2, 250_000, "time_slicing"),
     ]
-    assert [s.power_w for s in batch.shares] == [pytest.approx(150.0), pytest.approx(50.0)]
+    assert [s.power_w for s in batch.shares if s.pid is not None] == [pytest.approx(150.0), pytest.approx(50.0)]
 
 
 def test_all_idle_processes_split_equally_and_no_process_is_unattributed() -> None:
@@ -92,7 +92,7 @@ def test_all_idle_processes_split_equally_and_no_process_is_unattributed() -> No
         [_power("A", 900), _power("B", 500)],
         [GpuProcessSample(time=T, device_id="A", pid=p, sm_util=0.0) for p in (1, 2, 3)],
     )
-    a = [(s.pid, s.energy_mj) for s in batch.shares if s.device_id == "A"]
+    a = [(s.pid, s.energy_mj) for s in batch.shares if s.device_id == "A" and s.pid is not None]
     b = [(s.pid, s.energy_mj, s.mode) for s in batch.shares if s.device_id == "B"]
     assert a == [(1, 300), (2, 300), (3, 300)]
     assert b == [(None, 500, "none")]  # the remainder is explicit, never dropped
@@ -101,7 +101,9 @@ def test_all_idle_processes_split_equally_and_no_process_is_unattributed() -> No
 def test_exclusive_compute_mode_gives_the_single_process_everything() -> None:
     device = DeviceSample(time=T, device_id="G", compute_mode="exclusive_process")
     batch = _run([_power("G", 1234)], [GpuProcessSample(time=T, device_id="G", pid=9, sm_util=0.0)], [device])
-    assert [(s.pid, s.energy_mj, s.share, s.mode) for s in batch.shares] == [(9, 1234, 1.0, "exclusive")]
+    assert [(s.pid, s.energy_mj, s.share, s.mode) for s in batch.shares if s.pid is not None] == [
+        (9, 1234, 1.0, "exclusive")
+    ]
 
 
 def test_mig_splits_equally_for_now_and_warns_once(caplog: pytest.LogCaptureFixture) -> None:
@@ -114,7 +116,7 @@ def test_mig_splits_equally_for_now_and_warns_once(caplog: pytest.LogCaptureFixt
     )
     for _ in range(3):
         out = processor.process(batch)
-    assert [(s.pid, s.energy_mj, s.mode, s.gpu_instance_id) for s in out.shares] == [
+    assert [(s.pid, s.energy_mj, s.mode, s.gpu_instance_id) for s in out.shares if s.pid is not None] == [
         (1, 501, "mig", 1),
         (2, 500, "mig", 2),
     ]
@@ -129,7 +131,7 @@ def test_unknown_utilisation_for_some_process_means_equal_split() -> None:
             GpuProcessSample(time=T, device_id="G", pid=2, sm_util=None),
         ],
     )
-    assert [s.energy_mj for s in batch.shares] == [50, 50]
+    assert [s.energy_mj for s in batch.shares if s.pid is not None] == [50, 50]
 
 
 def test_a_pid_listed_twice_counts_once() -> None:
@@ -138,7 +140,7 @@ def test_a_pid_listed_twice_counts_once() -> None:
         [GpuProcessSample(time=T, device_id="G", pid=1, sm_util=0.5)] * 2
         + [GpuProcessSample(time=T, device_id="G", pid=2, sm_util=0.5)],
     )
-    assert [(s.pid, s.energy_mj) for s in batch.shares] == [(1, 50), (2, 50)]
+    assert [(s.pid, s.energy_mj) for s in batch.shares if s.pid is not None] == [(1, 50), (2, 50)]
 
 
 @given(
@@ -157,3 +159,9 @@ def test_conservation_per_device_per_tick_is_exact(actives: list[int], utils: li
         shares = [s for s in batch.shares if s.device_id == power.device_id]
         assert sum(s.energy_mj for s in shares) + power.idle_energy_mj == power.energy_mj
         assert all(s.energy_mj >= 0 for s in shares)
+
+
+def test_the_remainder_is_explicit_every_tick_zero_when_processes_carried_it_all() -> None:
+    batch = _run([_power("G", 999)], [GpuProcessSample(time=T, device_id="G", pid=1, sm_util=0.3)])
+    (remainder,) = [s for s in batch.shares if s.pid is None]
+    assert (remainder.energy_mj, remainder.power_w, remainder.mode) == (0, 0.0, "exclusive")
