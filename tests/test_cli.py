@@ -147,3 +147,13 @@ def test_demo_with_a_missing_scenario_is_a_config_error(capsys: pytest.CaptureFi
     code = main(["demo", "--scenario", "/nonexistent/node.yaml", "--ticks", "1"])
     assert code == 2
     assert "scenario /nonexistent/node.yaml" in capsys.readouterr().err
+
+
+def test_the_readme_example_pipeline_validates(tmp_path: Path) -> None:
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("## A pipeline", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    cfg = tmp_path / "readme.yaml"
+    cfg.write_text(block)
+    code, out, err = run_cli("validate", "-c", str(cfg))
+    assert code == 0, err
+    assert "metrics (1 receivers, 5 processors, 1 exporters)" in out
