@@ -99,6 +99,7 @@ NODE = Attribute("node_name", "node_name", "k8s.node.name", "The node (`service.
 _BY_NAME = {a.name: a for a in (*ATTRIBUTES, NODE)}
 
 DEVICE_DERIVED = ("device_index", "device_name", "vendor")
+_LABEL_CACHE_MAX = 50_000
 """Attributes a record with only a ``device_id`` can take from the batch's device records."""
 
 
@@ -370,11 +371,31 @@ class _Plan:
     labels_from: tuple[tuple[str, str, Literal["attribute", "field", "device"]], ...]  # attribute, name, source
     aliases: Mapping[str, str]
     identity: frozenset[str]
+    key_fields: tuple[str, ...]
+    """The record fields its labels can depend on: identity attributes and label-source fields."""
+    cache: dict[tuple[object, ...], dict[str, str]]
 
     def labels(self, record: Record, batch: Batch, devices: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
+        """The record's labels. They depend only on its identity, extras and label-source fields, the batch's
+        label actions and its device's attributes, never on its values: so they are cached across ticks
+        (a series keeps its labels from tick to tick; only the value is new)."""
+        device = devices.get(getattr(record, "device_id", ""), {})
+        key = (
+            tuple(getattr(record, name, None) for name in self.key_fields),
+            record.extra,
+            batch.label_actions,
+            tuple(device.items()),
+        )
+        cached = self.cache.get(key)
+        if cached is None:
+            if len(self.cache) >= _LABEL_CACHE_MAX:
+                self.cache.clear()  # bounded: a node's series churn cannot grow it without limit
+            cached = self.cache[key] = self._labels(record, batch, device)
+        return dict(cached)
+
+    def _labels(self, record: Record, batch: Batch, device: Mapping[str, str]) -> dict[str, str]:
         aliases = self.aliases
         attrs = {aliases.get(k, k): v for k, v in batch.labels(record).items()}
-        device = devices.get(getattr(record, "device_id", ""), {})
         out: dict[str, str] = {}
         for attribute, name, source in self.labels_from:
             if source == "attribute":
@@ -414,6 +435,12 @@ def _plan(family: Family, scheme: Scheme) -> _Plan:
         labels_from=tuple(labels_from),
         aliases=aliases,
         identity=frozenset(aliases.get(k, k) for k in family.record.IDENTITY),
+        key_fields=tuple(
+            dict.fromkeys(
+                (*family.record.IDENTITY, *(a for a, _, src in labels_from if src == "field"), *DEVICE_DERIVED)
+            )
+        ),
+        cache={},
     )
 
 

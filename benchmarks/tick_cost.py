@@ -1,0 +1,181 @@
+"""Benchmark: what a wattpipe tick costs, on the simulator (issue 4's targets).
+
+    .venv/bin/python benchmarks/tick_cost.py [--ticks 1000]
+
+1. CPU time per tick, nvml → idle → attribution → energy → prometheus render, 8 GPUs × 64 time-sliced
+   processes (target ≤ 10 ms). The simulated NVML library runs in this process, so its cost is included:
+   the number is an upper bound for wattpipe's own work.
+2. `/metrics` response time with ~5,000 series, served from memory (target ≤ 5 ms).
+3. Resident memory after --ticks ticks, and its growth over the second half (target ≤ 80 MB, no growth).
+4. With 20 ms injected into every NVML call, the tick's wall time against the slowest single device's
+   calls (target ≤ 1.2×): devices are read in parallel, one worker thread each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import platform
+import statistics
+import textwrap
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pynvml
+
+import simulator
+from pipeline.clock import SteppedClock
+from pipeline.components import Registry, call_optional
+from pipeline.config import load_config_text
+from pipeline.graph import Graph, build
+from pipeline.runtime import PipelineRunner
+from pipeline.telemetry import Telemetry
+from simulator.scale import scale_scenario
+
+PIPELINE = textwrap.dedent(
+    """
+    receivers:
+      nvml: {required: true, device_timeout: 30s}
+    processors:
+      idle:
+      attribution:
+      energy:
+    exporters:
+      prometheus: {listen: "127.0.0.1:0"}
+    service:
+      telemetry: {listen: ""}
+      pipelines:
+        metrics: {interval: 5s, receiver_timeout: 60s, receivers: [nvml], processors: [idle, attribution, energy],
+                  exporters: [prometheus]}
+    """
+)
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * 4096 / 2**20
+
+
+def make(processes_per_gpu: int) -> tuple[SteppedClock, Graph, PipelineRunner]:
+    clock = SteppedClock()
+    simulator.install(scale_scenario(mig_gpus=0, timesliced_gpus=8, processes_per_gpu=processes_per_gpu, host_processes=0), clock)
+    registry = Registry.from_entry_points()
+    graph = build(load_config_text(PIPELINE, "bench.yaml", registry, {"NODE_NAME": "bench"}), registry, clock, Telemetry(clock))
+    return clock, graph, PipelineRunner(graph, graph.pipelines[0])
+
+
+async def lifecycle(graph: Graph, body: Callable[[], Any]) -> Any:
+    for component in (*graph.exporters.values(), *graph.receivers.values()):
+        await call_optional(component, "start")
+    try:
+        return await body()
+    finally:
+        for component in (*graph.receivers.values(), *graph.exporters.values()):
+            await call_optional(component, "shutdown")
+        simulator.uninstall()
+
+
+def cpu_and_memory(ticks: int) -> dict[str, float]:
+    clock, graph, runner = make(64)
+
+    async def body() -> dict[str, float]:
+        cpu: list[float] = []
+        half_rss = 0.0
+        for i in range(ticks):
+            clock.advance(700.0 if i == 0 else 5.0)  # first: every process has started
+            started = time.process_time()
+            await runner.tick()
+            cpu.append(time.process_time() - started)
+            if i == ticks // 2:
+                half_rss = rss_mb()
+        return {
+            "cpu_ms_median": statistics.median(cpu[1:]) * 1000,
+            "cpu_ms_p95": sorted(cpu[1:])[int(0.95 * (len(cpu) - 1))] * 1000,
+            "rss_mb_half": half_rss,
+            "rss_mb_end": rss_mb(),
+            "series": float(len(runner.last_batch.totals) if runner.last_batch else 0),
+        }
+
+    return asyncio.run(lifecycle(graph, body))  # type: ignore[no-any-return]
+
+
+def scrape(processes_per_gpu: int, requests: int = 200) -> dict[str, float]:
+    clock, graph, runner = make(processes_per_gpu)
+    exporter: Any = graph.exporters["prometheus"]
+
+    async def body() -> dict[str, float]:
+        for i in range(2):
+            clock.advance(700.0 if i == 0 else 5.0)
+            await runner.tick()
+        url = f"{exporter.url}/metrics"
+        times = []
+        with httpx.Client() as client:
+            text = client.get(url).text
+            for _ in range(requests):
+                started = time.perf_counter()
+                client.get(url).raise_for_status()
+                times.append(time.perf_counter() - started)
+        series = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
+        return {"series": float(series), "scrape_ms_median": statistics.median(times) * 1000}
+
+    return asyncio.run(lifecycle(graph, body))  # type: ignore[no-any-return]
+
+
+class _Slow:
+    """pynvml's library with every C call delayed: a driver that takes ``delay_s`` per call."""
+
+    def __init__(self, inner: Any, delay_s: float) -> None:
+        self._inner, self._delay_s = inner, delay_s
+
+    def __getattr__(self, name: str) -> Any:
+        fn = getattr(self._inner, name)
+
+        def slow(*args: Any) -> Any:
+            time.sleep(self._delay_s)
+            return fn(*args)
+
+        return slow
+
+
+def latency(delay_s: float = 0.020) -> dict[str, float]:
+    clock, graph, runner = make(8)
+    pynvml.nvmlLib = _Slow(pynvml.nvmlLib, delay_s)
+    pynvml._nvmlGetFunctionPointer_cache = {}  # re-resolve every symbol through the slow library
+
+    async def body() -> dict[str, float]:
+        walls = []
+        for i in range(4):
+            clock.advance(700.0 if i == 0 else 5.0)
+            started = time.perf_counter()
+            await runner.tick()
+            walls.append(time.perf_counter() - started)
+        return {"tick_wall_ms": statistics.median(walls[1:]) * 1000}
+
+    out = asyncio.run(lifecycle(graph, body))
+    # One device's reads per tick: power, energy, compute mode, MIG mode, processes (2 calls: size probe
+    # and fill), utilisation (2 calls) = 8 calls.
+    out["one_device_ms"] = 8 * delay_s * 1000
+    return out  # type: ignore[no-any-return]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ticks", type=int, default=1000)
+    args = parser.parse_args()
+    print(f"machine: {platform.machine()}, python {platform.python_version()}")
+    a = cpu_and_memory(args.ticks)
+    print(f"1. CPU per tick, 8 GPUs × 64 processes: median {a['cpu_ms_median']:.1f} ms, p95 {a['cpu_ms_p95']:.1f} ms")
+    b = scrape(200)
+    print(f"2. /metrics with {b['series']:.0f} series: median {b['scrape_ms_median']:.2f} ms")
+    print(f"3. RSS after {args.ticks} ticks: {a['rss_mb_end']:.1f} MB (at half: {a['rss_mb_half']:.1f} MB)")
+    c = latency()
+    print(
+        f"4. 20 ms per NVML call: tick {c['tick_wall_ms']:.0f} ms vs one device's calls {c['one_device_ms']:.0f} ms "
+        f"({c['tick_wall_ms'] / c['one_device_ms']:.2f}×)"
+    )
+
+
+if __name__ == "__main__":
+    main()
