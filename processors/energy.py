@@ -6,13 +6,15 @@ the ones that used the most energy kept), across a receiver outage (a device tha
 tick ends nobody's series), and across a restart (the totals and each series' start time are kept in
 the state file; see ``service.state``).
 
-Known limit: series are keyed by (pid, device). A pid the kernel reuses for a new process on the same
-GPU continues the old series; the procfs receiver's start times will tell them apart.
+With a ``procfs`` receiver in the pipeline, each process series also carries the process's ``comm``,
+``exe``, ``container_id`` and ``pod_uid`` (as extra attributes), and series are keyed by (pid, device,
+start time): a pid the kernel reuses for a new process ends the old series and starts a new one. Without
+it, series are keyed by (pid, device) alone and a reused pid continues the old series.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import Field
@@ -20,7 +22,7 @@ from pydantic import Field
 from pipeline.clock import Timestamp
 from pipeline.components import ComponentConfig, CreateContext, Factory
 from pipeline.config import Duration
-from pipeline.records import Batch, DevicePower, DeviceTotals, Totals
+from pipeline.records import Batch, DevicePower, DeviceTotals, HostProcess, Totals
 
 __all__ = ["EnergyConfig", "EnergyProcessor", "factory"]
 
@@ -32,12 +34,18 @@ class EnergyConfig(ComponentConfig):
     """At most this many exited processes are kept (those with the most energy)."""
 
 
+_UNKNOWN_START = -1  # no procfs source: the process's start time is not known
+
+SeriesKey = tuple[int, str, int]  # pid, device id, process start time (clock ticks since boot)
+
+
 @dataclass
 class _Series:
     energy_mj: int
     start_wall_s: float
     power_w: float | None = None
     ended_wall_s: float | None = None  # None: running
+    attrs: dict[str, str] = field(default_factory=dict)  # comm, exe, container_id, pod_uid when known
 
 
 @dataclass
@@ -57,7 +65,8 @@ class EnergyProcessor:
     def __init__(self, config: EnergyConfig, ctx: CreateContext) -> None:
         self.config = config
         self.ctx = ctx
-        self.series: dict[tuple[int, str], _Series] = {}
+        self.series: dict[SeriesKey, _Series] = {}
+        self._running: dict[tuple[int, str], SeriesKey] = {}  # (pid, device) → its running series
         self.devices: dict[str, _Device] = {}
 
     # --- state -------------------------------------------------------------------------------
@@ -67,11 +76,15 @@ class EnergyProcessor:
         if not saved:
             return
         for row in saved.get("processes", []):
-            self.series[(int(row["pid"]), str(row["device_id"]))] = _Series(
+            key = (int(row["pid"]), str(row["device_id"]), int(row.get("start_ticks", _UNKNOWN_START)))
+            self.series[key] = _Series(
                 energy_mj=int(row["energy_mj"]),
                 start_wall_s=float(row["start_wall_s"]),
                 ended_wall_s=None if row.get("ended_wall_s") is None else float(row["ended_wall_s"]),
+                attrs={str(k): str(v) for k, v in dict(row.get("attrs", {})).items()},
             )
+            if self.series[key].ended_wall_s is None:
+                self._running[key[:2]] = key
         for device_id, row in dict(saved.get("devices", {})).items():
             self.devices[str(device_id)] = _Device(
                 energy_mj=int(row["energy_mj"]),
@@ -90,11 +103,13 @@ class EnergyProcessor:
                 {
                     "pid": pid,
                     "device_id": device_id,
+                    "start_ticks": start_ticks,
                     "energy_mj": s.energy_mj,
                     "start_wall_s": s.start_wall_s,
                     "ended_wall_s": s.ended_wall_s,
+                    "attrs": s.attrs,
                 }
-                for (pid, device_id), s in sorted(self.series.items())
+                for (pid, device_id, start_ticks), s in sorted(self.series.items())
             ],
             "devices": {
                 device_id: {
@@ -121,17 +136,17 @@ class EnergyProcessor:
             d.idle_energy_mj += power.idle_energy_mj
             d.active_energy_mj += power.active_energy_mj
             d.last = power
-        seen: set[tuple[int, str]] = set()
+        hosts = {h.pid: h for h in batch.host_processes}
+        seen: set[SeriesKey] = set()
         for share in batch.shares:
             if share.pid is None:
                 if share.device_id in self.devices:
                     self.devices[share.device_id].unattributed_energy_mj += share.energy_mj
                 continue
-            key = (share.pid, share.device_id)
-            series = self.series.get(key)
-            if series is None:
-                interval_s = powers[share.device_id].interval_s if share.device_id in powers else batch.interval_s
-                series = self.series[key] = _Series(energy_mj=0, start_wall_s=share.time.wall_s - interval_s)
+            interval_s = powers[share.device_id].interval_s if share.device_id in powers else batch.interval_s
+            key, series = self._series_for(
+                share.pid, share.device_id, hosts.get(share.pid), share.time.wall_s, interval_s
+            )
             series.energy_mj += share.energy_mj
             series.power_w = share.power_w
             series.ended_wall_s = None  # back (or still) running
@@ -139,12 +154,51 @@ class EnergyProcessor:
         for key, series in self.series.items():
             if key not in seen and series.ended_wall_s is None and key[1] in observed:
                 # Its device was read this tick and it was not on it: it has exited.
-                series.ended_wall_s = now.wall_s
-                series.power_w = 0.0
+                self._end(key, series, now.wall_s)
         self._prune(now.wall_s)
         return batch.replace(
             totals=batch.totals + self._totals(now), device_totals=batch.device_totals + self._device_totals(now)
         )
+
+    def _series_for(
+        self, pid: int, device_id: str, host: HostProcess | None, wall_s: float, interval_s: float
+    ) -> tuple[SeriesKey, _Series]:
+        start = host.start_time_ticks if host is not None and host.start_time_ticks is not None else _UNKNOWN_START
+        running = self._running.get((pid, device_id))
+        if running is not None:
+            if start == _UNKNOWN_START or running[2] in (_UNKNOWN_START, start):
+                series = self.series[running]
+                if running[2] == _UNKNOWN_START and start != _UNKNOWN_START:
+                    # Its start time is known now (procfs answered): file the series under it.
+                    del self.series[running]
+                    running = (pid, device_id, start)
+                    self.series[running] = series
+                    self._running[(pid, device_id)] = running
+                self._describe(series, host)
+                return running, series
+            # Same pid, another start time: the kernel reused the pid for a new process.
+            self._end(running, self.series[running], wall_s)
+        key = (pid, device_id, start)
+        series = self.series.get(key) or _Series(energy_mj=0, start_wall_s=wall_s - interval_s)
+        self.series[key] = series
+        self._running[(pid, device_id)] = key
+        self._describe(series, host)
+        return key, series
+
+    @staticmethod
+    def _describe(series: _Series, host: HostProcess | None) -> None:
+        if host is None:
+            return
+        for name in ("comm", "exe", "container_id", "pod_uid"):
+            value = getattr(host, name)
+            if value is not None:
+                series.attrs[name] = value
+
+    def _end(self, key: SeriesKey, series: _Series, wall_s: float) -> None:
+        series.ended_wall_s = wall_s
+        series.power_w = 0.0
+        if self._running.get(key[:2]) == key:
+            del self._running[key[:2]]
 
     def _prune(self, now_wall_s: float) -> None:
         ended = [(k, s) for k, s in self.series.items() if s.ended_wall_s is not None]
@@ -173,10 +227,11 @@ class EnergyProcessor:
                 device_id=device_id,
                 energy_mj=s.energy_mj,
                 power_w=s.power_w,
+                extra=tuple(sorted(s.attrs.items())),
                 state="running" if s.ended_wall_s is None else "terminated",
                 start=self._start(now, s.start_wall_s),
             )
-            for (pid, device_id), s in sorted(self.series.items())
+            for (pid, device_id, _), s in sorted(self.series.items())
         )
 
     def _device_totals(self, now: Timestamp) -> tuple[DeviceTotals, ...]:

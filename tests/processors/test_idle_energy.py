@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pipeline.clock import SteppedClock
-from pipeline.records import Batch, DevicePower, DeviceSample, GpuProcessSample, GpuShare
+from pipeline.records import Batch, DevicePower, DeviceSample, GpuProcessSample, GpuShare, HostProcess
 from pipeline.state import StateStore
 from processors.energy import EnergyConfig, EnergyProcessor
 from processors.idle import IdleConfig, IdleProcessor, split_idle
@@ -304,3 +304,56 @@ def test_a_wrapping_counter_loses_nothing_and_deltas_telescope(
         assert p.source == "counter"
         got += p.energy_mj
     assert abs(got - total_true) <= 1.0 + 1e-6 * total_true  # floors of the first and last reading
+
+
+def host(clock: SteppedClock, pid: int, start: int, comm: str, container: str | None = None) -> HostProcess:
+    return HostProcess(time=clock.now(), pid=pid, comm=comm, start_time_ticks=start, container_id=container)
+
+
+def tick_with_hosts(
+    proc: EnergyProcessor, clock: SteppedClock, shares: list[GpuShare], hosts: list[HostProcess]
+) -> Batch:
+    total = sum(s.energy_mj for s in shares)
+    out = proc.process(
+        Batch(time=clock.now(), interval_s=5.0, node="n").replace(
+            device_power=(power(clock, total),), shares=tuple(shares), host_processes=tuple(hosts)
+        )
+    )
+    clock.advance(5.0)
+    return out
+
+
+def test_process_series_carry_procfs_identity() -> None:
+    clock = SteppedClock()
+    proc = energy(clock)
+    b = tick_with_hosts(proc, clock, [share(clock, 7, 100)], [host(clock, 7, 1234, "python", "c" * 64)])
+    (t,) = b.totals
+    assert dict(t.extra) == {"comm": "python", "container_id": "c" * 64}
+
+
+def test_a_reused_pid_ends_the_old_series_and_starts_a_new_one() -> None:
+    clock = SteppedClock()
+    proc = energy(clock, terminated_retention=3600.0)
+    tick_with_hosts(proc, clock, [share(clock, 7, 100)], [host(clock, 7, 1000, "old")])
+    tick_with_hosts(proc, clock, [share(clock, 7, 100)], [host(clock, 7, 1000, "old")])
+    b = tick_with_hosts(proc, clock, [share(clock, 7, 40)], [host(clock, 7, 5555, "new")])
+    rows = sorted((dict(t.extra)["comm"], t.energy_mj, t.state) for t in b.totals)
+    assert rows == [("new", 40, "running"), ("old", 200, "terminated")]
+
+
+def test_a_series_keeps_its_energy_when_its_start_time_becomes_known(tmp_path: Path) -> None:
+    clock = SteppedClock()
+    proc = energy(clock)
+    tick_with_hosts(proc, clock, [share(clock, 7, 100)], [])  # procfs not answering yet
+    b = tick_with_hosts(proc, clock, [share(clock, 7, 50)], [host(clock, 7, 42, "python")])
+    (t,) = b.totals
+    assert (t.energy_mj, t.state, dict(t.extra)) == (150, "running", {"comm": "python"})
+    store = StateStore(tmp_path / "s.json", clock, "n")
+    store.put("metrics/energy", proc.snapshot())
+    store.save()
+    reloaded = StateStore(tmp_path / "s.json", clock, "n")
+    reloaded.load()
+    again = energy(clock, reloaded)
+    b = tick_with_hosts(again, clock, [share(clock, 7, 10)], [host(clock, 7, 42, "python")])
+    (t,) = b.totals
+    assert (t.energy_mj, dict(t.extra)) == (160, {"comm": "python"})  # same process after a restart: continued
