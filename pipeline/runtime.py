@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from pipeline.components import Exporter, Receiver, call_optional
 from pipeline.graph import BuiltPipeline, Graph
@@ -45,9 +45,14 @@ def checkpoint(graph: Graph) -> bool:
 
 
 class PipelineRunner:
-    """Runs one pipeline's ticks."""
+    """Runs one pipeline's ticks.
 
-    def __init__(self, graph: Graph, pipeline: BuiltPipeline) -> None:
+    ``before_tick`` runs at the start of every tick, before the receivers are polled: for the composition
+    root to bring a simulated node's files up to the clock's time (nothing else should need it).
+    """
+
+    def __init__(self, graph: Graph, pipeline: BuiltPipeline, before_tick: Callable[[], None] | None = None) -> None:
+        self.before_tick = before_tick
         self.graph = graph
         self.pipeline = pipeline
         self.clock = graph.telemetry.clock
@@ -85,6 +90,8 @@ class PipelineRunner:
     async def tick(self) -> Batch:
         """Run one tick now and return the finished batch."""
         p = self.pipeline
+        if self.before_tick is not None:
+            await asyncio.to_thread(self.before_tick)
         started = self.clock.now()
         interval_s = p.config.interval if self._last_tick_s is None else started.monotonic_s - self._last_tick_s
         self._last_tick_s = started.monotonic_s
@@ -160,9 +167,9 @@ class PipelineRunner:
 class Service:
     """All pipelines of a graph, started and stopped in the right order."""
 
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, before_tick: Callable[[], None] | None = None) -> None:
         self.graph = graph
-        self.runners = [PipelineRunner(graph, p) for p in graph.pipelines]
+        self.runners = [PipelineRunner(graph, p, before_tick) for p in graph.pipelines]
         self.stop_event = asyncio.Event()
         self._started: list[tuple[str, object]] = []
 

@@ -13,11 +13,15 @@ import asyncio
 import dataclasses
 import json
 import logging
+import os
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
 import simulator
 from pipeline.clock import Clock, RealClock, SteppedClock
+from pipeline.components import Registry
 from pipeline.config import Config
 from pipeline.graph import Graph
 from pipeline.records import Batch
@@ -162,6 +166,24 @@ def _on_simulated_node(args: argparse.Namespace, clock: Clock, out: TextIO, err:
     from wattpipe import cli  # the shared loading, building and running steps
 
     registry = cli._registry(err)
+    with tempfile.TemporaryDirectory(prefix="wattpipe-sim-") as tmp:
+        # The simulated node's /proc and /sys live here; a config reads them through ${env:WATTPIPE_PROC_ROOT}.
+        previous = os.environ.get("WATTPIPE_PROC_ROOT")
+        os.environ["WATTPIPE_PROC_ROOT"] = str(Path(tmp) / "proc")
+        try:
+            return _run_simulated(args, clock, registry, Path(tmp), err, stepped)
+        finally:
+            if previous is None:
+                os.environ.pop("WATTPIPE_PROC_ROOT", None)
+            else:
+                os.environ["WATTPIPE_PROC_ROOT"] = previous
+
+
+def _run_simulated(
+    args: argparse.Namespace, clock: Clock, registry: Registry, tmp: Path, err: TextIO, stepped: bool
+) -> int:
+    from wattpipe import cli
+
     config = cli._load(args.config, registry, err)
     if config is None:
         return EXIT_CONFIG
@@ -187,7 +209,14 @@ def _on_simulated_node(args: argparse.Namespace, clock: Clock, out: TextIO, err:
         log.info(
             "simulated node %s: %d GPU(s) from %s", node.scenario.node.name, len(node.scenario.gpus), args.scenario
         )
-        service = Service(graph)
+        refresh_proc: Callable[[], None] | None = None
+        if any(cid.split("/")[0] == "procfs" for cid in config.receivers):
+            writer = simulator.ProcfsWriter(node, tmp)
+
+            def refresh_proc() -> None:
+                writer.refresh()  # /proc as the node is at this tick's time
+
+        service = Service(graph, before_tick=refresh_proc)
         if not stepped:
             _say_where_to_look(graph, config, err)
         code = asyncio.run(cli.run_service(graph, max_ticks=max_ticks, service=service))
