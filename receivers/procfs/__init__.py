@@ -1,0 +1,113 @@
+"""Receiver ``procfs``: every process on the node from /proc — comm, exe, start time, CPU time, and the
+container and pod its cgroup names (containerd, CRI-O, Docker, podman; cgroup v1 and v2; systemd and
+cgroupfs drivers; nested and cgroup-namespaced paths).
+
+It reads *every* process, not only those on a GPU: receivers run concurrently within a tick, so this one
+cannot see which pids the ``nvml`` receiver is about to list. The join happens downstream, by pid (and
+``start_time_ticks`` where a processor keeps state across ticks). Reading all is cheap after the first
+tick: a process's identity (comm, exe, cgroup) is read once per (pid, start time), and later ticks read
+only its ``stat`` for the CPU time. ``max_processes`` bounds a tick's work on a node with runaway pids.
+
+Failure modes, each degrading rather than stopping:
+- ``root`` missing or unreadable (``/host/proc`` not mounted): one rate-limited warning, no records;
+- a process ending while it is read: left out, silently (the normal case on a busy node);
+- ``exe`` unreadable (a kernel thread, or another user's process without CAP_SYS_PTRACE): absent;
+- a scan still running when the next tick asks (a hung /proc read): that tick gets no records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+from pydantic import Field
+
+from pipeline.components import ComponentConfig, CreateContext, Factory
+from pipeline.records import Record
+from pipeline.telemetry import ComponentTelemetry
+from receivers.procfs._cgroup import CgroupIdentity, Runtime, parse_cgroup, parse_cgroup_path
+from receivers.procfs._proc import ProcessTable, ProcStat, Scan, parse_stat
+
+__all__ = [
+    "CgroupIdentity",
+    "ProcStat",
+    "ProcfsConfig",
+    "ProcfsReceiver",
+    "Runtime",
+    "clock_ticks_per_s",
+    "factory",
+    "parse_cgroup",
+    "parse_cgroup_path",
+    "parse_stat",
+]
+
+
+class ProcfsConfig(ComponentConfig):
+    root: str = "/proc"
+    """The host's /proc: ``/host/proc`` when wattpipe runs in a container with it mounted there."""
+    max_processes: int = Field(default=10_000, ge=1)
+    """Read at most this many processes a tick (the lowest pids), warning when there are more."""
+
+
+def clock_ticks_per_s() -> int:
+    """USER_HZ, the unit of /proc's CPU times: 100 on every mainstream Linux build."""
+    try:
+        return os.sysconf("SC_CLK_TCK")
+    except (ValueError, OSError, AttributeError):  # not a POSIX system that knows the name
+        return 100
+
+
+class ProcfsReceiver:
+    provides = frozenset({"host_processes"})
+
+    def __init__(self, config: ProcfsConfig, ctx: CreateContext, *, ticks_per_s: int | None = None) -> None:
+        self.config = config
+        self.component_id = ctx.component_id
+        self.clock = ctx.clock
+        self.rl: ComponentTelemetry = ctx.telemetry
+        self.table = ProcessTable(
+            Path(config.root),
+            max_processes=config.max_processes,
+            clock_ticks_per_s=ticks_per_s or clock_ticks_per_s(),
+        )
+        # One worker that owns the table: a scan left running by a tick's timeout is never joined by a
+        # second one racing it over the cache. No thread starts until the first collect().
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="procfs")
+        self._pending: Future[Scan] | None = None
+
+    async def collect(self) -> Sequence[Record]:
+        now = self.clock.now()
+        if self._pending is not None and not self._pending.done():
+            self._warn("slow", f"the scan of {self.config.root} from an earlier tick is still running; none this tick")
+            return []
+        self._pending = self._executor.submit(self.table.scan, now)
+        scan = await asyncio.wrap_future(self._pending)
+        for key, message in scan.problems:
+            self._warn(key, message)
+        return scan.records
+
+    async def shutdown(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def _warn(self, key: str, message: str) -> None:
+        self.rl.log.log(logging.WARNING, key, f"receiver {self.component_id}: {message}")
+
+
+def _create(ctx: CreateContext, config: ComponentConfig) -> ProcfsReceiver:
+    assert isinstance(config, ProcfsConfig)
+    return ProcfsReceiver(config, ctx)
+
+
+factory = Factory(
+    type="procfs",
+    kind="receiver",
+    config_model=ProcfsConfig,
+    create=_create,
+    description="Processes from /proc: comm, exe, start time, CPU time, and the container and pod of their cgroup.",
+    stability="alpha",
+    provides=frozenset({"host_processes"}),
+)

@@ -1,0 +1,201 @@
+"""Reading processes from a /proc tree, with each process's identity cached per (pid, start time).
+
+Blocking file I/O: the receiver runs :meth:`ProcessTable.scan` on a worker thread. Nothing here raises
+for a process that disappears while it is being read (the normal case on a busy node): it is left out.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pipeline.clock import Timestamp
+from pipeline.records import HostProcess
+from receivers.procfs._cgroup import CgroupIdentity, parse_cgroup
+
+__all__ = ["ProcStat", "ProcessTable", "Scan", "parse_stat"]
+
+# ENOENT: the directory or file is gone; ESRCH: the kernel found the task gone while producing the file.
+_GONE = (errno.ENOENT, errno.ESRCH)
+
+
+@dataclass(frozen=True, slots=True)
+class ProcStat:
+    """The fields of ``/proc/<pid>/stat`` this receiver uses, in clock ticks (``SC_CLK_TCK``)."""
+
+    comm: str
+    utime_ticks: int
+    stime_ticks: int
+    start_time_ticks: int  # since boot: with the pid, what names one process across pid reuse
+
+
+def parse_stat(text: str) -> ProcStat:
+    """Parse one ``/proc/<pid>/stat`` line; raises ValueError when it is not one.
+
+    Field 2 is ``(comm)``, and comm is whatever the process named itself: it may hold spaces and
+    parentheses (``(a) (b)``), so the fields after it start after the *last* ``)``.
+    """
+    open_at = text.find("(")
+    close_at = text.rfind(")")
+    if open_at < 0 or close_at < open_at:
+        raise ValueError("no '(comm)' field")
+    rest = text[close_at + 1 :].split()  # rest[0] is field 3 (state), so field n is rest[n - 3]
+    try:
+        return ProcStat(
+            comm=text[open_at + 1 : close_at],
+            utime_ticks=int(rest[14 - 3]),
+            stime_ticks=int(rest[15 - 3]),
+            start_time_ticks=int(rest[22 - 3]),
+        )
+    except (IndexError, ValueError):
+        raise ValueError(f"{len(rest) + 2} fields, or a non-number among utime/stime/starttime") from None
+
+
+@dataclass(frozen=True, slots=True)
+class _Identity:
+    """What never changes over a process's life, read once per (pid, start time)."""
+
+    start_time_ticks: int
+    comm: str
+    exe: str | None
+    cgroup: CgroupIdentity
+
+
+@dataclass(slots=True)
+class Scan:
+    """One pass over /proc: a record per readable process, and problems worth a (rate-limited) warning."""
+
+    records: list[HostProcess] = field(default_factory=list)
+    problems: list[tuple[str, str]] = field(default_factory=list)  # (key, message)
+
+
+class _Gone(Exception):
+    """The process ended (or its pid was reused) while it was being read."""
+
+
+def _read(path: str) -> str:
+    """A whole /proc file. Plain os calls on a str path: this runs for every process every tick, and
+    pathlib and buffered files cost more than the read itself."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno in _GONE:
+            raise _Gone from None
+        raise
+    try:
+        chunks = []
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    except OSError as exc:
+        if exc.errno in _GONE:
+            raise _Gone from None
+        raise
+    finally:
+        os.close(fd)
+    # A lenient decode: comm and cgroup paths are bytes to the kernel, not always UTF-8.
+    return b"".join(chunks).decode("utf-8", errors="replace")
+
+
+class ProcessTable:
+    """Every process under ``root`` (a /proc), its identity read once and its CPU time every scan.
+
+    The cache holds one entry per pid seen in the last scan, so it is bounded by the process count. An
+    entry is trusted only while the pid's start time is unchanged: a reused pid is a new process.
+    """
+
+    def __init__(self, root: Path, *, max_processes: int, clock_ticks_per_s: int) -> None:
+        self.root = root
+        self._root = str(root)
+        self.max_processes = max_processes
+        self.clock_ticks_per_s = clock_ticks_per_s
+        self._cache: dict[int, _Identity] = {}
+
+    def cached(self) -> int:
+        return len(self._cache)
+
+    def scan(self, now: Timestamp) -> Scan:
+        out = Scan()
+        try:
+            pids = self._pids()
+        except OSError as exc:
+            self._cache.clear()
+            reason = exc.strerror or type(exc).__name__
+            out.problems.append(
+                ("root", f"cannot list {self.root}: {reason}; no host processes (is the host's /proc mounted there?)")
+            )
+            return out
+        if not pids:
+            self._cache.clear()
+            out.problems.append(("empty", f"{self.root} has no process directories: is it a /proc?"))
+            return out
+        if len(pids) > self.max_processes:
+            out.problems.append(
+                (
+                    "max_processes",
+                    f"{len(pids)} processes under {self.root}, more than max_processes ({self.max_processes}): "
+                    f"reading the {self.max_processes} lowest pids only",
+                )
+            )
+            pids = pids[: self.max_processes]
+        cache: dict[int, _Identity] = {}
+        for pid in pids:
+            try:
+                record, identity = self._read_process(pid, now)
+            except _Gone:
+                continue
+            except ValueError as exc:
+                out.problems.append(("malformed", f"{self.root}/{pid}/stat cannot be parsed ({exc}); skipping it"))
+                continue
+            except OSError as exc:
+                reason = exc.strerror or type(exc).__name__
+                out.problems.append(
+                    (f"unreadable/{exc.errno}", f"{self.root}/{pid} cannot be read ({reason}); skipping it")
+                )
+                continue
+            cache[pid] = identity
+            out.records.append(record)
+        self._cache = cache  # pids that are gone (or skipped) are forgotten
+        return out
+
+    def _pids(self) -> list[int]:
+        return sorted(int(name) for name in os.listdir(self.root) if name.isdigit() and name.isascii())
+
+    def _read_process(self, pid: int, now: Timestamp) -> tuple[HostProcess, _Identity]:
+        directory = f"{self._root}/{pid}"
+        stat = parse_stat(_read(f"{directory}/stat"))
+        identity = self._cache.get(pid)
+        if identity is None or identity.start_time_ticks != stat.start_time_ticks:
+            identity = self._read_identity(directory, stat)
+        cg = identity.cgroup
+        return (
+            HostProcess(
+                time=now,
+                pid=pid,
+                comm=identity.comm,
+                exe=identity.exe,
+                start_time_ticks=stat.start_time_ticks,
+                container_id=cg.container_id,
+                pod_uid=cg.pod_uid,
+                cpu_time_s=(stat.utime_ticks + stat.stime_ticks) / self.clock_ticks_per_s,
+            ),
+            identity,
+        )
+
+    def _read_identity(self, directory: str, stat: ProcStat) -> _Identity:
+        comm = _read(f"{directory}/comm").rstrip("\n")
+        cgroup = parse_cgroup(_read(f"{directory}/cgroup"))
+        try:
+            exe: str | None = os.readlink(f"{directory}/exe")
+        except OSError:
+            # Kernel threads have no exe; another user's process needs CAP_SYS_PTRACE to see it. Absent.
+            exe = None
+        # The pid may have ended and been reused between the stat read and these: make sure the files
+        # just read belong to the process whose start time the cache will file them under.
+        if parse_stat(_read(f"{directory}/stat")).start_time_ticks != stat.start_time_ticks:
+            raise _Gone
+        return _Identity(start_time_ticks=stat.start_time_ticks, comm=comm, exe=exe, cgroup=cgroup)
