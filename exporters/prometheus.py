@@ -1,10 +1,23 @@
-"""Exporter ``prometheus``: every catalog family on ``/metrics``, rendered once per tick, served from memory.
+r"""Exporter ``prometheus``: every catalog family on ``/metrics``, rendered once per tick, served from memory.
 
 ``export(batch)`` keeps the latest batch of each pipeline that feeds this exporter and renders the text
-of their union right away (a ``prometheus_client`` custom collector on a private registry); a scrape
-only hands out those bytes (gzipped once, on the first scrape that asks), so scrapes never trigger
-collection and fifty concurrent ones render nothing. A series that is no longer in the latest batches is gone from the next rendering: no
-stale state (how long a terminated process stays is the ``energy`` processor's retention).
+of their union right away; a scrape only hands out those bytes (gzipped once, on the first scrape that
+asks), so scrapes never trigger collection and fifty concurrent ones render nothing. A series that is no
+longer in the latest batches is gone from the next rendering: no stale state (how long a terminated
+process stays is the ``energy`` processor's retention).
+
+Two renderers make the same bytes (a test holds them to it, and to golden files):
+
+- ``fast`` (the default) writes the text format itself: a series' ``name{labels} `` prefix is formatted
+  once and reused for as long as the series lasts (its labels come from the catalog's label cache, so
+  the same mapping object arrives tick after tick), each family's ``# HELP``/``# TYPE`` lines once per
+  process, and only the values are formatted per tick, with ``prometheus_client``'s ``floatToGoString``.
+  Label names go through ``prometheus_client``'s own escaping; label values are escaped here the way
+  ``prometheus_client`` does it (backslash, newline and double quote as ``\\``, ``\n``, ``\"``; UTF-8
+  otherwise as is).
+- ``prometheus_client`` is the reference: a custom collector on a private registry, rendered by
+  ``generate_latest``. It builds a ``Sample`` per series and formats every label of every series on every
+  tick: 5–8× the CPU of ``fast`` (docs/benchmarks.md).
 
 Names follow ``naming`` (see docs/metrics.md): ``kepler`` (Kepler's names and labels) or ``otel`` (the
 OpenTelemetry names, with ``.`` → ``_``, the unit's word and ``_total`` appended, as Prometheus does for
@@ -18,21 +31,25 @@ from __future__ import annotations
 import asyncio
 import functools
 import gzip
+import itertools
 import re
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Literal
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.openmetrics.exposition import UNDERSCORES, escape_label_name, escape_metric_name
 from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
 from pydantic import Field, field_validator
 
 from pipeline.catalog import (
     FAMILIES,
     NODE,
     Family,
+    Point,
     Scheme,
     device_attributes,
     label_name,
@@ -61,6 +78,9 @@ class PrometheusConfig(ComponentConfig):
     """Export the per-process families; false keeps cardinality to devices, containers and pods."""
     terminated: bool = True
     """Export series of processes (containers, pods) that have exited, while the energy processor keeps them."""
+    renderer: Literal["fast", "prometheus_client"] = "fast"
+    """How the text is made: ``fast`` reuses each series' formatted labels from tick to tick;
+    ``prometheus_client`` renders through its registry (the reference: the same bytes, 5–8× the CPU)."""
 
     @field_validator("listen")
     @classmethod
@@ -103,28 +123,87 @@ class _Collector:
 
     def collect(self) -> Iterator[Metric]:
         exporter = self._exporter
-        config = exporter.config
-        scheme: Scheme = config.naming
-        node_label = prometheus_label(label_name(NODE.name, scheme) or NODE.name)
-        defaults = {node_label: exporter.node_name, **config.const_labels}
-        batches = [exporter.batches[name] for name in sorted(exporter.batches)]
-        for family in FAMILIES:
-            if family.kind == "process" and not config.per_process:
-                continue
-            metric = _metric(family, scheme)
-            sample_name = prometheus_name(family, scheme)
+        defaults = exporter._defaults
+        for family, sample_name, family_points in exporter._families():
+            metric = _metric(family, exporter.config.naming)
             series: dict[tuple[tuple[str, str], ...], Sample] = {}
-            for batch in batches:  # in pipeline order: where two pipelines give one series, the last wins
-                for point in points(family, batch, scheme, exporter.devices):
-                    if not config.terminated and getattr(point.record, "state", None) == "terminated":
-                        continue
-                    labels = _prometheus_labels(point.labels)
-                    for name, value in defaults.items():
-                        labels.setdefault(name, value)
-                    series[tuple(sorted(labels.items()))] = Sample(sample_name, labels, point.value, None, None)
+            for point in family_points:  # in pipeline order: where two pipelines give one series, the last wins
+                labels = _prometheus_labels(point.labels)
+                for name, value in defaults.items():
+                    labels.setdefault(name, value)
+                series[tuple(sorted(labels.items()))] = Sample(sample_name, labels, point.value, None, None)
             if series:
                 metric.samples.extend(series.values())
                 yield metric
+
+
+class _FastRenderer:
+    """The text format written directly: per tick, only the values are formatted (see the module docstring).
+
+    Every series' prefix (``name{label="value",…} ``) is remembered for the next tick, keyed by the identity
+    of the catalog's label mapping it was made from (the entry holds the mapping, so the identity cannot be
+    reused meanwhile). Only the series of the last rendering are kept: the cache is exactly as large as
+    the exposition, and a series that ends is forgotten a tick later.
+    """
+
+    def __init__(self, exporter: PrometheusExporter) -> None:
+        self._exporter = exporter
+        self._prefixes: dict[str, dict[int, tuple[Mapping[str, str], str]]] = {}
+
+    def render(self) -> bytes:
+        exporter = self._exporter
+        scheme: Scheme = exporter.config.naming
+        previous, self._prefixes = self._prefixes, {}
+        out: list[str] = []
+        for family, sample_name, family_points in exporter._families():
+            known = previous.get(sample_name, {})
+            kept = self._prefixes[sample_name] = {}
+            series: dict[str, float] = {}  # prefix → value: the prefix is the label set, so it dedups too
+            for point in family_points:
+                labels = point.labels
+                entry = known.get(id(labels))
+                if entry is None or entry[0] is not labels:
+                    entry = (labels, self._prefix(sample_name, labels))
+                kept[id(labels)] = entry
+                series[entry[1]] = point.value
+            if series:
+                out.append(_header(family, scheme))
+                out.extend([f"{prefix}{_value_text(value)}\n" for prefix, value in series.items()])
+        return "".join(out).encode("utf-8")
+
+    def _prefix(self, sample_name: str, labels: Mapping[str, str]) -> str:
+        """What ``generate_latest`` writes before a sample's value (escaping: ``UNDERSCORES``, its default)."""
+        merged = _prometheus_labels(labels)
+        for name, value in self._exporter._defaults.items():
+            merged.setdefault(name, value)
+        text = ",".join(
+            f'{escape_label_name(name, UNDERSCORES)}="{_escape_label_value(value)}"'
+            for name, value in sorted(merged.items())
+        )
+        name = escape_metric_name(sample_name, UNDERSCORES)
+        return f"{name}{{{text}}} " if text else f"{name} "
+
+
+_value_text: Callable[[float], str] = floatToGoString  # prometheus_client's (Go's) float format: 1e+06, NaN, +Inf
+
+
+def _escape_label_value(value: str) -> str:
+    """A label value as the text format quotes it: backslash, newline and double quote escaped."""
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+class _OneMetric:
+    def __init__(self, metric: Metric) -> None:
+        self._metric = metric
+
+    def collect(self) -> Iterator[Metric]:
+        yield self._metric
+
+
+@functools.cache
+def _header(family: Family, scheme: Scheme) -> str:
+    """The family's ``# HELP`` and ``# TYPE`` lines, written by ``prometheus_client`` itself (once per family)."""
+    return generate_latest(_OneMetric(_metric(family, scheme))).decode("utf-8")
 
 
 def _metric(family: Family, scheme: Scheme) -> Metric:
@@ -154,8 +233,12 @@ class PrometheusExporter:
         self.log = ctx.logger
         self.batches: dict[str, Batch] = {}
         self.devices: dict[str, dict[str, str]] = {}
+        node_label = prometheus_label(label_name(NODE.name, config.naming) or NODE.name)
+        self._defaults = {node_label: self.node_name, **config.const_labels}
+        """What every series carries unless its own labels say otherwise, under Prometheus names."""
         self._registry = CollectorRegistry(auto_describe=False)
         self._registry.register(_Collector(self))
+        self._fast = _FastRenderer(self)
         self._rendered = _Rendered(b"")
         self._render_lock = threading.Lock()
         self._server: HttpServer | None = None
@@ -199,7 +282,25 @@ class PrometheusExporter:
             self.batches[batch.pipeline] = batch
             self._remember_devices(batch)
             # Scrapes on other threads see the swap of one reference: the old text or the new, never half.
-            self._rendered = _Rendered(generate_latest(self._registry))
+            if self.config.renderer == "fast":
+                self._rendered = _Rendered(self._fast.render())
+            else:
+                self._rendered = _Rendered(generate_latest(self._registry))
+
+    def _families(self) -> Iterator[tuple[Family, str, Iterator[Point]]]:
+        """Each family to render, its sample name, and its points from every batch (in pipeline order:
+        where two pipelines give one series, the last wins), after ``per_process`` and ``terminated``."""
+        config = self.config
+        batches = [self.batches[name] for name in sorted(self.batches)]
+        for family in FAMILIES:
+            if family.kind == "process" and not config.per_process:
+                continue
+            family_points: Iterator[Point] = itertools.chain.from_iterable(
+                points(family, batch, config.naming, self.devices) for batch in batches
+            )
+            if not config.terminated:
+                family_points = (p for p in family_points if getattr(p.record, "state", None) != "terminated")
+            yield family, prometheus_name(family, config.naming), family_points
 
     def _remember_devices(self, batch: Batch) -> None:
         # An attributed series' gpu label comes from the device records; remembering them keeps the label

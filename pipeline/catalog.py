@@ -23,8 +23,10 @@ is ``None`` yields no point (absent is not zero).
 from __future__ import annotations
 
 import functools
+import itertools
+import operator
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Literal
 
@@ -99,8 +101,8 @@ NODE = Attribute("node_name", "node_name", "k8s.node.name", "The node (`service.
 _BY_NAME = {a.name: a for a in (*ATTRIBUTES, NODE)}
 
 DEVICE_DERIVED = ("device_index", "device_name", "vendor")
-_LABEL_CACHE_MAX = 50_000
 """Attributes a record with only a ``device_id`` can take from the batch's device records."""
+_LABEL_CACHE_MAX = 50_000
 
 
 def label_name(attribute: str, scheme: Scheme) -> str | None:
@@ -311,7 +313,13 @@ FAMILIES: tuple[Family, ...] = (
 
 @dataclass(frozen=True, slots=True)
 class Point:
-    """One labelled value of a family (labels under the scheme's names, node not included)."""
+    """One labelled value of a family (labels under the scheme's names, node not included).
+
+    ``labels`` is read-only and reused from tick to tick: a record with the same identity, extras, label
+    actions and device gives the same mapping object while the catalog's (bounded) cache keeps it. An
+    exporter may therefore cache what it derives from a series' labels by the mapping's identity, as long
+    as it holds on to the mapping.
+    """
 
     labels: Mapping[str, str]
     value: float
@@ -342,24 +350,55 @@ def device_attributes(batch: Batch) -> dict[str, dict[str, str]]:
 def points(
     family: Family, batch: Batch, scheme: Scheme, devices: Mapping[str, Mapping[str, str]] | None = None
 ) -> Iterator[Point]:
-    """``family``'s points in ``batch``, one per label set (the last record wins).
+    """``family``'s points in ``batch``, one per label set (in the order of their first record; the last
+    record's value wins).
 
     ``devices`` is :func:`device_attributes` of the batch, possibly merged with what earlier batches said.
     """
     devices = device_attributes(batch) if devices is None else devices
     plan = _plan(family, scheme)
+    cache = plan.cache
+    if len(cache) >= _LABEL_CACHE_MAX:
+        cache.clear()  # bounded: a node's series churn cannot grow it without limit
+    actions = _token(batch.label_actions)
+    by_device: dict[str, tuple[Mapping[str, str], int]] = {}
+    identify = plan.identify
+    read = family.read
     # One point per label set: records that collapse onto one series (a device's many shares, for the
     # attribution mode) would otherwise be duplicate samples, which Prometheus and OTLP both reject.
-    out: dict[tuple[tuple[str, str], ...], Point] = {}
-    for record in getattr(batch, Batch.field_for(family.record)):
-        if not family.matches(record):
-            continue
-        value = family.read(record)
+    out: dict[str, tuple[_Labels, float, Record]] = {}
+    for record in _selected(plan, batch):
+        value = read(record)
         if value is None:
             continue
-        labels = plan.labels(record, batch, devices)
-        out[tuple(sorted(labels.items()))] = Point(labels, value, record)
-    yield from out.values()
+        device_id = getattr(record, "device_id", "")
+        device = by_device.get(device_id)
+        if device is None:
+            attrs = devices.get(device_id, {})
+            device = by_device[device_id] = (attrs, _token(tuple(attrs.items())))
+        # A record's labels depend only on its identity, extras and label-source fields, the batch's label
+        # actions and its device's attributes, never on its values: so they are cached across ticks (a
+        # series keeps its labels from tick to tick; only the value is new).
+        key = (identify(record), record.extra, actions, device[1])
+        labels = cache.get(key)
+        if labels is None:
+            labels = cache[key] = plan.labels(record, batch, device[0])
+        out[labels.series] = (labels, value, record)
+    for labels, value, record in out.values():
+        yield Point(labels, value, record)
+
+
+class _Labels(dict[str, str]):
+    """A record's labels, cached: never modified once made, and carrying their order-free identity."""
+
+    __slots__ = ("series",)
+    series: str
+    """The label set, sorted and written out: equal for records that collapse onto one series (a string,
+    because a string keeps its hash: the points of a family are collapsed by it on every tick)."""
+
+    def __init__(self, labels: dict[str, str]) -> None:
+        super().__init__(labels)
+        self.series = repr(sorted(labels.items()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -368,32 +407,20 @@ class _Plan:
 
     family: Family
     scheme: Scheme
+    field: str
+    """The Batch field its records are in."""
+    where: tuple[str, ...]
+    """The fields that ``family.where`` tests."""
+    wanted: tuple[str, ...]
+    """The values ``family.where`` wants in them, as text."""
     labels_from: tuple[tuple[str, str, Literal["attribute", "field", "device"]], ...]  # attribute, name, source
     aliases: Mapping[str, str]
     identity: frozenset[str]
-    key_fields: tuple[str, ...]
-    """The record fields its labels can depend on: identity attributes and label-source fields."""
-    cache: dict[tuple[object, ...], dict[str, str]]
+    identify: Callable[[Record], object]
+    """The record fields its labels can depend on (identity attributes and label-source fields), as one key."""
+    cache: dict[tuple[object, ...], _Labels]
 
-    def labels(self, record: Record, batch: Batch, devices: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
-        """The record's labels. They depend only on its identity, extras and label-source fields, the batch's
-        label actions and its device's attributes, never on its values: so they are cached across ticks
-        (a series keeps its labels from tick to tick; only the value is new)."""
-        device = devices.get(getattr(record, "device_id", ""), {})
-        key = (
-            tuple(getattr(record, name, None) for name in self.key_fields),
-            record.extra,
-            batch.label_actions,
-            tuple(device.items()),
-        )
-        cached = self.cache.get(key)
-        if cached is None:
-            if len(self.cache) >= _LABEL_CACHE_MAX:
-                self.cache.clear()  # bounded: a node's series churn cannot grow it without limit
-            cached = self.cache[key] = self._labels(record, batch, device)
-        return dict(cached)
-
-    def _labels(self, record: Record, batch: Batch, device: Mapping[str, str]) -> dict[str, str]:
+    def labels(self, record: Record, batch: Batch, device: Mapping[str, str]) -> _Labels:
         aliases = self.aliases
         attrs = {aliases.get(k, k): v for k, v in batch.labels(record).items()}
         out: dict[str, str] = {}
@@ -418,7 +445,7 @@ class _Plan:
                     extra_name = label_name(attribute, self.scheme)
                     if extra_name is not None:
                         out.setdefault(extra_name, value)
-        return out
+        return _Labels(out)
 
 
 @functools.cache
@@ -429,19 +456,73 @@ def _plan(family: Family, scheme: Scheme) -> _Plan:
         name = label_name(attribute, scheme)
         if name is not None:
             labels_from.append((attribute, name, family.label_source(attribute)))
+    # Fields the record type does not have are None on every record: they cannot tell two labels apart.
+    # (No record type is subclassed; a subclass that added one would need it here.)
+    has = {f.name for f in fields(family.record)}
+    key_fields = [
+        name
+        for name in dict.fromkeys(
+            (*family.record.IDENTITY, *(a for a, _, src in labels_from if src == "field"), *DEVICE_DERIVED)
+        )
+        if name in has
+    ]
     return _Plan(
         family=family,
         scheme=scheme,
+        field=Batch.field_for(family.record),
+        where=tuple(name for name, _ in family.where),
+        wanted=tuple(value for _, value in family.where),
         labels_from=tuple(labels_from),
         aliases=aliases,
         identity=frozenset(aliases.get(k, k) for k in family.record.IDENTITY),
-        key_fields=tuple(
-            dict.fromkeys(
-                (*family.record.IDENTITY, *(a for a, _, src in labels_from if src == "field"), *DEVICE_DERIVED)
-            )
-        ),
+        identify=operator.attrgetter(*key_fields) if key_fields else lambda _: (),
         cache={},
     )
+
+
+# Which records a family selects depends only on the record tuple, which is immutable: grouped once per
+# tuple by the field families test, instead of tested once per family (six families share the Totals).
+# A few recent tuples per grouping are kept, so pipelines that render in turn do not regroup each other's.
+_GROUPED: dict[tuple[str, str], tuple[tuple[tuple[Record, ...], dict[str, list[Record]]], ...]] = {}
+_GROUPED_KEEP = 4
+
+
+def _selected(plan: _Plan, batch: Batch) -> Sequence[Record]:
+    # Every record in a Batch field is of that field's type (Batch's contract), and a family's record
+    # type is the type of its field: no isinstance test is needed.
+    records: tuple[Record, ...] = getattr(batch, plan.field)
+    if not plan.where or not records:
+        return records
+    if len(plan.where) > 1:
+        return [r for r in records if all(str(getattr(r, k)) == v for k, v in plan.family.where)]
+    (name,), (wanted,) = plan.where, plan.wanted
+    key = (plan.field, name)
+    recent = _GROUPED.get(key, ())
+    groups = next((g for r, g in recent if r is records), None)
+    if groups is None:
+        groups = {}
+        for record in records:
+            value = getattr(record, name)
+            groups.setdefault(value if type(value) is str else str(value), []).append(record)
+        _GROUPED[key] = ((records, groups), *recent[: _GROUPED_KEEP - 1])  # one assignment: safe across threads
+    return groups.get(wanted, ())
+
+
+# Label actions and device attributes take part in every cache key; hashing them once per call, not once
+# per record, is what these tokens are for. A token is never reused for another value, so dropping the
+# table only costs cache misses.
+_TOKENS: dict[tuple[object, ...], int] = {}
+_TOKENS_MAX = 4096
+_TOKEN_COUNT = itertools.count()
+
+
+def _token(value: tuple[object, ...]) -> int:
+    token = _TOKENS.get(value)
+    if token is None:
+        if len(_TOKENS) >= _TOKENS_MAX:
+            _TOKENS.clear()
+        token = _TOKENS[value] = next(_TOKEN_COUNT)
+    return token
 
 
 # --- Prometheus names ----------------------------------------------------------------------------

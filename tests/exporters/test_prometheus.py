@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
+import subprocess
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
-from exporters.prometheus import PrometheusConfig, PrometheusExporter, factory
+from exporters.prometheus import PrometheusConfig, PrometheusExporter, _escape_label_value, factory
 from pipeline.clock import SteppedClock, Timestamp
 from pipeline.components import Registry
 from pipeline.records import (
@@ -478,3 +483,179 @@ def test_exported_energy_adds_up_after_the_real_processors(http: httpx.Client) -
         ("11", "2", "running"),
         ("12", "2", "terminated"),
     }
+
+
+# --- the exposition text, byte for byte ---------------------------------------------------------------------
+
+GOLDEN = Path(__file__).parent / "prometheus_golden"
+NASTY = 'a "quoted" \\ back\\slash\nnew_line} x="1 naïve ☃ 日本\t'
+
+
+def rich_batches() -> list[Batch]:
+    """Every family, both pipelines' kinds of overlap, hostile label values and awkward floats."""
+    extra = (("comm", NASTY), ("weird.key-name", "v"), ("weird_key_name", "shadowed"), ("9lives", "cat"))
+    totals = (
+        process(7, extra=extra),
+        process(8, mj=1, state="terminated", power_w=0.0),
+        process(9, uuid=B, mj=10**22, power_w=float("inf")),
+        process(10, uuid=B, mj=123_456_789_012, power_w=float("nan")),
+        process(11, uuid=B, mj=5, power_w=-0.0),
+        process(13, uuid=B, mj=10**22, power_w=float("-inf")),
+        process(7, mj=99),  # the same series as the first pid 7 record, but without extras: a second series
+        Totals(time=T, scope="container", key="c0ffee", device_id=A, energy_mj=2_000, power_w=1e-7,
+               extra=(("container_name", "main"), ("pod_uid", "uid-1"), ("pod_name", "p"), ("pod_namespace", "ns"))),
+        Totals(time=T, scope="pod", key="uid-1", device_id=A, energy_mj=2_000, power_w=1234567.0,
+               extra=(("pod_name", "p"), ("pod_namespace", "ns"))),
+    )  # fmt: skip
+    utilisation = (
+        GpuProcessSample(time=T, device_id=A, pid=7, sm_util=0.3333333333333333, extra=(("comm", "py"),)),
+        GpuProcessSample(time=T, device_id=A, pid=8, sm_util=None),
+        GpuProcessSample(time=T, device_id=B, pid=9, sm_util=0.0, gpu_instance_id=3),
+    )
+    first = full_batch().replace(
+        totals=totals,
+        gpu_processes=utilisation,
+        shares=(share(7, A), share(8, A), share(None, A), share(None, B, mode="none")),
+    )
+    second = node_batch(
+        device(A, 0, power_w=1e21),
+        device(B, 1, device_name="NVIDIA “H100” \\ 80GB"),
+        power(B, 1),
+        process(9, uuid=B, mj=42),  # also in the first pipeline: this one wins
+        process(12, uuid=B, extra=(("pod_name", "ünï"),)),
+        pipeline="other",
+    )
+    return [first, second]
+
+
+GOLDEN_CASES: dict[str, dict[str, Any]] = {
+    "kepler": {},
+    "otel": {"naming": "otel"},
+    "const_labels": {"const_labels": {"cluster": "eu-1", "gpu": "const", "zone": 'a"b\\c'}, "terminated": False},
+    "per_process_false": {"per_process": False, "naming": "otel"},
+    "later_tick": {},
+}
+
+
+def rendered(options: dict[str, Any], batches: list[Batch]) -> bytes:
+    config = PrometheusConfig.model_validate({"listen": "127.0.0.1:0", **options})
+    exporter = PrometheusExporter(config, make_context("prometheus", "exporter", node_name="node-ä"))
+    for batch in batches:
+        exporter.render(batch)
+    return exporter.body
+
+
+def golden_batches(case: str) -> list[Batch]:
+    batches = rich_batches()
+    if case == "per_process_false":
+        actions = (
+            LabelAction("upsert", "team", "ml", kinds=frozenset({"process"})),
+            LabelAction("drop", "device_name"),
+            LabelAction("rename", "vendor", new_key="maker"),
+        )
+        batches = [batch.replace(label_actions=actions) for batch in batches]
+    if case == "later_tick":  # the same series again, some gone, new values, one relabelled: nothing stale
+        first = batches[0]
+        later = first.replace(
+            totals=(process(7, mj=5_000_000), process(14), *first.totals[2:4]),
+            label_actions=(LabelAction("upsert", "team", "ml", kinds=frozenset({"process"})),),
+        )
+        batches = [*batches, later, later.replace(label_actions=())]
+    return batches
+
+
+@pytest.mark.parametrize("case", sorted(GOLDEN_CASES))
+def test_the_exposition_text_is_byte_for_byte_the_golden_text(case: str) -> None:
+    expected = (GOLDEN / f"{case}.prom").read_bytes()
+    assert rendered(GOLDEN_CASES[case], golden_batches(case)) == expected
+
+
+def processed_batches(ticks: int = 4, gpus: int = 4, per_gpu: int = 16) -> list[Batch]:
+    """Batches as the real idle → attribution → energy processors make them, with processes ending."""
+    clock = SteppedClock()
+    idle = IdleProcessor(IdleConfig(mode="fixed", watts=50.0), make_context("idle", clock=clock, pipeline="metrics"))
+    attribution = AttributionProcessor(make_context("attribution", clock=clock))
+    energy = EnergyProcessor(EnergyConfig(), make_context("energy", clock=clock, pipeline="metrics"))
+    out = []
+    for tick in range(ticks):
+        now = clock.now()
+        uuids = [f"GPU-{g:04d}" for g in range(gpus)]
+        batch = Batch(time=now, interval_s=5.0, node="node-a").replace(
+            devices=tuple(
+                DeviceSample(time=now, device_id=u, device_index=g, device_name="NVIDIA H100", vendor="nvidia",
+                             energy_mj=1e6 + tick * 1_000_003.0 * (g + 1), power_w=200.0)
+                for g, u in enumerate(uuids)
+            ),
+            gpu_processes=tuple(
+                GpuProcessSample(time=now, device_id=u, pid=1000 * g + p, sm_util=0.01 * (p + tick),
+                                 extra=(("comm", f"worker-{p}"),))
+                for g, u in enumerate(uuids)
+                for p in range(per_gpu - tick)  # one process ends every tick
+            ),
+        )  # fmt: skip
+        for processor in (idle, attribution, energy):
+            batch = processor.process(batch)
+        out.append(batch)
+        clock.advance(5.0)
+    return out
+
+
+@pytest.mark.parametrize("options", [{}, {"naming": "otel", "const_labels": {"zone": "ä\\"}}, {"terminated": False}])
+def test_the_fast_renderer_writes_what_prometheus_client_writes_tick_after_tick(options: dict[str, Any]) -> None:
+    def exporter(renderer: str) -> PrometheusExporter:
+        config = PrometheusConfig.model_validate({"listen": "127.0.0.1:0", "renderer": renderer, **options})
+        return PrometheusExporter(config, make_context("prometheus", "exporter", node_name="node-a"))
+
+    fast, reference = exporter("fast"), exporter("prometheus_client")
+    assert fast.config.renderer == "fast"  # the default
+    batches = processed_batches()
+    for batch in [*batches, *rich_batches(), *batches[2:]]:
+        fast.render(batch)
+        reference.render(batch)
+        assert fast.body == reference.body
+    assert fast.body.count(b"\nkepler_process_gpu_joules_total{") + fast.body.count(b"\nwattpipe_process_") > 10
+
+
+@pytest.mark.parametrize("case", sorted(GOLDEN_CASES))
+def test_the_prometheus_client_renderer_writes_the_golden_text_too(case: str) -> None:
+    expected = (GOLDEN / f"{case}.prom").read_bytes()
+    assert rendered({**GOLDEN_CASES[case], "renderer": "prometheus_client"}, golden_batches(case)) == expected
+
+
+@pytest.mark.parametrize(
+    "value", ["plain", 'a "quoted" one', "back\\slash\\", "new\nline\r\n", "naïve ☃ 日本 🙂", "\\n literal", "}{=,"]
+)
+def test_label_values_are_escaped_as_prometheus_client_escapes_them(value: str) -> None:
+    metric = GaugeMetricFamily("m", "help", labels=["l"])
+    metric.add_metric([value], 1.0)
+
+    class One:
+        def collect(self) -> list[GaugeMetricFamily]:
+            return [metric]
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(One())
+    sample = generate_latest(registry).decode().split("# TYPE m gauge\n", 1)[1]
+    assert sample == f'm{{l="{_escape_label_value(value)}"}} 1.0\n'
+
+
+def test_promtool_accepts_the_rendered_text(tmp_path: Path) -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed (Debian package 'prometheus')")
+    for options in GOLDEN_CASES.values():
+        body = rendered(options, [*processed_batches(), *rich_batches()])
+        result = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True, timeout=60)
+        assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
+
+
+def test_the_series_cache_keeps_only_the_series_of_the_last_rendering() -> None:
+    with_pid_8, without = full_batch(), full_batch().replace(totals=(process(7),))
+    exporter = PrometheusExporter(PrometheusConfig(listen="127.0.0.1:0"), make_context("prometheus", "exporter"))
+    exporter.render(with_pid_8)
+    cached = exporter._fast._prefixes["kepler_process_gpu_joules_total"]
+    assert sorted('pid="8"' in prefix for _, prefix in cached.values()) == [False, True]
+    exporter.render(without)
+    cached = exporter._fast._prefixes["kepler_process_gpu_joules_total"]
+    assert ['pid="7"' in prefix for _, prefix in cached.values()] == [True]
+    assert b'pid="8"' not in exporter.body

@@ -6,8 +6,10 @@ import dataclasses
 import importlib.util
 import re
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -24,7 +26,7 @@ from pipeline.catalog import (
     prometheus_name,
 )
 from pipeline.clock import Timestamp
-from pipeline.records import Batch, DevicePower, DeviceSample, GpuShare, LabelAction, Totals
+from pipeline.records import Batch, DevicePower, DeviceSample, GpuShare, LabelAction, Record, Totals
 
 ROOT = Path(__file__).resolve().parents[2]
 T = Timestamp(monotonic_s=10.0, wall_s=1_767_225_600.0)
@@ -191,3 +193,62 @@ def test_metrics_doc_names_every_family_in_both_schemes() -> None:
         assert f"### `{family.kepler}`" in text
         assert f"`{family.otel}`" in text
         assert f"`{prometheus_name(family, 'otel')}`" in text
+
+
+def _process(pid: int, mj: int, scope: str = "process", device: str = "GPU-x", **changes: Any) -> Totals:
+    return Totals(time=T, scope=scope, key=str(pid), device_id=device, energy_mj=mj, **changes)  # type: ignore[arg-type]
+
+
+FAMILY = {f.kepler: f for f in FAMILIES}
+
+
+def test_every_family_reads_records_of_exactly_the_type_its_batch_field_holds() -> None:
+    # points() takes a family's records from its Batch field without an isinstance test: that holds while
+    # no family names a subclass of a record type.
+    for family in FAMILIES:
+        assert family.record.__mro__[1] is Record, family.kepler
+        assert Batch.field_for(family.record) in Batch.FIELDS
+
+
+def test_a_collapsed_series_keeps_its_first_records_place_and_its_last_records_value() -> None:
+    batch = Batch(time=T, interval_s=5.0, node="n").with_records(
+        [_process(1, 1_000), _process(2, 2_000), _process(1, 3_000, power_w=5.0)]
+    )
+    found = list(points(FAMILY["kepler_process_gpu_joules_total"], batch, "kepler"))
+    assert [(p.labels["pid"], p.value) for p in found] == [("1", 3.0), ("2", 2.0)]
+    assert isinstance(found[0].record, Totals)
+    assert found[0].record.power_w == 5.0
+
+
+def test_each_consumer_family_takes_only_its_scope_from_mixed_totals_batch_after_batch() -> None:
+    def scopes(batch: Batch) -> dict[str, list[float]]:
+        return {
+            scope: [p.value for p in points(FAMILY[f"kepler_{scope}_gpu_joules_total"], batch, "kepler")]
+            for scope in ("process", "container", "pod")
+        }
+
+    first = Batch(time=T, interval_s=5.0, node="n").with_records(
+        [_process(1, 1_000), _process(2, 2_000, "pod"), _process(3, 3_000, "container"), _process(4, 4_000)]
+    )
+    assert scopes(first) == {"process": [1.0, 4.0], "container": [3.0], "pod": [2.0]}
+    second = first.replace(totals=(_process(5, 5_000, "pod"),))
+    assert scopes(second) == {"process": [], "container": [], "pod": [5.0]}
+    assert scopes(first) == {"process": [1.0, 4.0], "container": [3.0], "pod": [2.0]}
+
+
+def test_a_series_labels_are_the_same_mapping_from_tick_to_tick() -> None:
+    family = FAMILY["kepler_process_gpu_joules_total"]
+    device = DeviceSample(time=T, device_id="GPU-x", device_index=0)
+
+    def labels(batch: Batch) -> Mapping[str, str]:
+        (point,) = points(family, batch, "kepler")
+        return point.labels
+
+    tick = Batch(time=T, interval_s=5.0, node="n").with_records([device, _process(1, 1_000)])
+    later = Batch(time=T, interval_s=5.0, node="n").with_records([device, _process(1, 9_000)])
+    assert labels(tick) is labels(later)  # what the Prometheus exporter's per-series text cache relies on
+    relabelled = later.replace(label_actions=(LabelAction("upsert", "team", "ml"),))
+    assert labels(relabelled) is not labels(later)
+    assert labels(relabelled)["team"] == "ml"
+    moved = later.replace(devices=(DeviceSample(time=T, device_id="GPU-x", device_index=3),))
+    assert labels(moved)["gpu"] == "3"
