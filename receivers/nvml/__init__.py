@@ -30,6 +30,7 @@ from pipeline.records import DeviceSample, Record
 from pipeline.telemetry import ComponentTelemetry
 from receivers.nvml._device import DeviceReader, Reading
 from receivers.nvml._errors import DeviceLost, LibraryMissing, NvmlFailure, nvml_call
+from receivers.nvml._mig import MigLayout
 
 __all__ = ["NvmlConfig", "NvmlReceiver", "factory"]
 
@@ -43,6 +44,8 @@ class NvmlConfig(ComponentConfig):
     """Read per-process SM utilisation (the time-slicing shares)."""
     device_timeout: Duration = 2.0
     """How long one GPU's reads may take in a tick before it is reported absent for that tick."""
+    mig_layout_refresh: Duration = 60.0
+    """How often a MIG GPU's instance layout is re-read (also at once when a process names an unknown instance)."""
     reinit_backoff: Duration = 5.0
     reinit_backoff_max: Duration = 300.0
 
@@ -60,7 +63,7 @@ class _Slot:
 
 
 class NvmlReceiver:
-    provides = frozenset({"devices", "gpu_processes"})
+    provides = frozenset({"devices", "gpu_processes", "mig_instances"})
 
     def __init__(self, config: NvmlConfig, ctx: CreateContext) -> None:
         self.config = config
@@ -112,6 +115,7 @@ class NvmlReceiver:
                 name=name,
                 handle=handle,
                 read_utilisation=self.config.process_utilization,
+                mig_layout=MigLayout(self.config.mig_layout_refresh),
                 # Only samples from now on: the driver's buffer holds older ones (Kepler reads them all).
                 last_seen_us=start_us,
             )
@@ -162,7 +166,7 @@ class NvmlReceiver:
                     )
                     continue
                 reading = fut.result()
-                readings[self.slots.index(slot)] = [reading.device, *reading.processes]
+                readings[self.slots.index(slot)] = [reading.device, *reading.processes, *reading.instances]
                 for problem in reading.problems:
                     self._warn(slot, problem, f"GPU {slot.reader.index}: {problem}; that value is absent")
         return [record for pos in sorted(readings) for record in readings[pos]]
@@ -223,5 +227,5 @@ factory = Factory(
     create=_create,
     description="NVIDIA GPUs through NVML: power, energy counter, sharing mode, processes and their SM utilisation.",
     stability="alpha",
-    provides=frozenset({"devices", "gpu_processes"}),
+    provides=frozenset({"devices", "gpu_processes", "mig_instances"}),
 )

@@ -9,8 +9,9 @@ from typing import Any, TypeVar
 import pynvml
 
 from pipeline.clock import Timestamp
-from pipeline.records import DeviceSample, GpuProcessSample
+from pipeline.records import DeviceSample, GpuProcessSample, MigInstance
 from receivers.nvml._errors import DeviceLost, NotFound, NotSupported, NvmlFailure, nvml_call
+from receivers.nvml._mig import MigLayout
 
 __all__ = ["COMPUTE_MODES", "DeviceReader", "Reading", "integrate_utilisation"]
 
@@ -77,6 +78,7 @@ class Reading:
     device: DeviceSample
     processes: list[GpuProcessSample]
     problems: list[str] = field(default_factory=list)  # absent values, and why
+    instances: list[MigInstance] = field(default_factory=list)
 
 
 @dataclass
@@ -89,6 +91,7 @@ class DeviceReader:
     handle: Any
     read_utilisation: bool = True
     last_seen_us: int = 0  # newest utilisation sample already consumed (driver's µs CPU clock)
+    mig_layout: MigLayout = field(default_factory=lambda: MigLayout(refresh_s=60.0))
     prev_read_wall_s: float | None = None
 
     def read(self, now: Timestamp) -> Reading:
@@ -156,7 +159,33 @@ class DeviceReader:
                     util_window_s=window_s,
                 )
             )
-        return Reading(device, processes, problems)
+        instances: list[MigInstance] = []
+        if mig_enabled:
+            try:
+                layout = self.mig_layout.current(
+                    self.handle,
+                    now.monotonic_s,
+                    {p.gpu_instance_id for p in processes if p.gpu_instance_id is not None},
+                )
+            except DeviceLost:
+                raise
+            except NvmlFailure as exc:
+                problems.append(f"MIG layout: {exc}")
+                layout = {}
+            instances = [
+                MigInstance(
+                    time=now,
+                    device_id=self.uuid,
+                    gpu_instance_id=slot.gpu_instance_id,
+                    profile=slot.profile,
+                    compute_slices=slot.compute_slices,
+                    mig_uuid=slot.mig_uuid,
+                )
+                for slot in sorted(layout.values(), key=lambda s: s.gpu_instance_id)
+            ]
+        else:
+            self.mig_layout.forget()
+        return Reading(device, processes, problems, instances)
 
     def _utilisation(self, now: Timestamp, problems: list[str]) -> tuple[dict[int, float] | None, float | None]:
         since_us = self.last_seen_us

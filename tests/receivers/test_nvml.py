@@ -13,10 +13,11 @@ from hypothesis import strategies as st
 
 import simulator
 from pipeline.clock import SteppedClock
-from pipeline.records import DeviceSample, GpuProcessSample, Record
+from pipeline.records import DeviceSample, GpuProcessSample, MigInstance, Record
 from pipeline.telemetry import Telemetry
 from receivers.nvml import NvmlConfig, NvmlReceiver
 from receivers.nvml._device import integrate_utilisation
+from receivers.nvml._mig import compute_slices, profile_from_name
 from simulator.scenario import parse_scenario
 from tests.helpers.context import make_context
 
@@ -296,3 +297,102 @@ def test_one_entry_per_process_is_scaled_by_when_it_was_last_busy() -> None:
     util = integrate_utilisation([(1, 10 * s, 80.0), (2, 5 * s, 60.0)], 0, 10 * s)
     assert util[1] == pytest.approx(0.8)  # busy to the end
     assert util[2] == pytest.approx(0.6 * 5.5 / 10)  # idle after 5 s (plus half a second of grace)
+
+
+def _mig_scenario(**extra: Any) -> dict[str, Any]:
+    return scenario(
+        gpus=[
+            {
+                "model": "NVIDIA H100 80GB HBM3",
+                "idle_w": 75,
+                "max_w": 700,
+                "mig": {"instances": [{"gi": 2, "profile": "3g.40gb"}, {"gi": 9, "profile": "1g.10gb"}]},
+            }
+        ],
+        processes=[
+            {"pid": 41, "comm": "x", "gpu": 0, "gi": 2, "util": [[0, 0.5]]},
+            {"pid": 42, "comm": "y", "gpu": 0, "gi": 9, "util": [[0, 0.9]]},
+        ],
+        **extra,
+    )
+
+
+def test_mig_layout_names_each_instance_with_profile_slices_and_uuid(clock: SteppedClock) -> None:
+    h = Harness(_mig_scenario(), clock)
+    try:
+        clock.advance(5.0)
+        records = list(asyncio.run(h.receiver.collect()))
+        instances = [r for r in records if isinstance(r, MigInstance)]
+        assert [(i.gpu_instance_id, i.profile, i.compute_slices) for i in instances] == [
+            (2, "3g.40gb", 3),
+            (9, "1g.10gb", 1),
+        ]
+        uuid = h.node.scenario.gpus[0].uuid
+        assert [i.mig_uuid for i in instances] == [simulator.mig_uuid(uuid, 2), simulator.mig_uuid(uuid, 9)]
+    finally:
+        h.close()
+
+
+def test_mig_layout_is_not_re_read_every_tick(clock: SteppedClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    import pynvml
+
+    h = Harness(_mig_scenario(), clock, mig_layout_refresh=60.0)
+    calls = {"n": 0}
+    real = pynvml.nvmlDeviceGetMigDeviceHandleByIndex
+
+    def counting(*args: Any) -> Any:
+        calls["n"] += 1
+        return real(*args)
+
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetMigDeviceHandleByIndex", counting)
+    try:
+        for _ in range(6):  # 30 s of ticks: one layout read
+            clock.advance(5.0)
+            h.poll()
+        first = calls["n"]
+        assert first > 0
+        for _ in range(7):  # to 65 s, 60 s after the first read at 5 s: read once more
+            clock.advance(5.0)
+            h.poll()
+        assert calls["n"] == 2 * first
+    finally:
+        h.close()
+
+
+def test_an_unknown_instance_in_the_process_list_rereads_the_layout_at_once(clock: SteppedClock) -> None:
+    # At 10 s the GPU is repartitioned: GI 9 goes away, GI 5 (2g) appears with a process on it.
+    data = _mig_scenario(
+        faults=[
+            {
+                "at_s": 10,
+                "target": "gpu",
+                "gpu": 0,
+                "set": {"mig": {"instances": [{"gi": 2, "profile": "3g.40gb"}, {"gi": 5, "profile": "2g.20gb"}]}},
+            }
+        ]
+    )
+    data["processes"].append({"pid": 43, "comm": "z", "gpu": 0, "gi": 5, "util": [[0, 0.7]], "start_s": 10})
+    h = Harness(data, clock, mig_layout_refresh=3600.0)
+    try:
+        clock.advance(5.0)
+        h.poll()
+        clock.advance(10.0)
+        records = list(asyncio.run(h.receiver.collect()))
+        layout = sorted((i.gpu_instance_id, i.profile) for i in records if isinstance(i, MigInstance))
+        assert layout == [(2, "3g.40gb"), (5, "2g.20gb")]
+    finally:
+        h.close()
+
+
+@pytest.mark.parametrize(
+    ("name", "profile", "slices"),
+    [
+        ("NVIDIA A100-SXM4-40GB MIG 3g.20gb", "3g.20gb", 3),
+        ("NVIDIA H100 80GB HBM3 MIG 1g.10gb+me", "1g.10gb+me", 1),
+        ("NVIDIA H100 80GB HBM3 MIG 7g.80gb", "7g.80gb", 7),
+        ("NVIDIA H100 80GB HBM3", None, None),
+    ],
+)
+def test_profile_and_slices_from_the_device_name(name: str, profile: str | None, slices: int | None) -> None:
+    assert profile_from_name(name) == profile
+    assert compute_slices(profile) == slices
