@@ -268,7 +268,7 @@ class DevicePower(Record):
         return self.energy_mj / 1000.0
 
 
-SharingMode = Literal["exclusive", "time_slicing", "mig", "none"]
+SharingMode = Literal["exclusive", "time_slicing", "mig", "mig_held", "mig_slices", "mig_equal", "none"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -20,65 +20,116 @@ A process is attributed from its first tick.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
+import logging
 
 from pipeline.components import ComponentConfig, CreateContext, Factory
-from pipeline.records import Batch, DevicePower, DeviceSample, GpuProcessSample, GpuShare, SharingMode
+from pipeline.config import Duration
+from pipeline.records import Batch, DevicePower, DeviceSample, GpuProcessSample, GpuShare, MigInstance, SharingMode
+from processors._mig_shares import split_mig
+from processors.attribution_math import apportion, fractions
 
 __all__ = ["AttributionConfig", "AttributionProcessor", "apportion", "factory"]
 
 
 class AttributionConfig(ComponentConfig):
-    pass
+    activity_hold: Duration = 60.0
+    """MIG: how long an instance's last activity stands in when dcgm-exporter stops answering."""
 
 
-def apportion(total_mj: int, weights: Sequence[float]) -> list[int]:
-    """Split ``total_mj`` into integers proportional to ``weights`` that sum to it exactly.
-
-    Largest remainder: each gets the floor of its exact part, and the millijoules left over go one each
-    to the largest fractional parts (ties to the earlier weight, so the result is deterministic).
-    All-zero (or empty-sum) weights split equally.
-    """
-    n = len(weights)
-    if n == 0:
-        return []
-    if total_mj < 0:
-        raise ValueError(f"cannot apportion negative energy ({total_mj} mJ)")
-    clean = [w if math.isfinite(w) and w > 0 else 0.0 for w in weights]
-    weight_sum = math.fsum(clean)
-    if weight_sum <= 0:
-        clean, weight_sum = [1.0] * n, float(n)
-    exact = [total_mj * w / weight_sum for w in clean]
-    parts = [math.floor(x) for x in exact]
-    left = total_mj - sum(parts)
-    # Rounding can leave a part one above its exact share when left < 0; never hand out more than total.
-    order = sorted(range(n), key=lambda i: (-(exact[i] - parts[i]), i))
-    for i in order[: max(0, left)]:
-        parts[i] += 1
-    if left < 0:
-        for i in sorted(range(n), key=lambda i: (exact[i] - parts[i], i))[:-left]:
-            parts[i] -= 1
-    return parts
+_MIG_MODES: dict[str, str] = {
+    "mig": "shares by each instance's activity × compute slices (dcgm-exporter)",
+    "mig_held": "dcgm-exporter is not answering: holding each instance's last activity",
+    "mig_slices": "no instance activity: splitting by compute slices over the instances with processes",
+    "mig_equal": "no instance activity or layout: splitting equally over the instances with processes",
+}
 
 
 class AttributionProcessor:
     needs = frozenset({"device_power", "gpu_processes"})
     provides = frozenset({"shares"})
 
-    def __init__(self, ctx: CreateContext) -> None:
+    def __init__(self, config: AttributionConfig, ctx: CreateContext) -> None:
+        self.config = config
         self.log = ctx.logger
-        self._warned_mig: set[str] = set()
+        self._held: dict[str, tuple[dict[int, float], float]] = {}  # device → (activity by GI, when read)
+        self._mig_mode: dict[str, SharingMode] = {}
 
     def process(self, batch: Batch) -> Batch:
         devices = {d.device_id: d for d in batch.devices}
         by_device: dict[str, list[GpuProcessSample]] = {}
         for p in batch.gpu_processes:
             by_device.setdefault(p.device_id, []).append(p)
+        instances: dict[str, dict[int, MigInstance]] = {}
+        for inst in batch.mig_instances:
+            instances.setdefault(inst.device_id, {})[inst.gpu_instance_id] = inst
+        activity: dict[str, dict[int, float]] = {}
+        for a in batch.mig_activity:
+            value = a.gr_engine_active if a.gr_engine_active is not None else a.sm_active
+            if value is not None:
+                activity.setdefault(a.device_id, {})[a.gpu_instance_id] = value
         shares: list[GpuShare] = []
         for power in batch.device_power:
-            shares.extend(self._device(power, devices.get(power.device_id), by_device.get(power.device_id, [])))
+            dev = power.device_id
+            procs = by_device.get(dev, [])
+            if self._mode(devices.get(dev), procs) == "mig":
+                shares.extend(self._mig(power, procs, instances.get(dev, {}), activity.get(dev, {})))
+            else:
+                shares.extend(self._device(power, devices.get(dev), procs))
         return batch.replace(shares=batch.shares + tuple(shares))
+
+    def _mig(
+        self,
+        power: DevicePower,
+        procs: list[GpuProcessSample],
+        instances: dict[int, MigInstance],
+        activity: dict[int, float],
+    ) -> list[GpuShare]:
+        dev, now_s = power.device_id, power.time.monotonic_s
+        mode: SharingMode
+        if activity:
+            self._held[dev] = (activity, now_s)
+            mode = "mig"
+        else:
+            held = self._held.get(dev)
+            if held is not None and now_s - held[1] <= self.config.activity_hold:
+                activity, mode = held[0], "mig_held"
+            else:
+                mode = "mig_slices" if instances else "mig_equal"
+        if self._mig_mode.get(dev) != mode:
+            self._mig_mode[dev] = mode
+            self.log.log(
+                logging.INFO if mode == "mig" else logging.WARNING,
+                "device %s (MIG): %s",
+                dev,
+                _MIG_MODES[mode],
+            )
+        slices = {gi: inst.compute_slices for gi, inst in instances.items()}
+        weight_of = {gi: a * (slices.get(gi) or 1) for gi, a in activity.items()}
+        unique = sorted({p.pid: p for p in procs}.values(), key=lambda p: p.pid)
+        split = split_mig(power.active_energy_mj, [(p.pid, p.gpu_instance_id) for p in unique], slices, weight_of)
+        interval_s = power.interval_s
+        remainder = GpuShare(
+            time=power.time,
+            device_id=dev,
+            pid=None,
+            share=split.unattributed_mj / power.active_energy_mj if power.active_energy_mj else 0.0,
+            energy_mj=split.unattributed_mj,
+            power_w=split.unattributed_mj / 1000.0 / interval_s,
+            mode=mode,
+        )
+        return [remainder] + [
+            GpuShare(
+                time=power.time,
+                device_id=dev,
+                pid=p.pid,
+                share=split.fraction_by_pid.get(p.pid, 0.0),
+                energy_mj=split.by_pid.get(p.pid, 0),
+                power_w=split.by_pid.get(p.pid, 0) / 1000.0 / interval_s,
+                mode=mode,
+                gpu_instance_id=p.gpu_instance_id,
+            )
+            for p in unique
+        ]
 
     def _mode(self, device: DeviceSample | None, procs: list[GpuProcessSample]) -> SharingMode:
         if not procs:
@@ -109,24 +160,15 @@ class AttributionProcessor:
                     mode=mode,
                 )
             ]
-        if mode == "mig":
-            if power.device_id not in self._warned_mig:
-                self._warned_mig.add(power.device_id)
-                self.log.warning(
-                    "device %s is in MIG mode: splitting its energy equally among its processes until a dcgm "
-                    "receiver supplies per-instance activity",
-                    power.device_id,
-                )
-            weights = [1.0] * len(procs)
-        elif mode == "exclusive" and len(procs) > 1:
+        if mode == "exclusive" and len(procs) > 1:
             # EXCLUSIVE_PROCESS yet several listed (a process just exiting as another starts): by utilisation.
             weights = [p.sm_util or 0.0 for p in procs]
         elif all(p.sm_util is not None for p in procs):
             weights = [p.sm_util or 0.0 for p in procs]
         else:
             weights = [1.0] * len(procs)  # utilisation unavailable for some: no basis to weigh them
-        fractions = _fractions(weights)
-        parts = apportion(power.active_energy_mj, fractions)
+        frac = fractions(weights)
+        parts = apportion(power.active_energy_mj, frac)
         # The remainder is explicit every tick: here the processes carried it all, so it is an observed 0.
         remainder = GpuShare(
             time=power.time, device_id=power.device_id, pid=None, share=0.0, energy_mj=0, power_w=0.0, mode=mode
@@ -142,22 +184,13 @@ class AttributionProcessor:
                 mode=mode,
                 gpu_instance_id=p.gpu_instance_id,
             )
-            for p, fraction, mj in zip(procs, fractions, parts, strict=True)
+            for p, fraction, mj in zip(procs, frac, parts, strict=True)
         ]
-
-
-def _fractions(weights: Sequence[float]) -> list[float]:
-    """Weights normalised to sum to 1; all-zero or unusable weights split equally."""
-    clean = [w if math.isfinite(w) and w > 0 else 0.0 for w in weights]
-    total = math.fsum(clean)
-    if total <= 0:
-        return [1.0 / len(clean)] * len(clean)
-    return [w / total for w in clean]
 
 
 def _create(ctx: CreateContext, config: ComponentConfig) -> AttributionProcessor:
     assert isinstance(config, AttributionConfig)
-    return AttributionProcessor(ctx)
+    return AttributionProcessor(config, ctx)
 
 
 factory = Factory(

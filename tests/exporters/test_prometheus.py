@@ -32,7 +32,7 @@ from pipeline.records import (
     Record,
     Totals,
 )
-from processors.attribution import AttributionProcessor
+from processors.attribution import AttributionConfig, AttributionProcessor
 from processors.energy import EnergyConfig, EnergyProcessor
 from processors.idle import IdleConfig, IdleProcessor
 from tests.helpers.context import make_context
@@ -451,7 +451,7 @@ def test_a_port_in_use_is_a_clear_error_naming_the_address() -> None:
 def test_exported_energy_adds_up_after_the_real_processors(http: httpx.Client) -> None:
     clock = SteppedClock()
     idle = IdleProcessor(IdleConfig(mode="fixed", watts=50.0), make_context("idle", clock=clock, pipeline="metrics"))
-    attribution = AttributionProcessor(make_context("attribution", clock=clock))
+    attribution = AttributionProcessor(AttributionConfig(), make_context("attribution", clock=clock))
     energy = EnergyProcessor(EnergyConfig(), make_context("energy", clock=clock, pipeline="metrics"))
     counter_mj = 1_000_000.0
     with serving() as exporter:
@@ -574,7 +574,7 @@ def processed_batches(ticks: int = 4, gpus: int = 4, per_gpu: int = 16) -> list[
     """Batches as the real idle → attribution → energy processors make them, with processes ending."""
     clock = SteppedClock()
     idle = IdleProcessor(IdleConfig(mode="fixed", watts=50.0), make_context("idle", clock=clock, pipeline="metrics"))
-    attribution = AttributionProcessor(make_context("attribution", clock=clock))
+    attribution = AttributionProcessor(AttributionConfig(), make_context("attribution", clock=clock))
     energy = EnergyProcessor(EnergyConfig(), make_context("energy", clock=clock, pipeline="metrics"))
     out = []
     for tick in range(ticks):

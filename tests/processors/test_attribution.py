@@ -9,8 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pipeline.clock import SteppedClock, Timestamp
-from pipeline.records import Batch, DevicePower, DeviceSample, GpuProcessSample
-from processors.attribution import AttributionProcessor, apportion
+from pipeline.records import Batch, DevicePower, DeviceSample, GpuProcessSample, MigActivity, MigInstance
+from processors._mig_shares import split_mig
+from processors.attribution import AttributionConfig, AttributionProcessor, apportion
 from tests.helpers.context import make_context
 
 T = Timestamp(monotonic_s=1005.0, wall_s=1_767_225_605.0)
@@ -65,7 +66,7 @@ def _power(device: str, active_mj: int, idle_mj: int = 0, interval_s: float = 5.
 
 def _run(powers: list[DevicePower], procs: list[GpuProcessSample], devices: list[DeviceSample] | None = None) -> Batch:
     clock = SteppedClock()
-    processor = AttributionProcessor(make_context("attribution", "processor", clock))
+    processor = AttributionProcessor(AttributionConfig(), make_context("attribution", "processor", clock))
     batch = Batch(time=T, interval_s=5.0, node="n").replace(
         device_power=tuple(powers), gpu_processes=tuple(procs), devices=tuple(devices or ())
     )
@@ -106,21 +107,21 @@ def test_exclusive_compute_mode_gives_the_single_process_everything() -> None:
     ]
 
 
-def test_mig_splits_equally_for_now_and_warns_once(caplog: pytest.LogCaptureFixture) -> None:
+def test_mig_without_activity_or_layout_splits_equally_and_says_so_once(caplog: pytest.LogCaptureFixture) -> None:
     device = DeviceSample(time=T, device_id="G", mig_enabled=True)
     procs = [GpuProcessSample(time=T, device_id="G", pid=p, gpu_instance_id=p, sm_util=None) for p in (1, 2)]
     clock = SteppedClock()
-    processor = AttributionProcessor(make_context("attribution", "processor", clock))
+    processor = AttributionProcessor(AttributionConfig(), make_context("attribution", "processor", clock))
     batch = Batch(time=T, interval_s=5.0, node="n").replace(
         device_power=(_power("G", 1001),), gpu_processes=tuple(procs), devices=(device,)
     )
     for _ in range(3):
         out = processor.process(batch)
     assert [(s.pid, s.energy_mj, s.mode, s.gpu_instance_id) for s in out.shares if s.pid is not None] == [
-        (1, 501, "mig", 1),
-        (2, 500, "mig", 2),
+        (1, 501, "mig_equal", 1),
+        (2, 500, "mig_equal", 2),
     ]
-    assert caplog.text.count("is in MIG mode") == 1
+    assert caplog.text.count("no instance activity or layout") == 1
 
 
 def test_unknown_utilisation_for_some_process_means_equal_split() -> None:
@@ -165,3 +166,111 @@ def test_the_remainder_is_explicit_every_tick_zero_when_processes_carried_it_all
     batch = _run([_power("G", 999)], [GpuProcessSample(time=T, device_id="G", pid=1, sm_util=0.3)])
     (remainder,) = [s for s in batch.shares if s.pid is None]
     assert (remainder.energy_mj, remainder.power_w, remainder.mode) == (0, 0.0, "exclusive")
+
+
+# --- MIG shares ---------------------------------------------------------------------------------
+
+
+def _mig_batch(
+    t: Timestamp,
+    active_mj: int,
+    procs: list[tuple[int, int]],
+    layout: dict[int, str],
+    activity: dict[int, float | None],
+) -> Batch:
+    return Batch(time=t, interval_s=5.0, node="n").replace(
+        devices=(DeviceSample(time=t, device_id="G", mig_enabled=True),),
+        device_power=(
+            DevicePower(
+                time=t, device_id="G", interval_s=5.0, power_w=active_mj / 5000, idle_w=None,
+                active_w=active_mj / 5000, energy_mj=active_mj, idle_energy_mj=0, active_energy_mj=active_mj,
+            ),
+        ),
+        gpu_processes=tuple(GpuProcessSample(time=t, device_id="G", pid=p, gpu_instance_id=gi) for p, gi in procs),
+        mig_instances=tuple(
+            MigInstance(time=t, device_id="G", gpu_instance_id=gi, profile=prof, compute_slices=int(prof[0]))
+            for gi, prof in layout.items()
+        ),
+        mig_activity=tuple(
+            MigActivity(time=t, device_id="G", gpu_instance_id=gi, gr_engine_active=a) for gi, a in activity.items()
+        ),
+    )  # fmt: skip
+
+
+LAYOUT = {1: "3g.40gb", 2: "1g.10gb", 3: "2g.20gb"}
+
+
+def _processor(**options: object) -> AttributionProcessor:
+    return AttributionProcessor(AttributionConfig(**options), make_context("attribution", "processor", SteppedClock()))
+
+
+def test_mig_instances_weigh_activity_by_compute_slices_then_split_equally_inside() -> None:
+    # 3g at 0.5 → 1.5; 1g at 1.0 → 1.0; 2g idle → 0. Instance 1 has two processes, instance 2 one.
+    batch = _mig_batch(T, 2_500_000, [(10, 1), (11, 1), (20, 2)], LAYOUT, {1: 0.5, 2: 1.0, 3: 0.0})
+    out = _processor().process(batch)
+    by_pid = {s.pid: (s.energy_mj, s.gpu_instance_id, s.mode) for s in out.shares}
+    assert by_pid == {
+        None: (0, None, "mig"),
+        10: (750_000, 1, "mig"),
+        11: (750_000, 1, "mig"),
+        20: (1_000_000, 2, "mig"),
+    }
+
+
+def test_an_active_instance_without_a_visible_process_keeps_its_part_in_the_remainder() -> None:
+    batch = _mig_batch(T, 1_000_000, [(20, 2)], LAYOUT, {1: 1.0, 2: 1.0})  # 3g busy, nobody seen on it
+    out = _processor().process(batch)
+    assert {s.pid: s.energy_mj for s in out.shares} == {None: 750_000, 20: 250_000}
+
+
+def test_sm_active_stands_in_when_gr_engine_active_is_missing() -> None:
+    batch = _mig_batch(T, 400, [(10, 1), (20, 2)], LAYOUT, {})
+    batch = batch.replace(
+        mig_activity=(
+            MigActivity(time=T, device_id="G", gpu_instance_id=1, sm_active=1.0),
+            MigActivity(time=T, device_id="G", gpu_instance_id=2, sm_active=1.0),
+        )
+    )
+    out = _processor().process(batch)
+    assert {s.pid: s.energy_mj for s in out.shares} == {None: 0, 10: 300, 20: 100}
+
+
+def test_dcgm_outage_holds_the_last_activity_then_falls_back_to_slices(caplog: pytest.LogCaptureFixture) -> None:
+    proc = _processor(activity_hold=60.0)
+    t0 = T
+    proc.process(_mig_batch(t0, 1000, [(10, 1), (20, 2)], LAYOUT, {1: 0.2, 2: 1.0}))  # weights 0.6 : 1.0
+    held = proc.process(
+        _mig_batch(Timestamp(t0.monotonic_s + 30, t0.wall_s + 30), 1600, [(10, 1), (20, 2)], LAYOUT, {})
+    )
+    assert {s.pid: (s.energy_mj, s.mode) for s in held.shares} == {
+        None: (0, "mig_held"),
+        10: (600, "mig_held"),
+        20: (1000, "mig_held"),
+    }
+    late = proc.process(
+        _mig_batch(Timestamp(t0.monotonic_s + 90, t0.wall_s + 90), 1600, [(10, 1), (20, 2)], LAYOUT, {})
+    )
+    assert {s.pid: (s.energy_mj, s.mode) for s in late.shares} == {
+        None: (0, "mig_slices"),
+        10: (1200, "mig_slices"),  # 3 slices : 1 slice
+        20: (400, "mig_slices"),
+    }
+    back = proc.process(
+        _mig_batch(Timestamp(t0.monotonic_s + 95, t0.wall_s + 95), 1600, [(10, 1), (20, 2)], LAYOUT, {1: 1.0, 2: 1.0})
+    )
+    assert {s.mode for s in back.shares} == {"mig"}
+    assert "holding each instance's last activity" in caplog.text
+    assert "splitting by compute slices" in caplog.text
+
+
+@given(
+    st.integers(0, 10**9),
+    st.lists(st.tuples(st.integers(1, 500), st.sampled_from([1, 2, 3, None])), max_size=12, unique_by=lambda t: t[0]),
+    st.dictionaries(st.sampled_from([1, 2, 3, 4]), st.floats(0, 1, allow_nan=False), max_size=4),
+)
+def test_mig_split_is_exact(active: int, procs: list[tuple[int, int | None]], activity: dict[int, float]) -> None:
+    slices = {1: 3, 2: 1, 3: 2}
+    split = split_mig(active, procs, slices, {gi: a * slices.get(gi, 1) for gi, a in activity.items()})
+    assert sum(split.by_pid.values()) + split.unattributed_mj == active
+    assert all(v >= 0 for v in split.by_pid.values())
+    assert split.unattributed_mj >= 0
