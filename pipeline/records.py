@@ -29,6 +29,7 @@ __all__ = [
     "GpuProcessSample",
     "GpuShare",
     "HostProcess",
+    "InstanceEnergy",
     "LabelAction",
     "MigActivity",
     "MigInstance",
@@ -296,6 +297,26 @@ class GpuShare(Record):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class InstanceEnergy(Record):
+    """One MIG instance's part of its GPU's active energy in one tick (its processes' shares, plus what it
+    used with no visible process, which the device's remainder also carries)."""
+
+    KIND: ClassVar[RecordKind] = "instance"
+    IDENTITY: ClassVar[tuple[str, ...]] = ("device_id", "gpu_instance_id", "profile")
+
+    device_id: str
+    gpu_instance_id: int
+    profile: str | None = None
+    energy_mj: int
+    power_w: float
+    activity: float | None = None  # the activity its weight came from (0–1, normalised to the instance)
+
+    @property
+    def energy_j(self) -> float:
+        return self.energy_mj / 1000.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Workload(Record):
     """Who a process is in Kubernetes terms: pid → container → pod."""
 
@@ -328,7 +349,7 @@ class Totals(Record):
     # KIND is per instance here (its scope): always ask record_kind(), never read .KIND directly.
     IDENTITY: ClassVar[tuple[str, ...]] = ("scope", "key", "device_id", "state")
 
-    scope: Literal["process", "container", "pod"]
+    scope: Literal["process", "container", "pod", "instance"]
     key: str
     device_id: str
     energy_mj: int
@@ -409,6 +430,7 @@ _FIELD_BY_TYPE: dict[type[Record], str] = {
     HostProcess: "host_processes",
     DevicePower: "device_power",
     GpuShare: "shares",
+    InstanceEnergy: "instance_energy",
     Workload: "workloads",
     Totals: "totals",
     DeviceTotals: "device_totals",
@@ -447,6 +469,7 @@ class Batch:
     host_processes: tuple[HostProcess, ...] = ()
     device_power: tuple[DevicePower, ...] = ()
     shares: tuple[GpuShare, ...] = ()
+    instance_energy: tuple[InstanceEnergy, ...] = ()
     workloads: tuple[Workload, ...] = ()
     totals: tuple[Totals, ...] = ()
     device_totals: tuple[DeviceTotals, ...] = ()

@@ -21,6 +21,7 @@ class MigSplit:
     by_pid: dict[int, int]  # mJ per process
     fraction_by_pid: dict[int, float]
     unattributed_mj: int
+    by_instance: dict[int, int]  # mJ per GPU instance (processes' and unseen), known instances only
 
 
 def split_mig(
@@ -49,7 +50,10 @@ def split_mig(
     by_pid: dict[int, int] = {}
     fraction: dict[int, float] = {}
     unattributed = 0
+    by_instance: dict[int, int] = {}
     for group, part, w in zip(groups, parts, weights, strict=True):
+        if group is not None:
+            by_instance[group] = part
         pids = sorted(members.get(group, []))
         if not pids:
             unattributed += part
@@ -57,4 +61,4 @@ def split_mig(
         for pid, mj in zip(pids, apportion(part, [1.0] * len(pids)), strict=True):
             by_pid[pid] = by_pid.get(pid, 0) + mj
             fraction[pid] = fraction.get(pid, 0.0) + w / total_w / len(pids)
-    return MigSplit(by_pid, fraction, unattributed)
+    return MigSplit(by_pid, fraction, unattributed, by_instance)

@@ -24,7 +24,16 @@ import logging
 
 from pipeline.components import ComponentConfig, CreateContext, Factory
 from pipeline.config import Duration
-from pipeline.records import Batch, DevicePower, DeviceSample, GpuProcessSample, GpuShare, MigInstance, SharingMode
+from pipeline.records import (
+    Batch,
+    DevicePower,
+    DeviceSample,
+    GpuProcessSample,
+    GpuShare,
+    InstanceEnergy,
+    MigInstance,
+    SharingMode,
+)
 from processors._mig_shares import split_mig
 from processors.attribution_math import apportion, fractions
 
@@ -46,7 +55,7 @@ _MIG_MODES: dict[str, str] = {
 
 class AttributionProcessor:
     needs = frozenset({"device_power", "gpu_processes"})
-    provides = frozenset({"shares"})
+    provides = frozenset({"shares", "instance_energy"})
 
     def __init__(self, config: AttributionConfig, ctx: CreateContext) -> None:
         self.config = config
@@ -68,14 +77,19 @@ class AttributionProcessor:
             if value is not None:
                 activity.setdefault(a.device_id, {})[a.gpu_instance_id] = value
         shares: list[GpuShare] = []
+        instance_energy: list[InstanceEnergy] = []
         for power in batch.device_power:
             dev = power.device_id
             procs = by_device.get(dev, [])
             if self._mode(devices.get(dev), procs) == "mig":
-                shares.extend(self._mig(power, procs, instances.get(dev, {}), activity.get(dev, {})))
+                mig_shares, per_instance = self._mig(power, procs, instances.get(dev, {}), activity.get(dev, {}))
+                shares.extend(mig_shares)
+                instance_energy.extend(per_instance)
             else:
                 shares.extend(self._device(power, devices.get(dev), procs))
-        return batch.replace(shares=batch.shares + tuple(shares))
+        return batch.replace(
+            shares=batch.shares + tuple(shares), instance_energy=batch.instance_energy + tuple(instance_energy)
+        )
 
     def _mig(
         self,
@@ -83,7 +97,7 @@ class AttributionProcessor:
         procs: list[GpuProcessSample],
         instances: dict[int, MigInstance],
         activity: dict[int, float],
-    ) -> list[GpuShare]:
+    ) -> tuple[list[GpuShare], list[InstanceEnergy]]:
         dev, now_s = power.device_id, power.time.monotonic_s
         mode: SharingMode
         if activity:
@@ -117,7 +131,7 @@ class AttributionProcessor:
             power_w=split.unattributed_mj / 1000.0 / interval_s,
             mode=mode,
         )
-        return [remainder] + [
+        process_shares = [
             GpuShare(
                 time=power.time,
                 device_id=dev,
@@ -130,6 +144,19 @@ class AttributionProcessor:
             )
             for p in unique
         ]
+        per_instance = [
+            InstanceEnergy(
+                time=power.time,
+                device_id=dev,
+                gpu_instance_id=gi,
+                profile=instances[gi].profile if gi in instances else None,
+                energy_mj=mj,
+                power_w=mj / 1000.0 / interval_s,
+                activity=activity.get(gi),
+            )
+            for gi, mj in sorted(split.by_instance.items())
+        ]
+        return [remainder, *process_shares], per_instance
 
     def _mode(self, device: DeviceSample | None, procs: list[GpuProcessSample]) -> SharingMode:
         if not procs:
@@ -200,5 +227,5 @@ factory = Factory(
     create=_create,
     description="Splits each device's active energy among its processes by sharing mode; exact, with the remainder explicit.",
     stability="alpha",
-    provides=frozenset({"shares"}),
+    provides=frozenset({"shares", "instance_energy"}),
 )

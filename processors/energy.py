@@ -68,6 +68,7 @@ class EnergyProcessor:
         self.series: dict[SeriesKey, _Series] = {}
         self._running: dict[tuple[int, str], SeriesKey] = {}  # (pid, device) → its running series
         self.devices: dict[str, _Device] = {}
+        self.instances: dict[tuple[str, int], _Series] = {}  # (device, GPU instance) on MIG GPUs
 
     # --- state -------------------------------------------------------------------------------
 
@@ -85,6 +86,12 @@ class EnergyProcessor:
             )
             if self.series[key].ended_wall_s is None:
                 self._running[key[:2]] = key
+        for row in saved.get("instances", []):
+            self.instances[(str(row["device_id"]), int(row["gpu_instance_id"]))] = _Series(
+                energy_mj=int(row["energy_mj"]),
+                start_wall_s=float(row["start_wall_s"]),
+                attrs={str(k): str(v) for k, v in dict(row.get("attrs", {})).items()},
+            )
         for device_id, row in dict(saved.get("devices", {})).items():
             self.devices[str(device_id)] = _Device(
                 energy_mj=int(row["energy_mj"]),
@@ -110,6 +117,16 @@ class EnergyProcessor:
                     "attrs": s.attrs,
                 }
                 for (pid, device_id, start_ticks), s in sorted(self.series.items())
+            ],
+            "instances": [
+                {
+                    "device_id": device_id,
+                    "gpu_instance_id": gi,
+                    "energy_mj": s.energy_mj,
+                    "start_wall_s": s.start_wall_s,
+                    "attrs": s.attrs,
+                }
+                for (device_id, gi), s in sorted(self.instances.items())
             ],
             "devices": {
                 device_id: {
@@ -150,14 +167,43 @@ class EnergyProcessor:
             series.energy_mj += share.energy_mj
             series.power_w = share.power_w
             series.ended_wall_s = None  # back (or still) running
+            if share.gpu_instance_id is not None:
+                series.attrs["gpu_instance_id"] = str(share.gpu_instance_id)
             seen.add(key)
+        for inst in batch.instance_energy:
+            ikey = (inst.device_id, inst.gpu_instance_id)
+            interval_s = powers[inst.device_id].interval_s if inst.device_id in powers else batch.interval_s
+            instance = self.instances.get(ikey)
+            if instance is None:
+                instance = self.instances[ikey] = _Series(energy_mj=0, start_wall_s=inst.time.wall_s - interval_s)
+            instance.energy_mj += inst.energy_mj
+            instance.power_w = inst.power_w
+            if inst.profile is not None:
+                instance.attrs["profile"] = inst.profile
         for key, series in self.series.items():
             if key not in seen and series.ended_wall_s is None and key[1] in observed:
                 # Its device was read this tick and it was not on it: it has exited.
                 self._end(key, series, now.wall_s)
         self._prune(now.wall_s)
         return batch.replace(
-            totals=batch.totals + self._totals(now), device_totals=batch.device_totals + self._device_totals(now)
+            totals=batch.totals + self._totals(now) + self._instance_totals(now),
+            device_totals=batch.device_totals + self._device_totals(now),
+        )
+
+    def _instance_totals(self, now: Timestamp) -> tuple[Totals, ...]:
+        # Kept while wattpipe runs (a handful per GPU); a repartition's old instances stop growing.
+        return tuple(
+            Totals(
+                time=now,
+                scope="instance",
+                key=str(gi),
+                device_id=device_id,
+                energy_mj=s.energy_mj,
+                power_w=s.power_w,
+                extra=tuple(sorted(s.attrs.items())),
+                start=self._start(now, s.start_wall_s),
+            )
+            for (device_id, gi), s in sorted(self.instances.items())
         )
 
     def _series_for(

@@ -18,6 +18,7 @@ from pipeline.records import (
     GpuProcessSample,
     GpuShare,
     HostProcess,
+    InstanceEnergy,
     LabelAction,
     MigActivity,
     MigInstance,
@@ -62,6 +63,7 @@ def one_of_each() -> list[Record]:
             active_energy_mj=1000000,
         ),
         GpuShare(time=T, device_id="GPU-0", pid=42, share=1.0, energy_mj=1000000, power_w=200.0),
+        InstanceEnergy(time=T, device_id="GPU-0", gpu_instance_id=1, energy_mj=5, power_w=0.001),
         Workload(time=T, pid=42, pod_name="train"),
         Totals(time=T, scope="pod", key="uid-1", device_id="GPU-0", energy_mj=9500),
         DeviceTotals(
@@ -81,7 +83,7 @@ def test_with_records_routes_each_record_type_to_its_field_and_marks_it_present(
     out = batch().with_records(records)
 
     assert out.present == frozenset(Batch.FIELDS)
-    assert out.count() == len(Batch.FIELDS) == 12
+    assert out.count() == len(Batch.FIELDS) == 13
     for record in records:
         field = Batch.field_for(type(record))
         assert getattr(out, field) == (record,), field
