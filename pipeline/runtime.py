@@ -62,7 +62,8 @@ class PipelineRunner:
         self._log = RateLimitedLog(log, self.clock)
         self._last_tick_s: float | None = None
 
-    async def _poll(self, cid: str, receiver: Receiver, timeout_s: float) -> Sequence[Record]:
+    async def _poll(self, cid: str, receiver: Receiver, timeout_s: float) -> Sequence[Record] | None:
+        """The receiver's records, or None if it failed or timed out (so its fields stay absent, not empty)."""
         name = self.pipeline.name
         try:
             records = await asyncio.wait_for(receiver.collect(), timeout=timeout_s)
@@ -73,7 +74,7 @@ class PipelineRunner:
                 f"{name}/{cid}/timeout",
                 f"pipeline {name}: receiver {cid} did not answer within {timeout_s:g}s; this tick goes on without it",
             )
-            return ()
+            return None
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -83,7 +84,7 @@ class PipelineRunner:
                 f"{name}/{cid}/{_describe(exc)}",
                 f"pipeline {name}: receiver {cid} failed: {_describe(exc)}; this tick goes on without it",
             )
-            return ()
+            return None
         self.telemetry.receiver_records.labels(pipeline=name, component=cid).inc(len(records))
         return records
 
@@ -98,8 +99,11 @@ class PipelineRunner:
         timeout_s = p.config.effective_receiver_timeout
         results = await asyncio.gather(*(self._poll(cid, r, timeout_s) for cid, r in p.receivers))
         batch = Batch(time=started, interval_s=interval_s, node=self.graph.config.service.node_name, pipeline=p.name)
-        batch = batch.with_records(r for records in results for r in records)
-        batch = batch.replace(**{f: getattr(batch, f) for _, r in p.receivers for f in getattr(r, "provides", ())})
+        batch = batch.with_records(r for records in results if records for r in records)
+        # A field is present when a receiver that fills it answered (even with nothing): "no process"
+        # is then an observation. A receiver that failed leaves its fields absent, not empty.
+        answered = [r for (_, r), records in zip(p.receivers, results, strict=True) if records is not None]
+        batch = batch.replace(**{f: getattr(batch, f) for r in answered for f in getattr(r, "provides", ())})
         for cid, processor in p.processors:
             try:
                 batch = processor.process(batch)

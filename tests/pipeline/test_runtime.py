@@ -13,6 +13,7 @@ from pipeline.clock import SteppedClock
 from pipeline.components import Registry
 from pipeline.config import ConfigError, load_config_text
 from pipeline.graph import Graph, build, check_order
+from pipeline.records import Batch
 from pipeline.runtime import PipelineRunner, Service
 from pipeline.telemetry import Telemetry
 
@@ -250,3 +251,20 @@ def test_order_check_suggests_a_registered_provider() -> None:
 
     (msg,) = check_order("metrics", [], [("export-prep", Needs())], registry)
     assert msg.endswith("which nothing before it provides: add a processor 'attribution' before it")
+
+
+def test_a_failed_receiver_leaves_its_fields_absent_not_empty() -> None:
+    text = BASIC.replace(f'"{H}:ProcessLister", pids: [1, 2, 3, 4]', f'"{H}:Flaky", good_polls: 1')
+    clock = SteppedClock()
+    graph = make_graph(text, clock)
+    runner = PipelineRunner(graph, graph.pipelines[0])
+
+    async def go() -> tuple[Batch, Batch]:
+        first = await runner.tick()
+        clock.advance(5.0)
+        return first, await runner.tick()
+
+    first, second = asyncio.run(go())
+    assert "gpu_processes" in first.present  # it answered: an observation
+    assert "gpu_processes" not in second.present  # it failed: unknown, not "no processes"
+    assert "devices" in second.present
