@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -166,21 +167,44 @@ def _on_simulated_node(args: argparse.Namespace, clock: Clock, out: TextIO, err:
     from wattpipe import cli  # the shared loading, building and running steps
 
     registry = cli._registry(err)
-    with tempfile.TemporaryDirectory(prefix="wattpipe-sim-") as tmp:
-        # The simulated node's /proc and /sys live here; a config reads them through ${env:WATTPIPE_PROC_ROOT}.
-        previous = os.environ.get("WATTPIPE_PROC_ROOT")
-        os.environ["WATTPIPE_PROC_ROOT"] = str(Path(tmp) / "proc")
-        try:
-            return _run_simulated(args, clock, registry, Path(tmp), err, stepped)
-        finally:
-            if previous is None:
-                os.environ.pop("WATTPIPE_PROC_ROOT", None)
+    try:
+        node = simulator.install(args.scenario, clock)
+    except (simulator.ScenarioError, OSError) as exc:
+        print(f"error: scenario {args.scenario}: {exc}", file=err)
+        return EXIT_CONFIG
+    try:
+        with tempfile.TemporaryDirectory(prefix="wattpipe-sim-") as tmp:
+            dcgm = simulator.start_dcgm_exporter(node)  # stops with the node
+            # What a config may point at on the simulated node: its /proc and its dcgm-exporter.
+            faces = {"WATTPIPE_PROC_ROOT": str(Path(tmp) / "proc"), "WATTPIPE_DCGM_ENDPOINT": dcgm.url}
+            with _environment(faces):
+                return _run_simulated(args, clock, registry, node, Path(tmp), err, stepped)
+    finally:
+        simulator.uninstall()
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    previous = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
             else:
-                os.environ["WATTPIPE_PROC_ROOT"] = previous
+                os.environ[name] = value
 
 
 def _run_simulated(
-    args: argparse.Namespace, clock: Clock, registry: Registry, tmp: Path, err: TextIO, stepped: bool
+    args: argparse.Namespace,
+    clock: Clock,
+    registry: Registry,
+    node: simulator.SimulatedNode,
+    tmp: Path,
+    err: TextIO,
+    stepped: bool,
 ) -> int:
     from wattpipe import cli
 
@@ -188,47 +212,37 @@ def _run_simulated(
     if config is None:
         return EXIT_CONFIG
     cli._setup_logging(args.log_level or config.service.telemetry.log_level)
-    try:
-        node = simulator.install(args.scenario, clock)
-    except (simulator.ScenarioError, OSError) as exc:
-        print(f"error: scenario {args.scenario}: {exc}", file=err)
+    if stepped:
+        config = _without_listeners(config)
+    graph = cli._build(config, registry, clock, err)
+    if graph is None:
         return EXIT_CONFIG
-    try:
-        if stepped:
-            config = _without_listeners(config)
-        graph = cli._build(config, registry, clock, err)
-        if graph is None:
-            return EXIT_CONFIG
-        collector = TruthCollector()
-        if stepped:
-            graph = _with_exporter(graph, collector)
-        max_ticks = args.ticks
-        if max_ticks is None and args.duration is not None:
-            interval = min(p.config.interval for p in graph.pipelines)
-            max_ticks = int(args.duration // interval) + 1
-        log.info(
-            "simulated node %s: %d GPU(s) from %s", node.scenario.node.name, len(node.scenario.gpus), args.scenario
-        )
-        refresh_proc: Callable[[], None] | None = None
-        if any(cid.split("/")[0] == "procfs" for cid in config.receivers):
-            writer = simulator.ProcfsWriter(node, tmp)
+    collector = TruthCollector()
+    if stepped:
+        graph = _with_exporter(graph, collector)
+    max_ticks = args.ticks
+    if max_ticks is None and args.duration is not None:
+        interval = min(p.config.interval for p in graph.pipelines)
+        max_ticks = int(args.duration // interval) + 1
+    log.info("simulated node %s: %d GPU(s) from %s", node.scenario.node.name, len(node.scenario.gpus), args.scenario)
+    refresh_proc: Callable[[], None] | None = None
+    if any(cid.split("/")[0] == "procfs" for cid in config.receivers):
+        writer = simulator.ProcfsWriter(node, tmp)
 
-            def refresh_proc() -> None:
-                writer.refresh()  # /proc as the node is at this tick's time
+        def refresh_proc() -> None:
+            writer.refresh()  # /proc as the node is at this tick's time
 
-        service = Service(graph, before_tick=refresh_proc)
-        if not stepped:
-            _say_where_to_look(graph, config, err)
-        code = asyncio.run(cli.run_service(graph, max_ticks=max_ticks, service=service))
-        if stepped and code == EXIT_OK:
-            report = truth_report(collector, node)
-            print_report(report, err)
-            if args.report:
-                Path(args.report).write_text(json.dumps(report, indent=2) + "\n")
-                print(f"report written to {args.report}", file=err)
-        return code
-    finally:
-        simulator.uninstall()
+    service = Service(graph, before_tick=refresh_proc)
+    if not stepped:
+        _say_where_to_look(graph, config, err)
+    code = asyncio.run(cli.run_service(graph, max_ticks=max_ticks, service=service))
+    if stepped and code == EXIT_OK:
+        report = truth_report(collector, node)
+        print_report(report, err)
+        if args.report:
+            Path(args.report).write_text(json.dumps(report, indent=2) + "\n")
+            print(f"report written to {args.report}", file=err)
+    return code
 
 
 def _without_listeners(config: Config) -> Config:
