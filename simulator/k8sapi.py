@@ -229,6 +229,8 @@ class K8sApiServer:
             "spec": {"nodeName": self.node.scenario.node.name, "restartPolicy": "Always", "containers": containers},
             "status": {
                 "phase": "Running" if deleted is None else "Succeeded",
+                # Every simulated pod is reachable on loopback (where the simulator's faces listen).
+                **({"podIP": "127.0.0.1", "hostIP": "127.0.0.1"} if deleted is None else {}),
                 "qosClass": _QOS_CLASS[pod.qos],
                 "startTime": started,
                 "containerStatuses": statuses,

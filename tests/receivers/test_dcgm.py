@@ -671,28 +671,34 @@ def test_discovery_without_node_name_falls_back_to_localhost() -> None:
     assert "not in a pod, and KUBECONFIG is not set" in no_api.how
 
 
-@pytest.mark.parametrize(
-    ("selector", "words"),
-    [
-        ("app=nvidia-dcgm-exporter", "matching pod(s) ml/batch-0 are not Running with an IP yet"),
-        ("app=something-else", "no pod matches"),
-    ],
-)
-def test_discovery_asks_the_api_server_for_the_labelled_pod_on_this_node(
-    clock: SteppedClock, tmp_path: Path, selector: str, words: str
+def test_discovery_finds_the_labelled_pod_on_this_node_and_the_receiver_scrapes_it(
+    clock: SteppedClock, tmp_path: Path
 ) -> None:
     with _mig_node(clock) as node:
+        clock.advance(10.0)
+        dcgm = simulator.start_dcgm_exporter(node)
         labels = {"ml/batch-0": {"app": "nvidia-dcgm-exporter"}}
         api = simulator.start_k8s_api(node, K8sApiOptions(labels=labels))
         kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
         env = {"NODE_NAME": node.scenario.node.name, "KUBECONFIG": str(kubeconfig)}
-        found = discover(env, label_selector=selector, port=9400)
-    assert api.requests["list"] == 1
-    # The simulated API server's pods have no status.podIP, so even the matching pod cannot be scraped.
-    assert found.endpoint == "http://localhost:9400/metrics"
-    assert found.how == (
-        f"pods with label {selector!r} on node gpu-node-2: {words}; using http://localhost:9400/metrics"
-    )
+        found = discover(env, label_selector="app=nvidia-dcgm-exporter", port=dcgm.port)
+        assert found.endpoint == f"http://127.0.0.1:{dcgm.port}/metrics"
+        assert "ml/batch-0" in found.how
+        missing = discover(env, label_selector="app=something-else", port=9400)
+        assert missing.endpoint == "http://localhost:9400/metrics"
+        assert "no pod matches" in missing.how
+        receiver = DcgmReceiver(DcgmConfig(discovery_port=dcgm.port), make_context("dcgm", "receiver", clock), env=env)
+
+        async def start_and_collect() -> Sequence[Record]:
+            await receiver.start()  # discovers the endpoint
+            try:
+                return await receiver.collect()
+            finally:
+                await receiver.shutdown()
+
+        records = asyncio.run(start_and_collect())
+    assert {r.gpu_instance_id for r in records if isinstance(r, MigActivity)} == {2, 3, 9, 10}
+    assert api.requests["list"] >= 2
 
 
 def test_discovery_with_an_api_server_that_is_down_falls_back(tmp_path: Path) -> None:
