@@ -15,7 +15,7 @@ it, series are keyed by (pid, device) alone and a reused pid continues the old s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -193,17 +193,7 @@ class EnergyProcessor:
     def _instance_totals(self, now: Timestamp) -> tuple[Totals, ...]:
         # Kept while wattpipe runs (a handful per GPU); a repartition's old instances stop growing.
         return tuple(
-            Totals(
-                time=now,
-                scope="instance",
-                key=str(gi),
-                device_id=device_id,
-                energy_mj=s.energy_mj,
-                power_w=s.power_w,
-                extra=tuple(sorted(s.attrs.items())),
-                start=self._start(now, s.start_wall_s),
-            )
-            for (device_id, gi), s in sorted(self.instances.items())
+            self._total(now, "instance", str(gi), device, s) for (device, gi), s in sorted(self.instances.items())
         )
 
     def _series_for(
@@ -266,18 +256,22 @@ class EnergyProcessor:
 
     def _totals(self, now: Timestamp) -> tuple[Totals, ...]:
         return tuple(
-            Totals(
-                time=now,
-                scope="process",
-                key=str(pid),
-                device_id=device_id,
-                energy_mj=s.energy_mj,
-                power_w=s.power_w,
-                extra=tuple(sorted(s.attrs.items())),
-                state="running" if s.ended_wall_s is None else "terminated",
-                start=self._start(now, s.start_wall_s),
-            )
-            for (pid, device_id, _), s in sorted(self.series.items())
+            self._total(now, "process", str(pid), device, s) for (pid, device, _), s in sorted(self.series.items())
+        )
+
+    def _total(
+        self, now: Timestamp, scope: Literal["process", "instance"], key: str, device_id: str, s: _Series
+    ) -> Totals:
+        return Totals(
+            time=now,
+            scope=scope,
+            key=key,
+            device_id=device_id,
+            energy_mj=s.energy_mj,
+            power_w=s.power_w,
+            extra=tuple(sorted(s.attrs.items())),
+            state="running" if s.ended_wall_s is None else "terminated",
+            start=self._start(now, s.start_wall_s),
         )
 
     def _device_totals(self, now: Timestamp) -> tuple[DeviceTotals, ...]:
