@@ -22,7 +22,7 @@ from pydantic import Field
 from pipeline.clock import Timestamp
 from pipeline.components import ComponentConfig, CreateContext, Factory
 from pipeline.config import Duration
-from pipeline.records import Batch, DevicePower, DeviceTotals, HostProcess, Totals
+from pipeline.records import Batch, DevicePower, DeviceTotals, HostProcess, Totals, Workload
 
 __all__ = ["EnergyConfig", "EnergyProcessor", "factory"]
 
@@ -37,6 +37,7 @@ class EnergyConfig(ComponentConfig):
 _UNKNOWN_START = -1  # no procfs source: the process's start time is not known
 
 SeriesKey = tuple[int, str, int]  # pid, device id, process start time (clock ticks since boot)
+GroupKey = tuple[str, str, str]  # "container" | "pod", container id | pod UID, device id
 
 
 @dataclass
@@ -69,6 +70,7 @@ class EnergyProcessor:
         self._running: dict[tuple[int, str], SeriesKey] = {}  # (pid, device) → its running series
         self.devices: dict[str, _Device] = {}
         self.instances: dict[tuple[str, int], _Series] = {}  # (device, GPU instance) on MIG GPUs
+        self.groups: dict[GroupKey, _Series] = {}  # containers and pods, per device
 
     # --- state -------------------------------------------------------------------------------
 
@@ -86,6 +88,13 @@ class EnergyProcessor:
             )
             if self.series[key].ended_wall_s is None:
                 self._running[key[:2]] = key
+        for row in saved.get("groups", []):
+            self.groups[(str(row["scope"]), str(row["key"]), str(row["device_id"]))] = _Series(
+                energy_mj=int(row["energy_mj"]),
+                start_wall_s=float(row["start_wall_s"]),
+                ended_wall_s=None if row.get("ended_wall_s") is None else float(row["ended_wall_s"]),
+                attrs={str(k): str(v) for k, v in dict(row.get("attrs", {})).items()},
+            )
         for row in saved.get("instances", []):
             self.instances[(str(row["device_id"]), int(row["gpu_instance_id"]))] = _Series(
                 energy_mj=int(row["energy_mj"]),
@@ -117,6 +126,18 @@ class EnergyProcessor:
                     "attrs": s.attrs,
                 }
                 for (pid, device_id, start_ticks), s in sorted(self.series.items())
+            ],
+            "groups": [
+                {
+                    "scope": scope,
+                    "key": key,
+                    "device_id": device_id,
+                    "energy_mj": s.energy_mj,
+                    "start_wall_s": s.start_wall_s,
+                    "ended_wall_s": s.ended_wall_s,
+                    "attrs": s.attrs,
+                }
+                for (scope, key, device_id), s in sorted(self.groups.items())
             ],
             "instances": [
                 {
@@ -170,6 +191,7 @@ class EnergyProcessor:
             if share.gpu_instance_id is not None:
                 series.attrs["gpu_instance_id"] = str(share.gpu_instance_id)
             seen.add(key)
+        self._groups(batch, powers, now.wall_s)
         for inst in batch.instance_energy:
             ikey = (inst.device_id, inst.gpu_instance_id)
             interval_s = powers[inst.device_id].interval_s if inst.device_id in powers else batch.interval_s
@@ -186,7 +208,7 @@ class EnergyProcessor:
                 self._end(key, series, now.wall_s)
         self._prune(now.wall_s)
         return batch.replace(
-            totals=batch.totals + self._totals(now) + self._instance_totals(now),
+            totals=batch.totals + self._totals(now) + self._group_totals(now) + self._instance_totals(now),
             device_totals=batch.device_totals + self._device_totals(now),
         )
 
@@ -237,18 +259,40 @@ class EnergyProcessor:
             del self._running[key[:2]]
 
     def _prune(self, now_wall_s: float) -> None:
-        ended = [(k, s) for k, s in self.series.items() if s.ended_wall_s is not None]
-        expired = [
-            k for k, s in ended if now_wall_s - (s.ended_wall_s or now_wall_s) > self.config.terminated_retention
-        ]
-        for key in expired:
-            del self.series[key]
-        ended = [(k, s) for k, s in ended if k not in set(expired)]
-        if len(ended) > self.config.max_terminated:
-            # Bounded memory and cardinality: keep the exited processes that used the most energy.
-            ended.sort(key=lambda ks: (-ks[1].energy_mj, ks[0]))
-            for key, _ in ended[self.config.max_terminated :]:
-                del self.series[key]
+        for table in (self.series, self.groups):
+            _prune(table, now_wall_s, self.config.terminated_retention, self.config.max_terminated)
+
+    def _groups(self, batch: Batch, powers: dict[str, DevicePower], wall_s: float) -> None:
+        """Container and pod totals from the Workload records (pid → container → pod) of this tick."""
+        if "workloads" not in batch.present:
+            return  # no Kubernetes processor in the pipeline: no container or pod series at all
+        workloads = {w.pid: w for w in batch.workloads if w.pid is not None}
+        tick: dict[GroupKey, tuple[int, float, dict[str, str]]] = {}
+        for share in batch.shares:
+            w = workloads.get(share.pid) if share.pid is not None else None
+            if w is None:
+                continue
+            for key, attrs in _memberships(w, share.device_id):
+                mj, watts, _ = tick.get(key, (0, 0.0, attrs))
+                tick[key] = (mj + share.energy_mj, watts + share.power_w, attrs)
+        for key, (mj, watts, attrs) in tick.items():
+            series = self.groups.get(key)
+            if series is None:
+                interval_s = powers[key[2]].interval_s if key[2] in powers else batch.interval_s
+                series = self.groups[key] = _Series(energy_mj=0, start_wall_s=wall_s - interval_s)
+            series.energy_mj += mj
+            series.power_w = watts
+            series.ended_wall_s = None
+            series.attrs.update(attrs)
+        for key, series in self.groups.items():
+            if key not in tick and series.ended_wall_s is None and key[2] in powers:
+                series.ended_wall_s, series.power_w = wall_s, 0.0  # none of its processes ran this tick
+
+    def _group_totals(self, now: Timestamp) -> tuple[Totals, ...]:
+        return tuple(
+            self._total(now, scope, key, device, s)  # type: ignore[arg-type]
+            for (scope, key, device), s in sorted(self.groups.items())
+        )
 
     def _start(self, now: Timestamp, start_wall_s: float) -> Timestamp:
         # The series began before this process (a restart): place it on this process's monotonic clock.
@@ -260,7 +304,12 @@ class EnergyProcessor:
         )
 
     def _total(
-        self, now: Timestamp, scope: Literal["process", "instance"], key: str, device_id: str, s: _Series
+        self,
+        now: Timestamp,
+        scope: Literal["process", "container", "pod", "instance"],
+        key: str,
+        device_id: str,
+        s: _Series,
     ) -> Totals:
         return Totals(
             time=now,
@@ -295,6 +344,36 @@ class EnergyProcessor:
                 )
             )
         return tuple(out)
+
+
+def _memberships(w: Workload, device_id: str) -> list[tuple[GroupKey, dict[str, str]]]:
+    """The container and pod a process belongs to, as group keys with their descriptive attributes."""
+    pod = {k: v for k, v in (("pod_name", w.pod_name), ("pod_namespace", w.pod_namespace)) if v is not None}
+    pod.update({k: v for k, v in w.extra if k.startswith(("label_", "annotation_"))})
+    out: list[tuple[GroupKey, dict[str, str]]] = []
+    if w.container_id is not None:
+        attrs = {**pod, **({"container_name": w.container_name} if w.container_name else {})}
+        if w.pod_uid is not None:
+            attrs["pod_uid"] = w.pod_uid
+        out.append((("container", w.container_id, device_id), attrs))
+    pod_key = w.pod_uid or (f"{w.pod_namespace}/{w.pod_name}" if w.pod_name and w.pod_namespace else None)
+    if pod_key is not None:
+        out.append((("pod", pod_key, device_id), pod))
+    return out
+
+
+def _prune(table: dict[Any, _Series], now_wall_s: float, retention_s: float, max_terminated: int) -> None:
+    """Drop ended series past the retention, and beyond ``max_terminated`` the ones with least energy."""
+    ended = [(k, s) for k, s in table.items() if s.ended_wall_s is not None]
+    expired = {k for k, s in ended if now_wall_s - (s.ended_wall_s or now_wall_s) > retention_s}
+    for key in expired:
+        del table[key]
+    ended = [(k, s) for k, s in ended if k not in expired]
+    if len(ended) > max_terminated:
+        # Bounded memory and cardinality: keep the exited ones that used the most energy.
+        ended.sort(key=lambda ks: (-ks[1].energy_mj, ks[0]))
+        for key, _ in ended[max_terminated:]:
+            del table[key]
 
 
 def _create(ctx: CreateContext, config: ComponentConfig) -> EnergyProcessor:

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.clock import SteppedClock
-from pipeline.records import Batch, DevicePower, DeviceSample, GpuProcessSample, GpuShare, HostProcess
+from pipeline.clock import SteppedClock, Timestamp
+from pipeline.records import Batch, DevicePower, DeviceSample, GpuProcessSample, GpuShare, HostProcess, Workload
 from pipeline.state import StateStore
 from processors.energy import EnergyConfig, EnergyProcessor
 from processors.idle import IdleConfig, IdleProcessor, split_idle
@@ -357,3 +357,68 @@ def test_a_series_keeps_its_energy_when_its_start_time_becomes_known(tmp_path: P
     b = tick_with_hosts(again, clock, [share(clock, 7, 10)], [host(clock, 7, 42, "python")])
     (t,) = b.totals
     assert (t.energy_mj, dict(t.extra)) == (160, {"comm": "python"})  # same process after a restart: continued
+
+
+def workload(pid: int, container: str, pod_uid: str, name: str = "trainer-0") -> Workload:
+    return Workload(
+        time=Timestamp(0.0, 0.0), pid=pid, container_id=container, container_name="main", pod_uid=pod_uid,
+        pod_name=name, pod_namespace="ml",
+    )  # fmt: skip
+
+
+def tick_k8s(proc: EnergyProcessor, clock: SteppedClock, shares: list[GpuShare], workloads: list[Workload]) -> Batch:
+    total = sum(s.energy_mj for s in shares)
+    out = proc.process(
+        Batch(time=clock.now(), interval_s=5.0, node="n").replace(
+            device_power=(power(clock, total),), shares=tuple(shares), workloads=tuple(workloads)
+        )
+    )
+    clock.advance(5.0)
+    return out
+
+
+def by_scope(b: Batch, scope: str) -> dict[str, tuple[int, str]]:
+    return {t.key: (t.energy_mj, t.state) for t in b.totals if t.scope == scope}
+
+
+def test_container_and_pod_totals_keep_growing_when_a_member_process_exits() -> None:
+    clock = SteppedClock()
+    proc = energy(clock, terminated_retention=3600.0)
+    ws = [workload(1, "c1", "uid-a"), workload(2, "c1", "uid-a"), workload(3, "c2", "uid-a")]
+    tick_k8s(proc, clock, [share(clock, 1, 100), share(clock, 2, 50), share(clock, 3, 10)], ws)
+    b = tick_k8s(proc, clock, [share(clock, 2, 50), share(clock, 3, 10)], ws)  # pid 1 exited
+    assert by_scope(b, "container") == {"c1": (200, "running"), "c2": (20, "running")}
+    assert by_scope(b, "pod") == {"uid-a": (220, "running")}
+    assert by_scope(b, "process")["1"] == (100, "terminated")
+    b = tick_k8s(proc, clock, [share(clock, 3, 10)], ws)  # the whole of container c1 has gone
+    assert by_scope(b, "container") == {"c1": (200, "terminated"), "c2": (30, "running")}
+    assert by_scope(b, "pod") == {"uid-a": (230, "running")}
+    (c1,) = [t for t in b.totals if t.scope == "container" and t.key == "c1"]
+    assert dict(c1.extra) == {
+        "container_name": "main",
+        "pod_uid": "uid-a",
+        "pod_name": "trainer-0",
+        "pod_namespace": "ml",
+    }
+
+
+def test_without_a_kubernetes_processor_there_are_no_container_or_pod_series() -> None:
+    clock = SteppedClock()
+    proc = energy(clock)
+    b = tick(proc, clock, [power(clock, 100)], [share(clock, 1, 100)])
+    assert {t.scope for t in b.totals} == {"process"}
+
+
+def test_container_and_pod_totals_survive_a_restart(tmp_path: Path) -> None:
+    clock = SteppedClock()
+    store = StateStore(tmp_path / "s.json", clock, "n")
+    proc = energy(clock, store)
+    tick_k8s(proc, clock, [share(clock, 1, 70)], [workload(1, "c1", "uid-a")])
+    store.put("metrics/energy", proc.snapshot())
+    store.save()
+    reloaded = StateStore(tmp_path / "s.json", clock, "n")
+    reloaded.load()
+    again = energy(clock, reloaded)
+    b = tick_k8s(again, clock, [share(clock, 1, 30)], [workload(1, "c1", "uid-a")])
+    assert by_scope(b, "container") == {"c1": (100, "running")}
+    assert by_scope(b, "pod") == {"uid-a": (100, "running")}
