@@ -23,6 +23,7 @@ from pipeline.clock import Timestamp
 from pipeline.components import ComponentConfig, CreateContext, Factory
 from pipeline.config import Duration
 from pipeline.records import Batch, DevicePower, DeviceTotals, HostProcess, Totals, Workload
+from processors.attribution_math import apportion
 
 __all__ = ["EnergyConfig", "EnergyProcessor", "factory"]
 
@@ -267,14 +268,35 @@ class EnergyProcessor:
         if "workloads" not in batch.present:
             return  # no Kubernetes processor in the pipeline: no container or pod series at all
         workloads = {w.pid: w for w in batch.workloads if w.pid is not None}
+        # Degraded mode (no host pid view): per device or MIG instance, the containers pod-resources says own it.
+        owners: dict[tuple[str, str | None], list[Workload]] = {}
+        for w in batch.workloads:
+            extra = dict(w.extra)
+            if w.pid is None and extra.get("degraded") and "device_id" in extra:
+                owners.setdefault((extra["device_id"], extra.get("gpu_instance_id")), []).append(w)
         tick: dict[GroupKey, tuple[int, float, dict[str, str]]] = {}
+
+        def add(w: Workload, device_id: str, mj: int, watts: float) -> None:
+            for key, attrs in _memberships(w, device_id):
+                old_mj, old_w, _ = tick.get(key, (0, 0.0, attrs))
+                tick[key] = (old_mj + mj, old_w + watts, attrs)
+
+        pooled: dict[tuple[str, str | None], tuple[int, float]] = {}
         for share in batch.shares:
-            w = workloads.get(share.pid) if share.pid is not None else None
-            if w is None:
+            if share.pid is None:
                 continue
-            for key, attrs in _memberships(w, share.device_id):
-                mj, watts, _ = tick.get(key, (0, 0.0, attrs))
-                tick[key] = (mj + share.energy_mj, watts + share.power_w, attrs)
+            gi = None if share.gpu_instance_id is None else str(share.gpu_instance_id)
+            if (share.device_id, gi) in owners:
+                mj, watts = pooled.get((share.device_id, gi), (0, 0.0))
+                pooled[(share.device_id, gi)] = (mj + share.energy_mj, watts + share.power_w)
+                continue
+            member = workloads.get(share.pid)
+            if member is not None:
+                add(member, share.device_id, share.energy_mj, share.power_w)
+        for (device_id, gi), (mj, watts) in pooled.items():
+            members = owners[(device_id, gi)]
+            for w, part in zip(members, apportion(mj, [1.0] * len(members)), strict=True):
+                add(w, device_id, part, watts / len(members))
         for key, (mj, watts, attrs) in tick.items():
             series = self.groups.get(key)
             if series is None:
@@ -351,11 +373,16 @@ def _memberships(w: Workload, device_id: str) -> list[tuple[GroupKey, dict[str, 
     pod = {k: v for k, v in (("pod_name", w.pod_name), ("pod_namespace", w.pod_namespace)) if v is not None}
     pod.update({k: v for k, v in w.extra if k.startswith(("label_", "annotation_"))})
     out: list[tuple[GroupKey, dict[str, str]]] = []
-    if w.container_id is not None:
+    container_key = w.container_id or (
+        f"{w.pod_namespace}/{w.pod_name}/{w.container_name}"
+        if w.pod_name and w.pod_namespace and w.container_name
+        else None
+    )
+    if container_key is not None:
         attrs = {**pod, **({"container_name": w.container_name} if w.container_name else {})}
         if w.pod_uid is not None:
             attrs["pod_uid"] = w.pod_uid
-        out.append((("container", w.container_id, device_id), attrs))
+        out.append((("container", container_key, device_id), attrs))
     pod_key = w.pod_uid or (f"{w.pod_namespace}/{w.pod_name}" if w.pod_name and w.pod_namespace else None)
     if pod_key is not None:
         out.append((("pod", pod_key, device_id), pod))

@@ -422,3 +422,18 @@ def test_container_and_pod_totals_survive_a_restart(tmp_path: Path) -> None:
     b = tick_k8s(again, clock, [share(clock, 1, 30)], [workload(1, "c1", "uid-a")])
     assert by_scope(b, "container") == {"c1": (100, "running")}
     assert by_scope(b, "pod") == {"uid-a": (100, "running")}
+
+
+def test_degraded_mode_splits_a_device_equally_among_the_containers_that_own_it() -> None:
+    clock = SteppedClock()
+    proc = energy(clock)
+
+    def owner(pod: str) -> Workload:
+        return Workload(
+            time=clock.now(), pid=None, pod_name=pod, pod_namespace="ml", container_name="main",
+            extra=(("degraded", "no_host_pid"), ("device_id", "G")),
+        )  # fmt: skip
+
+    b = tick_k8s(proc, clock, [share(clock, 101, 70), share(clock, 102, 31)], [owner("a-0"), owner("b-0")])
+    assert by_scope(b, "container") == {"ml/a-0/main": (51, "running"), "ml/b-0/main": (50, "running")}
+    assert by_scope(b, "pod") == {"ml/a-0": (51, "running"), "ml/b-0": (50, "running")}

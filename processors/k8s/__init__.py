@@ -1,0 +1,174 @@
+"""Processor ``k8s``: who each GPU process is in Kubernetes terms (pid → container → pod), as Workload records.
+
+The pod UID and container id come from the process's cgroup (the ``procfs`` receiver's HostProcess);
+pod name, namespace and container name from the Kubernetes API: a background thread lists and watches
+the pods of *this node* (``spec.nodeName``, never a cluster-wide list) into a bounded cache, and
+``process()`` only reads that cache, so a tick never waits on the API server. Without API access, or for
+a pod the cache does not know yet, the kubelet's pod-resources allocations name the owner of the
+process's GPU when exactly one container owns it. Without host PID visibility (no ``hostPID``) the
+device's energy goes to its owning containers, equally: see :mod:`processors.k8s._resolve`.
+
+Allow-listed pod labels and annotations are copied into ``Workload.extra`` as ``label_<name>`` and
+``annotation_<name>``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from collections.abc import Mapping
+from typing import Literal
+
+from kubernetes.client import ApiClient
+from pydantic import Field, field_validator
+
+from pipeline.components import ComponentConfig, CreateContext, Factory
+from pipeline.config import Duration
+from pipeline.records import Batch, Workload
+from processors.k8s._cache import PodCache, PodInfo, PodView, pod_info, strip_runtime
+from processors.k8s._resolve import DEGRADED, resolve
+from processors.k8s._watch import PodWatcher, api_client
+
+__all__ = [
+    "DEGRADED",
+    "K8sConfig",
+    "K8sProcessor",
+    "PodCache",
+    "PodInfo",
+    "PodView",
+    "factory",
+    "pod_info",
+    "strip_runtime",
+]
+
+
+class K8sConfig(ComponentConfig):
+    api: Literal["auto", "off"] = "auto"
+    """auto: in-cluster credentials, else the kubeconfig ``KUBECONFIG`` names, else none (pod-resources
+    only); off: never ask the API server."""
+    node_name: str = ""
+    """The node whose pods to watch; empty: ``NODE_NAME`` from the environment (the downward API's
+    ``spec.nodeName``), read at start. Neither: no API access."""
+    labels: list[str] = Field(default_factory=list)
+    """Pod labels to copy into each Workload, as ``label_<name>``."""
+    annotations: list[str] = Field(default_factory=list)
+    """Pod annotations to copy into each Workload, as ``annotation_<name>``."""
+    request_timeout: Duration = Field(default=10.0, gt=0)
+    """One list call (and connecting a watch)."""
+    watch_timeout: Duration = Field(default=300.0, ge=1)
+    """How long the server keeps one watch open (``timeoutSeconds``) before it is opened anew."""
+    backoff_max: Duration = Field(default=30.0, gt=0)
+    """Longest wait between tries while the API server fails (from 1 s, doubling)."""
+    keep_deleted: Duration = Field(default=60.0, ge=0)
+    """How long a deleted pod stays known: its last processes may outlive the API's DELETED event."""
+    max_pods: int = Field(default=1000, ge=1)
+    """Most pods cached (deleted ones included); beyond it new pods are not cached and count as unknown."""
+
+    @field_validator("labels", "annotations")
+    @classmethod
+    def _names(cls, value: list[str]) -> list[str]:
+        if any(not name.strip() for name in value):
+            raise ValueError("label and annotation names cannot be empty")
+        return list(dict.fromkeys(value))
+
+
+class K8sProcessor:
+    needs = frozenset({"gpu_processes"})
+    provides = frozenset({"workloads"})
+
+    def __init__(self, config: K8sConfig, ctx: CreateContext, *, env: Mapping[str, str] | None = None) -> None:
+        """``env``: the environment to read ``NODE_NAME``, ``KUBECONFIG`` and ``KUBERNETES_SERVICE_HOST``
+        from (default: the process's)."""
+        self.config = config
+        self.ctx = ctx
+        self.component_id = ctx.component_id
+        self.log = ctx.logger
+        self._env = env if env is not None else os.environ
+        self.cache = PodCache(config.max_pods, config.keep_deleted)
+        self.watcher: PodWatcher | None = None
+        self.node_name = ""
+        self._dropped_logged = 0
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.node_name = self.config.node_name or self._env.get("NODE_NAME", "")
+        if self.config.api == "off":
+            self.log.info("processor %s: api off: pod names from pod-resources allocations only", self.component_id)
+            return
+        api = self._api_client()
+        if isinstance(api, str):
+            self.log.warning(
+                "processor %s: no Kubernetes API access (%s): pod names from pod-resources allocations only",
+                self.component_id,
+                api,
+            )
+            return
+        self.watcher = PodWatcher(
+            api,
+            self.node_name,
+            self.cache,
+            functools.partial(pod_info, labels=self.config.labels, annotations=self.config.annotations),
+            monotonic=self.ctx.clock.monotonic,
+            log=self.ctx.telemetry.log,
+            component_id=self.component_id,
+            request_timeout_s=self.config.request_timeout,
+            watch_timeout_s=self.config.watch_timeout,
+            backoff_max_s=self.config.backoff_max,
+        )
+        self.watcher.start()
+
+    def _api_client(self) -> ApiClient | str:
+        """A configured client, or why there is none."""
+        if not self.node_name:
+            # Never a cluster-wide list: without the node there is nothing to scope the watch to.
+            return "node_name is not set, nor NODE_NAME (set it from spec.nodeName with the downward API)"
+        try:
+            api = api_client(self._env)
+        except Exception as exc:  # a broken kubeconfig raises anything from ConfigException to yaml errors
+            return f"the Kubernetes client cannot be configured: {type(exc).__name__}: {exc}"
+        return api if api is not None else "not in a pod, and KUBECONFIG is not set"
+
+    def shutdown(self) -> None:
+        watcher, self.watcher = self.watcher, None
+        if watcher is not None and not watcher.stop():
+            self.log.warning(
+                "processor %s: the pod watch thread is still finishing a request; it ends with the process",
+                self.component_id,
+            )
+
+    # --- the tick --------------------------------------------------------------------------------
+
+    @property
+    def view(self) -> PodView:
+        return self.cache.view
+
+    def process(self, batch: Batch) -> Batch:
+        self.cache.expire(batch.time.monotonic_s)
+        if self.cache.dropped > self._dropped_logged:
+            self._dropped_logged = self.cache.dropped
+            self.ctx.telemetry.log.log(
+                logging.WARNING,
+                "full",
+                f"processor {self.component_id}: pod cache full ({self.config.max_pods} pods): "
+                f"{self.cache.dropped} pod(s) not cached; raise max_pods",
+            )
+        workloads: list[Workload] = resolve(batch, self.cache.view)
+        return batch.replace(workloads=batch.workloads + tuple(workloads))
+
+
+def _create(ctx: CreateContext, config: ComponentConfig) -> K8sProcessor:
+    assert isinstance(config, K8sConfig)
+    return K8sProcessor(config, ctx)
+
+
+factory = Factory(
+    type="k8s",
+    kind="processor",
+    config_model=K8sConfig,
+    create=_create,
+    description="Pod, namespace and container of each GPU process: cgroup, Kubernetes API (this node), pod-resources.",
+    stability="development",
+    provides=frozenset({"workloads"}),
+)
