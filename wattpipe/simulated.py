@@ -174,9 +174,20 @@ def _on_simulated_node(args: argparse.Namespace, clock: Clock, out: TextIO, err:
         return EXIT_CONFIG
     try:
         with tempfile.TemporaryDirectory(prefix="wattpipe-sim-") as tmp:
-            dcgm = simulator.start_dcgm_exporter(node)  # stops with the node
-            # What a config may point at on the simulated node: its /proc and its dcgm-exporter.
-            faces = {"WATTPIPE_PROC_ROOT": str(Path(tmp) / "proc"), "WATTPIPE_DCGM_ENDPOINT": dcgm.url}
+            # Every face stops with the node.
+            dcgm = simulator.start_dcgm_exporter(node)
+            kubelet = simulator.start_kubelet(node, socket_dir=Path(tmp) / "pod-resources")
+            api = simulator.start_k8s_api(node)
+            kubeconfig = api.write_kubeconfig(Path(tmp) / "kubeconfig")
+            # What a config may point at on the simulated node: /proc, dcgm-exporter, the kubelet's
+            # pod-resources socket, and the API server (KUBECONFIG, NODE_NAME as the downward API gives it).
+            faces = {
+                "WATTPIPE_PROC_ROOT": str(Path(tmp) / "proc"),
+                "WATTPIPE_DCGM_ENDPOINT": dcgm.url,
+                "WATTPIPE_PODRESOURCES_ENDPOINT": kubelet.endpoint,
+                "KUBECONFIG": str(kubeconfig),
+                "NODE_NAME": node.scenario.node.name,
+            }
             with _environment(faces):
                 return _run_simulated(args, clock, registry, node, Path(tmp), err, stepped)
     finally:
