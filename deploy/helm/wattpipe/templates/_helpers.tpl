@@ -1,0 +1,64 @@
+{{- define "wattpipe.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "wattpipe.fullname" -}}
+{{- if contains .Chart.Name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{- define "wattpipe.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "wattpipe.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "wattpipe.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "wattpipe.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "wattpipe.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "wattpipe.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+The pipeline configuration: files/config.yaml with the receivers and processors the values switch on or
+off. tests/deploy mirrors these steps to validate each combination without helm.
+*/}}
+{{- define "wattpipe.config" -}}
+{{- if .Values.configOverride }}
+{{- .Values.configOverride }}
+{{- else }}
+{{- $cfg := .Files.Get "files/config.yaml" | fromYaml }}
+{{- $metrics := $cfg.service.pipelines.metrics }}
+{{- range $name, $on := dict "procfs" .Values.procfs.enabled "podresources" .Values.podResources.enabled }}
+{{- if not $on }}
+{{- $_ := unset $cfg.receivers $name }}
+{{- $_ := set $metrics "receivers" (without $metrics.receivers $name) }}
+{{- end }}
+{{- end }}
+{{- if .Values.dcgm.enabled }}
+{{- $_ := set $cfg.receivers "dcgm" .Values.dcgm.config }}
+{{- $_ := set $metrics "receivers" (append $metrics.receivers "dcgm") }}
+{{- end }}
+{{- if .Values.k8s.enabled }}
+{{- $_ := set $cfg.processors "k8s" .Values.k8s.config }}
+{{- $processors := list }}
+{{- range $metrics.processors }}
+{{- if eq . "energy" }}{{ $processors = append $processors "k8s" }}{{ end }}
+{{- $processors = append $processors . }}
+{{- end }}
+{{- $_ := set $metrics "processors" $processors }}
+{{- end }}
+{{- toYaml $cfg }}
+{{- end }}
+{{- end }}
