@@ -217,13 +217,14 @@ class HostProcess(Record):
     """A process as /proc describes it: identity, its cgroup's container and pod, CPU time."""
 
     KIND: ClassVar[RecordKind] = "process"
-    IDENTITY: ClassVar[tuple[str, ...]] = ("pid", "comm", "exe", "container_id", "pod_uid")
+    IDENTITY: ClassVar[tuple[str, ...]] = ("pid", "comm", "exe", "container_id", "container_runtime", "pod_uid")
 
     pid: int
     comm: str | None = None
     exe: str | None = None
     start_time_ticks: int | None = None  # /proc/<pid>/stat field 22: tells a reused pid apart
     container_id: str | None = None
+    container_runtime: str | None = None  # containerd | cri-o | docker | podman, from the cgroup path
     pod_uid: str | None = None
     cpu_time_s: float | None = None
 

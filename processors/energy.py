@@ -14,6 +14,7 @@ it, series are keyed by (pid, device) alone and a reused pid continues the old s
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -268,6 +269,7 @@ class EnergyProcessor:
         if "workloads" not in batch.present:
             return  # no Kubernetes processor in the pipeline: no container or pod series at all
         workloads = {w.pid: w for w in batch.workloads if w.pid is not None}
+        hosts = {h.pid: h for h in batch.host_processes}
         # Degraded mode (no host pid view): per device or MIG instance, the containers pod-resources says own it.
         owners: dict[tuple[str, str | None], list[Workload]] = {}
         for w in batch.workloads:
@@ -292,6 +294,9 @@ class EnergyProcessor:
                 continue
             member = workloads.get(share.pid)
             if member is not None:
+                host = hosts.get(share.pid)
+                if host is not None and host.container_runtime and member.container_id == host.container_id:
+                    member = dataclasses.replace(member, extra=(*member.extra, ("runtime", host.container_runtime)))
                 add(member, share.device_id, share.energy_mj, share.power_w)
         for (device_id, gi), (mj, watts) in pooled.items():
             members = owners[(device_id, gi)]
@@ -380,6 +385,7 @@ def _memberships(w: Workload, device_id: str) -> list[tuple[GroupKey, dict[str, 
     )
     if container_key is not None:
         attrs = {**pod, **({"container_name": w.container_name} if w.container_name else {})}
+        attrs.update({k: v for k, v in w.extra if k == "runtime"})
         if w.pod_uid is not None:
             attrs["pod_uid"] = w.pod_uid
         out.append((("container", container_key, device_id), attrs))

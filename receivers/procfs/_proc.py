@@ -180,6 +180,7 @@ class ProcessTable:
                 exe=identity.exe,
                 start_time_ticks=stat.start_time_ticks,
                 container_id=cg.container_id,
+                container_runtime=cg.runtime,
                 pod_uid=cg.pod_uid,
                 cpu_time_s=(stat.utime_ticks + stat.stime_ticks) / self.clock_ticks_per_s,
             ),

@@ -437,3 +437,21 @@ def test_degraded_mode_splits_a_device_equally_among_the_containers_that_own_it(
     b = tick_k8s(proc, clock, [share(clock, 101, 70), share(clock, 102, 31)], [owner("a-0"), owner("b-0")])
     assert by_scope(b, "container") == {"ml/a-0/main": (51, "running"), "ml/b-0/main": (50, "running")}
     assert by_scope(b, "pod") == {"ml/a-0": (51, "running"), "ml/b-0": (50, "running")}
+
+
+def test_container_series_carry_the_runtime_procfs_read_from_the_cgroup() -> None:
+    clock = SteppedClock()
+    proc = energy(clock)
+    w = workload(1, "c" * 64, "uid-a")
+    h = HostProcess(
+        time=clock.now(), pid=1, comm="python", start_time_ticks=5, container_id="c" * 64, container_runtime="cri-o"
+    )
+    b = proc.process(
+        Batch(time=clock.now(), interval_s=5.0, node="n").replace(
+            device_power=(power(clock, 40),), shares=(share(clock, 1, 40),), workloads=(w,), host_processes=(h,)
+        )
+    )
+    (container,) = [t for t in b.totals if t.scope == "container"]
+    assert dict(container.extra)["runtime"] == "cri-o"
+    (pod,) = [t for t in b.totals if t.scope == "pod"]
+    assert "runtime" not in dict(pod.extra)
