@@ -14,13 +14,17 @@ Allow-listed pod labels and annotations are copied into ``Workload.extra`` as ``
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the kubernetes client costs ~20 MB to import: only when it is used
+    from kubernetes.client import ApiClient
+
 import functools
 import logging
 import os
 from collections.abc import Mapping
 from typing import Literal
 
-from kubernetes.client import ApiClient
 from pydantic import Field, field_validator
 
 from pipeline.components import ComponentConfig, CreateContext, Factory

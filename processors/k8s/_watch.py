@@ -20,6 +20,11 @@ finishes within ``request_timeout`` first.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the kubernetes client costs ~20 MB to import: only when it is used
+    from kubernetes import client
+
 import contextlib
 import json
 import logging
@@ -27,8 +32,6 @@ import socket
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
-
-from kubernetes import client, config
 
 from pipeline.telemetry import RateLimitedLog
 from processors.k8s._cache import PodCache, PodInfo
@@ -45,6 +48,8 @@ def api_client(env: Mapping[str, str]) -> client.ApiClient | None:
     Built on a Configuration of its own: the kubernetes package's global default is left alone.
     Raises whatever a broken kubeconfig raises.
     """
+    from kubernetes import client, config
+
     configuration = client.Configuration()
     configuration.retries = 0  # the watcher retries on its own schedule
     if env.get("KUBERNETES_SERVICE_HOST"):
@@ -106,6 +111,8 @@ class PodWatcher:
         watch_timeout_s: float,
         backoff_max_s: float,
     ) -> None:
+        from kubernetes import client
+
         self.api = api
         self.v1 = client.CoreV1Api(api)
         self.node = node
@@ -248,6 +255,8 @@ class PodWatcher:
     # --- logging -------------------------------------------------------------------------------
 
     def _describe(self, exc: Exception) -> str:
+        from kubernetes import client
+
         what = f"listing or watching pods on node {self.node} failed"
         if isinstance(exc, client.ApiException):
             return f"{what}: HTTP {exc.status} {exc.reason}"

@@ -12,11 +12,14 @@ Blocking (the kubernetes client is synchronous): run it on a worker thread.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the kubernetes client costs ~20 MB to import: only when it is used
+    from kubernetes import client
+    from kubernetes.client import V1Pod
+
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-
-from kubernetes import client, config
-from kubernetes.client import V1Pod
 
 __all__ = ["Discovery", "choose_pod", "discover"]
 
@@ -58,6 +61,8 @@ def _name(pod: V1Pod) -> str:
 
 def _api_client(env: Mapping[str, str]) -> client.ApiClient | None:
     """An API client without touching the kubernetes package's global default configuration."""
+    from kubernetes import client, config
+
     configuration = client.Configuration()
     configuration.retries = 0  # one attempt per discovery: the receiver retries on its own schedule
     if env.get("KUBERNETES_SERVICE_HOST"):
@@ -79,6 +84,8 @@ def discover(
     env: Mapping[str, str], *, label_selector: str, port: int, scheme: str = "http", timeout_s: float = 2.0
 ) -> Discovery:
     """Find the endpoint (never raises: every failure ends at the localhost fallback, with a reason)."""
+    from kubernetes import client
+
     fallback = _url(scheme, "localhost", port)
 
     def fall_back(why: str) -> Discovery:
