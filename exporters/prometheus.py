@@ -60,6 +60,7 @@ from pipeline.catalog import (
 from pipeline.components import ComponentConfig, CreateContext, Factory
 from pipeline.httpserver import HttpServer, parse_listen
 from pipeline.records import Batch
+from pipeline.webconfig import WebConfig, load_web_config, serve
 
 __all__ = ["PrometheusConfig", "PrometheusExporter", "factory"]
 
@@ -81,6 +82,8 @@ class PrometheusConfig(ComponentConfig):
     renderer: Literal["fast", "prometheus_client"] = "fast"
     """How the text is made: ``fast`` reuses each series' formatted labels from tick to tick;
     ``prometheus_client`` renders through its registry (the reference: the same bytes, 5–8× the CPU)."""
+    web_config_file: str = ""
+    """TLS and basic auth for /metrics, in the Prometheus exporter-toolkit web config format; empty: plain HTTP."""
 
     @field_validator("listen")
     @classmethod
@@ -242,6 +245,8 @@ class PrometheusExporter:
         self._rendered = _Rendered(b"")
         self._render_lock = threading.Lock()
         self._server: HttpServer | None = None
+        # Loaded here, not in start(): a bad file (ConfigError) fails `wattpipe validate` and the build.
+        self._web: WebConfig | None = load_web_config(config.web_config_file) if config.web_config_file else None
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -249,7 +254,7 @@ class PrometheusExporter:
         if self._server is not None:
             return
         try:
-            self._server = HttpServer(self.config.listen, self.app)
+            self._server = serve(self.config.listen, self.app, self._web)
         except OSError as exc:
             raise RuntimeError(
                 f"exporter {self.component_id}: cannot listen on {self.config.listen}: {exc.strerror or exc}"

@@ -160,6 +160,8 @@ class TelemetryConfig(_Strict):
     listen: str = "127.0.0.1:8888"
     """host:port for wattpipe's own /metrics, /healthz and /readyz; empty to turn it off."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    web_config_file: str = ""
+    """TLS and basic auth for ``listen``, in the Prometheus exporter-toolkit web config format; empty: plain HTTP."""
 
 
 class StateConfig(_Strict):

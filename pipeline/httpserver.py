@@ -7,6 +7,7 @@ what the last finished tick left in memory.
 from __future__ import annotations
 
 import socket
+import ssl
 import threading
 from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
@@ -14,6 +15,8 @@ from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 __all__ = ["HttpServer", "WsgiApp", "parse_listen"]
+
+_HANDSHAKE_TIMEOUT_S = 10.0
 
 WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
@@ -36,6 +39,18 @@ class _ThreadingServer(ThreadingMixIn, WSGIServer):
     # dashboard refresh) wait on TCP retries for seconds; answers come from memory, so accept them all.
     request_queue_size = 128
 
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        # The TLS handshake runs here, on the request's own thread, not in accept(): there a client that
+        # connects and never speaks would stop the server from accepting anyone else.
+        if isinstance(request, ssl.SSLSocket):
+            try:
+                request.settimeout(_HANDSHAKE_TIMEOUT_S)
+                request.do_handshake()
+                request.settimeout(None)
+            except OSError:  # ssl.SSLError included: plain HTTP, no or an untrusted client certificate
+                return  # shutdown_request() closes the connection
+        super().finish_request(request, client_address)
+
 
 class _ThreadingServer6(_ThreadingServer):
     # WSGIServer binds IPv4 only; "[::1]:port" or "[::]:port" needs an IPv6 socket.
@@ -48,12 +63,18 @@ class _QuietHandler(WSGIRequestHandler):
 
 
 class HttpServer:
-    """Serve ``app`` on ``listen`` from a background thread until :meth:`close`."""
+    """Serve ``app`` on ``listen`` from a background thread until :meth:`close`; HTTPS with ``ssl_context``."""
 
-    def __init__(self, listen: str, app: WsgiApp) -> None:
+    def __init__(self, listen: str, app: WsgiApp, ssl_context: ssl.SSLContext | None = None) -> None:
         self.host, port = parse_listen(listen)
         server_class = _ThreadingServer6 if ":" in self.host else _ThreadingServer
         self._server = make_server(self.host, port, app, server_class=server_class, handler_class=_QuietHandler)
+        self.scheme = "http"
+        if ssl_context is not None:
+            self._server.socket = ssl_context.wrap_socket(
+                self._server.socket, server_side=True, do_handshake_on_connect=False
+            )
+            self.scheme = "https"
         self.port = self._server.server_address[1]
         # serve_forever checks for shutdown() between polls; a short poll keeps close() (and so a
         # SIGTERM'd service's shutdown budget) from waiting half a second per server.
@@ -74,4 +95,4 @@ class HttpServer:
     @property
     def url(self) -> str:
         host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(self.host, self.host)
-        return f"http://[{host}]:{self.port}" if ":" in host else f"http://{host}:{self.port}"
+        return f"{self.scheme}://[{host}]:{self.port}" if ":" in host else f"{self.scheme}://{host}:{self.port}"

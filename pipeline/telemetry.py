@@ -16,6 +16,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from pipeline.clock import Clock
 from pipeline.httpserver import HttpServer, WsgiApp
+from pipeline.webconfig import WebConfig, serve
 
 __all__ = ["ComponentTelemetry", "RateLimitedLog", "Telemetry"]
 
@@ -165,9 +166,10 @@ class Telemetry:
 
         return app
 
-    def serve(self, listen: str) -> HttpServer:
+    def serve(self, listen: str, web: WebConfig | None = None) -> HttpServer:
+        """Serve /metrics, /healthz and /readyz on ``listen``, with ``web``'s TLS and basic auth if given."""
         self.close()  # serving twice must not leave the first server's port and thread behind
-        self._server = HttpServer(listen, self.app())
+        self._server = serve(listen, self.app(), web)
         self._server.start()
         return self._server
 

@@ -27,6 +27,7 @@ from pipeline.config import Config, ConfigError, load_config, parse_duration
 from pipeline.graph import Graph, build
 from pipeline.runtime import Service
 from pipeline.telemetry import Telemetry
+from pipeline.webconfig import WebConfig, load_web_config
 from wattpipe.simulated import cmd_demo, cmd_simulate
 
 __all__ = ["main"]
@@ -68,11 +69,25 @@ def _load(path: str, registry: Registry, err: TextIO) -> Config | None:
 
 def _build(config: Config, registry: Registry, clock: Clock, err: TextIO) -> Graph | None:
     try:
-        return build(config, registry, clock, Telemetry(clock))
+        graph = build(config, registry, clock, Telemetry(clock))
+        _telemetry_web_config(config)  # checked here too, so `validate` reports a bad file (exit 2)
+        return graph
     except ConfigError as exc:
         for message in exc.messages:
             print(f"error: {message}", file=err)
         return None
+
+
+def _telemetry_web_config(config: Config) -> WebConfig | None:
+    path = config.service.telemetry.web_config_file
+    if not path:
+        return None
+    try:
+        return load_web_config(path)
+    except ConfigError as exc:
+        raise ConfigError(
+            [f"{config.source_name} service.telemetry.web_config_file: {m}" for m in exc.messages]
+        ) from exc
 
 
 def _registry(err: TextIO) -> Registry:
@@ -183,7 +198,13 @@ async def run_service(graph: Graph, max_ticks: int | None = None, service: Servi
     listen = graph.config.service.telemetry.listen
     if listen:
         try:
-            server = graph.telemetry.serve(listen)
+            web = _telemetry_web_config(graph.config)
+        except ConfigError as exc:
+            for message in exc.messages:
+                log.error("%s", message)
+            return EXIT_CONFIG
+        try:
+            server = graph.telemetry.serve(listen, web)
         except (OSError, ValueError) as exc:
             log.error("service.telemetry.listen %s: cannot listen: %s", listen, exc)
             return EXIT_RUNTIME

@@ -241,7 +241,7 @@ def test_effective_config_has_defaults_and_durations_as_text(registry: Registry)
     eff = config.effective()  # type: ignore[attr-defined]
     assert eff["receivers"]["dcgm"] == {"endpoint": "http://localhost:9400/metrics", "timeout": 2.0, "port": 9400}
     assert eff["service"]["pipelines"]["metrics"]["interval"] == "5s"
-    assert eff["service"]["telemetry"] == {"listen": "127.0.0.1:8888", "log_level": "info"}
+    assert eff["service"]["telemetry"] == {"listen": "127.0.0.1:8888", "log_level": "info", "web_config_file": ""}
     assert eff["service"]["shutdown_timeout"] == "10s"
 
 
