@@ -14,16 +14,11 @@ Allow-listed pod labels and annotations are copied into ``Workload.extra`` as ``
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # the kubernetes client costs ~20 MB to import: only when it is used
-    from kubernetes.client import ApiClient
-
 import functools
 import logging
 import os
 from collections.abc import Mapping
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, field_validator
 
@@ -33,6 +28,9 @@ from pipeline.records import Batch, Workload
 from processors.k8s._cache import PodCache, PodInfo, PodView, pod_info, strip_runtime
 from processors.k8s._resolve import DEGRADED, resolve
 from processors.k8s._watch import PodWatcher, api_client
+
+if TYPE_CHECKING:  # the kubernetes client costs ~20 MB to import: only when it is used
+    from kubernetes.client import ApiClient
 
 __all__ = [
     "DEGRADED",

@@ -20,51 +20,25 @@ finishes within ``request_timeout`` first.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # the kubernetes client costs ~20 MB to import: only when it is used
-    from kubernetes import client
-
 import contextlib
 import json
 import logging
 import socket
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.telemetry import RateLimitedLog
 from processors.k8s._cache import PodCache, PodInfo
+from receivers._kube import api_client
+
+if TYPE_CHECKING:  # the kubernetes client costs ~20 MB to import: only when it is used
+    from kubernetes import client
 
 __all__ = ["PodWatcher", "api_client"]
 
 _PAGE = 500
 _GONE = 410
-
-
-def api_client(env: Mapping[str, str]) -> client.ApiClient | None:
-    """In-cluster credentials when running in a pod, else the first kubeconfig ``KUBECONFIG`` names, else None.
-
-    Built on a Configuration of its own: the kubernetes package's global default is left alone.
-    Raises whatever a broken kubeconfig raises.
-    """
-    from kubernetes import client, config
-
-    configuration = client.Configuration()
-    configuration.retries = 0  # the watcher retries on its own schedule
-    if env.get("KUBERNETES_SERVICE_HOST"):
-        try:
-            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-            return client.ApiClient(configuration)
-        except config.ConfigException:
-            pass  # a pod without a service-account token: a kubeconfig may still say where to go
-    kubeconfig = env.get("KUBECONFIG", "").split(":")[0]
-    if not kubeconfig:
-        return None
-    api: client.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
-        config_file=kubeconfig, persist_config=False, client_configuration=configuration
-    )
-    return api
 
 
 class _Gone(Exception):

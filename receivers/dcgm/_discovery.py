@@ -12,14 +12,14 @@ Blocking (the kubernetes client is synchronous): run it on a worker thread.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # the kubernetes client costs ~20 MB to import: only when it is used
-    from kubernetes import client
-    from kubernetes.client import V1Pod
-
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from receivers._kube import api_client as _api_client
+
+if TYPE_CHECKING:  # the kubernetes client costs ~20 MB to import: only when it is used
+    from kubernetes.client import V1Pod
 
 __all__ = ["Discovery", "choose_pod", "discover"]
 
@@ -57,27 +57,6 @@ def choose_pod(pods: Sequence[V1Pod]) -> tuple[str, str] | str:
 def _name(pod: V1Pod) -> str:
     meta = pod.metadata
     return f"{meta.namespace}/{meta.name}" if meta is not None else "?"
-
-
-def _api_client(env: Mapping[str, str]) -> client.ApiClient | None:
-    """An API client without touching the kubernetes package's global default configuration."""
-    from kubernetes import client, config
-
-    configuration = client.Configuration()
-    configuration.retries = 0  # one attempt per discovery: the receiver retries on its own schedule
-    if env.get("KUBERNETES_SERVICE_HOST"):
-        try:
-            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-            return client.ApiClient(configuration)
-        except config.ConfigException:
-            pass  # in a pod without a service-account token: try a kubeconfig
-    kubeconfig = env.get("KUBECONFIG", "").split(":")[0]
-    if kubeconfig:
-        api: client.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
-            config_file=kubeconfig, persist_config=False, client_configuration=configuration
-        )
-        return api
-    return None
 
 
 def discover(
