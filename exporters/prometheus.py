@@ -11,7 +11,9 @@ Two renderers make the same bytes (a test holds them to it, and to golden files)
 - ``fast`` (the default) writes the text format itself: a series' ``name{labels} `` prefix is formatted
   once and reused for as long as the series lasts (its labels come from the catalog's label cache, so
   the same mapping object arrives tick after tick), each family's ``# HELP``/``# TYPE`` lines once per
-  process, and only the values are formatted per tick, with ``prometheus_client``'s ``floatToGoString``.
+  process, and only the values are formatted per tick: Python's ``repr`` below a million (where it equals
+  Go's format), ``prometheus_client``'s ``floatToGoString`` above. The catalog hands it ``(labels, value,
+  record)`` triples, not a ``Point`` per series.
   Label names go through ``prometheus_client``'s own escaping; label values are escaped here the way
   ``prometheus_client`` does it (backslash, newline and double quote as ``\\``, ``\n``, ``\"``; UTF-8
   otherwise as is).
@@ -31,10 +33,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import gzip
-import itertools
 import re
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any, Literal
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -53,13 +54,13 @@ from pipeline.catalog import (
     Scheme,
     device_attributes,
     label_name,
-    points,
+    labelled_values,
     prometheus_label,
     prometheus_name,
 )
 from pipeline.components import ComponentConfig, CreateContext, Factory
 from pipeline.httpserver import HttpServer, parse_listen
-from pipeline.records import Batch
+from pipeline.records import Batch, Record
 from pipeline.webconfig import WebConfig, load_web_config, serve
 
 __all__ = ["PrometheusConfig", "PrometheusExporter", "factory"]
@@ -156,19 +157,22 @@ class _FastRenderer:
     def render(self) -> bytes:
         exporter = self._exporter
         scheme: Scheme = exporter.config.naming
+        drop_terminated = not exporter.config.terminated
         previous, self._prefixes = self._prefixes, {}
         out: list[str] = []
-        for family, sample_name, family_points in exporter._families():
+        for family, sample_name, parts in exporter._family_values():
             known = previous.get(sample_name, {})
             kept = self._prefixes[sample_name] = {}
             series: dict[str, float] = {}  # prefix → value: the prefix is the label set, so it dedups too
-            for point in family_points:
-                labels = point.labels
-                entry = known.get(id(labels))
-                if entry is None or entry[0] is not labels:
-                    entry = (labels, self._prefix(sample_name, labels))
-                kept[id(labels)] = entry
-                series[entry[1]] = point.value
+            for triples in parts:
+                for labels, value, record in triples:
+                    if drop_terminated and getattr(record, "state", None) == "terminated":
+                        continue
+                    entry = known.get(id(labels))
+                    if entry is None or entry[0] is not labels:
+                        entry = (labels, self._prefix(sample_name, labels))
+                    kept[id(labels)] = entry
+                    series[entry[1]] = value
             if series:
                 out.append(_header(family, scheme))
                 out.extend([f"{prefix}{_value_text(value)}\n" for prefix, value in series.items()])
@@ -187,7 +191,17 @@ class _FastRenderer:
         return f"{name}{{{text}}} " if text else f"{name} "
 
 
-_value_text: Callable[[float], str] = floatToGoString  # prometheus_client's (Go's) float format: 1e+06, NaN, +Inf
+def _value_text(value: float) -> str:
+    """A value as ``prometheus_client`` writes it (Go's float format: 1e+06, NaN, +Inf). Finite values below
+    a million print the same as Python's ``repr``, which is the common case and runs once per series per
+    tick; the rest go to prometheus_client's ``floatToGoString``."""
+    if -_INF < value < 1e6:
+        return repr(value)
+    return _go_float(value)
+
+
+_INF = float("inf")
+_go_float: Callable[[float], str] = floatToGoString  # prometheus_client's, untyped
 
 
 def _escape_label_value(value: str) -> str:
@@ -295,17 +309,26 @@ class PrometheusExporter:
     def _families(self) -> Iterator[tuple[Family, str, Iterator[Point]]]:
         """Each family to render, its sample name, and its points from every batch (in pipeline order:
         where two pipelines give one series, the last wins), after ``per_process`` and ``terminated``."""
+        for family, sample_name, parts in self._family_values():
+            family_points: Iterator[Point] = (
+                Point(labels, value, record) for triples in parts for labels, value, record in triples
+            )
+            if not self.config.terminated:
+                family_points = (p for p in family_points if getattr(p.record, "state", None) != "terminated")
+            yield family, sample_name, family_points
+
+    def _family_values(
+        self,
+    ) -> Iterator[tuple[Family, str, list[Collection[tuple[Mapping[str, str], float, Record]]]]]:
+        """Each family to render (after ``per_process``), its sample name, and its labelled values from
+        every batch, in pipeline order; ``terminated`` is left to the caller."""
         config = self.config
         batches = [self.batches[name] for name in sorted(self.batches)]
         for family in FAMILIES:
             if family.kind == "process" and not config.per_process:
                 continue
-            family_points: Iterator[Point] = itertools.chain.from_iterable(
-                points(family, batch, config.naming, self.devices) for batch in batches
-            )
-            if not config.terminated:
-                family_points = (p for p in family_points if getattr(p.record, "state", None) != "terminated")
-            yield family, prometheus_name(family, config.naming), family_points
+            parts = [labelled_values(family, batch, config.naming, self.devices) for batch in batches]
+            yield family, prometheus_name(family, config.naming), parts
 
     def _remember_devices(self, batch: Batch) -> None:
         # An attributed series' gpu label comes from the device records; remembering them keeps the label

@@ -26,9 +26,9 @@ import functools
 import itertools
 import operator
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Literal
+from typing import Any, Literal
 
 from pipeline.records import (
     Batch,
@@ -394,6 +394,15 @@ def points(
 
     ``devices`` is :func:`device_attributes` of the batch, possibly merged with what earlier batches said.
     """
+    for labels, value, record in labelled_values(family, batch, scheme, devices):
+        yield Point(labels, value, record)
+
+
+def labelled_values(
+    family: Family, batch: Batch, scheme: Scheme, devices: Mapping[str, Mapping[str, str]] | None = None
+) -> Collection[tuple[Mapping[str, str], float, Record]]:
+    """What :func:`points` yields, as ``(labels, value, record)`` triples: for exporters that render
+    thousands of series per tick and need no :class:`Point` for each (the labels are the same mappings)."""
     devices = device_attributes(batch) if devices is None else devices
     plan = _plan(family, scheme)
     cache = plan.cache
@@ -402,14 +411,20 @@ def points(
     actions = _token(batch.label_actions)
     by_device: dict[str, tuple[Mapping[str, str], int]] = {}
     identify = plan.identify
-    read = family.read
+    get_value = plan.get_value
+    divisor = family.divisor
     # One point per label set: records that collapse onto one series (a device's many shares, for the
     # attribution mode) would otherwise be duplicate samples, which Prometheus and OTLP both reject.
-    out: dict[str, tuple[_Labels, float, Record]] = {}
+    out: dict[str, tuple[Mapping[str, str], float, Record]] = {}
     for record in _selected(plan, batch):
-        value = read(record)
-        if value is None:
-            continue
+        # Family.read, inlined: this loop runs once per series per tick.
+        if get_value is None:
+            value = 1.0
+        else:
+            raw = get_value(record)
+            if raw is None:
+                continue
+            value = float(raw) / divisor if divisor != 1 else float(raw)
         device_id = getattr(record, "device_id", "")
         device = by_device.get(device_id)
         if device is None:
@@ -423,8 +438,7 @@ def points(
         if labels is None:
             labels = cache[key] = plan.labels(record, batch, device[0])
         out[labels.series] = (labels, value, record)
-    for labels, value, record in out.values():
-        yield Point(labels, value, record)
+    return out.values()
 
 
 class _Labels(dict[str, str]):
@@ -457,6 +471,8 @@ class _Plan:
     identity: frozenset[str]
     identify: Callable[[Record], object]
     """The record fields its labels can depend on (identity attributes and label-source fields), as one key."""
+    get_value: Callable[[Record], Any] | None
+    """The family's value field (``None``: an info family, always 1)."""
     cache: dict[tuple[object, ...], _Labels]
 
     def labels(self, record: Record, batch: Batch, device: Mapping[str, str]) -> _Labels:
@@ -515,6 +531,7 @@ def _plan(family: Family, scheme: Scheme) -> _Plan:
         aliases=aliases,
         identity=frozenset(aliases.get(k, k) for k in family.record.IDENTITY),
         identify=operator.attrgetter(*key_fields) if key_fields else lambda _: (),
+        get_value=operator.attrgetter(family.value) if family.value is not None else None,
         cache={},
     )
 

@@ -49,6 +49,9 @@ class _Series:
     power_w: float | None = None
     ended_wall_s: float | None = None  # None: running
     attrs: dict[str, str] = field(default_factory=dict)  # comm, exe, container_id, pod_uid when known
+    # Made once and reused while unchanged: every series gives a Totals record every tick.
+    start: Timestamp | None = None
+    extra: tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]] = ((), ())  # (attrs as read, sorted)
 
 
 @dataclass
@@ -338,6 +341,11 @@ class EnergyProcessor:
         device_id: str,
         s: _Series,
     ) -> Totals:
+        if s.start is None:
+            s.start = self._start(now, s.start_wall_s)
+        items = tuple(s.attrs.items())
+        if items != s.extra[0]:
+            s.extra = (items, tuple(sorted(items)))
         return Totals(
             time=now,
             scope=scope,
@@ -345,9 +353,9 @@ class EnergyProcessor:
             device_id=device_id,
             energy_mj=s.energy_mj,
             power_w=s.power_w,
-            extra=tuple(sorted(s.attrs.items())),
+            extra=s.extra[1],
             state="running" if s.ended_wall_s is None else "terminated",
-            start=self._start(now, s.start_wall_s),
+            start=s.start,
         )
 
     def _device_totals(self, now: Timestamp) -> tuple[DeviceTotals, ...]:

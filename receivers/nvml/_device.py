@@ -12,6 +12,7 @@ from pipeline.clock import Timestamp
 from pipeline.records import DeviceSample, GpuProcessSample, MigInstance
 from receivers.nvml._errors import DeviceLost, NotFound, NotSupported, NvmlFailure, nvml_call
 from receivers.nvml._mig import MigLayout
+from receivers.nvml._raw import ProcessList, UtilisationSamples
 
 __all__ = ["COMPUTE_MODES", "DeviceReader", "Reading", "integrate_utilisation"]
 
@@ -93,6 +94,8 @@ class DeviceReader:
     last_seen_us: int = 0  # newest utilisation sample already consumed (driver's µs CPU clock)
     mig_layout: MigLayout = field(default_factory=lambda: MigLayout(refresh_s=60.0))
     prev_read_wall_s: float | None = None
+    list_processes: ProcessList = field(default_factory=ProcessList)
+    utilisation_samples: UtilisationSamples = field(default_factory=UtilisationSamples)
 
     def read(self, now: Timestamp) -> Reading:
         problems: list[str] = []
@@ -126,7 +129,7 @@ class DeviceReader:
             compute_mode=COMPUTE_MODES.get(mode) if mode is not None else None,
             mig_enabled=mig_enabled,
         )
-        procs = optional(pynvml.nvmlDeviceGetComputeRunningProcesses, self.handle)
+        procs = optional(self.list_processes, self.handle)
         if procs is None:
             return Reading(device, [], problems)
 
@@ -135,7 +138,7 @@ class DeviceReader:
         if self.read_utilisation and not mig_enabled:
             util, window_s = self._utilisation(now, problems)
         processes = []
-        listed = {int(p.pid) for p in procs}
+        listed = {pid for pid, _, _, _ in procs}
         for pid in sorted(set(util or ()) - listed):
             # Busy during this tick but gone by its end: it used energy, so it stays in the tick.
             processes.append(
@@ -143,19 +146,17 @@ class DeviceReader:
                     time=now, device_id=self.uuid, pid=pid, sm_util=util[pid] if util else None, util_window_s=window_s
                 )
             )
-        for p in procs:
-            gi = p.gpuInstanceId if mig_enabled and p.gpuInstanceId != _NO_INSTANCE else None
-            ci = p.computeInstanceId if mig_enabled and p.computeInstanceId != _NO_INSTANCE else None
-            memory = p.usedGpuMemory
+        uuid = self.uuid
+        for pid, memory, gi, ci in procs:
             processes.append(
                 GpuProcessSample(
                     time=now,
-                    device_id=self.uuid,
-                    pid=int(p.pid),
-                    used_memory_bytes=int(memory) if memory is not None else None,
-                    gpu_instance_id=gi,
-                    compute_instance_id=ci,
-                    sm_util=None if util is None else util.get(int(p.pid), 0.0),
+                    device_id=uuid,
+                    pid=pid,
+                    used_memory_bytes=memory,
+                    gpu_instance_id=gi if mig_enabled and gi != _NO_INSTANCE else None,
+                    compute_instance_id=ci if mig_enabled and ci != _NO_INSTANCE else None,
+                    sm_util=None if util is None else util.get(pid, 0.0),
                     util_window_s=window_s,
                 )
             )
@@ -192,7 +193,7 @@ class DeviceReader:
         window_s = now.wall_s - self.prev_read_wall_s if self.prev_read_wall_s is not None else None
         self.prev_read_wall_s = now.wall_s
         try:
-            raw = nvml_call(pynvml.nvmlDeviceGetProcessUtilization, self.handle, since_us)
+            raw = nvml_call(self.utilisation_samples, self.handle, since_us)
         except NotFound:
             # The driver's way of saying "no busy process since then": observed, and zero.
             return {}, window_s
@@ -202,7 +203,7 @@ class DeviceReader:
             problems.append(str(exc))
             return None, None
         # Only samples newer than the last one we used: some drivers return the boundary sample again.
-        samples = [(int(s.pid), int(s.timeStamp), float(s.smUtil)) for s in raw if int(s.timeStamp) > since_us]
+        samples = [entry for entry in raw if entry[1] > since_us]
         if samples:
             self.last_seen_us = max(ts for _, ts, _ in samples)
         return integrate_utilisation(samples, since_us, int(now.wall_s * 1e6)), window_s

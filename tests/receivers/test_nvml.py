@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 from collections.abc import Iterator
 from typing import Any
 
+import pynvml
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -396,3 +398,118 @@ def test_an_unknown_instance_in_the_process_list_rereads_the_layout_at_once(cloc
 def test_profile_and_slices_from_the_device_name(name: str, profile: str | None, slices: int | None) -> None:
     assert profile_from_name(name) == profile
     assert compute_slices(profile) == slices
+
+
+# --- the array calls, made through ctypes with a kept buffer (receivers/nvml/_raw.py) ----------------
+
+
+class CountingLibrary:
+    """The installed simulated library, counting calls per symbol."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.calls = inner, collections.Counter[str]()
+
+    def __getattr__(self, name: str) -> Any:
+        fn = getattr(self.inner, name)
+
+        def counted(*args: Any) -> Any:
+            self.calls[name] += 1
+            return fn(*args)
+
+        return counted
+
+
+def busy_processes(n: int, gpu: int = 0, first_pid: int = 1000, start_s: float = 0.0) -> list[dict[str, Any]]:
+    return [
+        {"pid": first_pid + i, "comm": "w", "gpu": gpu, "util": [[0, 0.01]], "memory_mib": 10 + i, "start_s": start_s}
+        for i in range(n)
+    ]
+
+
+def test_process_list_and_samples_take_one_call_per_tick_once_the_buffer_fits(
+    clock: SteppedClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 40 processes at once outgrow the first buffer (16); later ticks need one call per array.
+    data = scenario(
+        gpus=[{"model": "NVIDIA H100 80GB HBM3", "idle_w": 100, "max_w": 700}], processes=busy_processes(40)
+    )
+    h = Harness(data, clock)
+    try:
+        counting = CountingLibrary(pynvml.nvmlLib)
+        monkeypatch.setattr(pynvml, "nvmlLib", counting)
+        monkeypatch.setattr(pynvml, "_nvmlGetFunctionPointer_cache", {})
+        clock.advance(5.0)
+        _, first = h.poll()
+        assert sorted(p.pid for p in first) == list(range(1000, 1040))
+        assert {p.used_memory_bytes for p in first if p.pid == 1039} == {(10 + 39) * 2**20}
+        assert counting.calls["nvmlDeviceGetComputeRunningProcesses_v3"] == 2  # too small, grown, again
+        assert counting.calls["nvmlDeviceGetProcessUtilization"] == 2
+        counting.calls.clear()
+        for _ in range(3):
+            clock.advance(5.0)
+            _, procs = h.poll()
+            assert len(procs) == 40
+            assert all(p.sm_util == pytest.approx(0.01, abs=0.002) for p in procs)
+        assert counting.calls["nvmlDeviceGetComputeRunningProcesses_v3"] == 3
+        assert counting.calls["nvmlDeviceGetProcessUtilization"] == 3
+    finally:
+        h.close()
+
+
+def test_more_processes_than_the_kept_buffer_are_all_read(clock: SteppedClock) -> None:
+    # 3 processes first, then 200 more: the buffer sized for 3 grows within the tick, nobody is missed.
+    procs = busy_processes(3) + busy_processes(200, first_pid=5000, start_s=7.0)
+    h = Harness(
+        scenario(gpus=[{"model": "NVIDIA H100 80GB HBM3", "idle_w": 100, "max_w": 700}], processes=procs), clock
+    )
+    try:
+        clock.advance(5.0)
+        assert len(h.poll()[1]) == 3
+        clock.advance(5.0)
+        _, after = h.poll()
+        assert len(after) == 203
+        assert len({p.pid for p in after}) == 203
+    finally:
+        h.close()
+
+
+def test_a_failing_process_list_is_named_and_absent_and_the_device_still_reports(
+    clock: SteppedClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    fault = {"at_s": 0, "target": "nvml", "call": "nvmlDeviceGetComputeRunningProcesses", "error": "NO_PERMISSION"}
+    h = Harness(scenario(faults=[fault]), clock)
+    try:
+        with caplog.at_level(logging.WARNING):
+            clock.advance(5.0)
+            devices, procs = h.poll()
+        assert [d.power_w is not None for d in devices] == [True, True]
+        assert procs == []
+        assert "nvmlDeviceGetComputeRunningProcesses: Insufficient Permissions" in caplog.text
+    finally:
+        h.close()
+
+
+def test_a_driver_without_the_symbols_reports_no_processes_not_an_error(
+    clock: SteppedClock, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    h = Harness(scenario(), clock)
+    try:
+        lib = pynvml.nvmlLib
+
+        class OldDriver:
+            def __getattr__(self, name: str) -> Any:
+                if name in ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetProcessUtilization"):
+                    raise AttributeError(name)
+                return getattr(lib, name)
+
+        monkeypatch.setattr(pynvml, "nvmlLib", OldDriver())
+        monkeypatch.setattr(pynvml, "_nvmlGetFunctionPointer_cache", {})
+        with caplog.at_level(logging.WARNING):
+            clock.advance(5.0)
+            devices, procs = h.poll()
+        assert len(devices) == 2
+        assert all(d.up for d in devices)
+        assert procs == []
+        assert "nvmlDeviceGetComputeRunningProcesses" not in caplog.text  # NotSupported: absent, quietly
+    finally:
+        h.close()

@@ -1,0 +1,131 @@
+"""The two NVML calls that return an array every tick, made through ctypes with a buffer kept per GPU.
+
+pynvml's wrappers for these ask twice (a NULL-buffer probe for the size, then the fill) and turn every
+struct into a Python object through ``__getattribute__`` overrides. At 64 processes per GPU that was the
+largest part of the receiver's own CPU per tick, and the probe is one more driver call per GPU per tick.
+Here each call fills a buffer kept from the previous tick; when the driver answers INSUFFICIENT_SIZE
+(more processes than last time) the buffer grows to what it asked for, with room to spare, and the call
+is made again. The C symbols and struct layouts are NVML's own (``nvmlProcessInfo_v2_t``, which the v3
+call fills, and ``nvmlProcessUtilizationSample_t``); where a symbol is missing (an old driver) the
+reading is NotSupported, as with pynvml's version-mismatch error.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable
+from typing import Any
+
+import pynvml
+
+from receivers.nvml._errors import NotSupported
+
+__all__ = ["ProcessEntry", "ProcessList", "UtilisationSamples"]
+
+ProcessEntry = tuple[int, int | None, int, int]
+"""(pid, used memory in bytes or None, GPU-instance id, compute-instance id), as the driver lists it."""
+
+_NOT_AVAILABLE = 0xFFFFFFFFFFFFFFFF  # usedGpuMemory where the driver cannot say (WDDM)
+_RETRIES = 3  # processes may start between the calls; the buffer grows each time
+
+
+class _ProcessInfo(ctypes.Structure):
+    _fields_ = [
+        ("pid", ctypes.c_uint),
+        ("usedGpuMemory", ctypes.c_ulonglong),
+        ("gpuInstanceId", ctypes.c_uint),
+        ("computeInstanceId", ctypes.c_uint),
+    ]
+
+
+class _UtilisationSample(ctypes.Structure):
+    _fields_ = [
+        ("pid", ctypes.c_uint),
+        ("timeStamp", ctypes.c_ulonglong),
+        ("smUtil", ctypes.c_uint),
+        ("memUtil", ctypes.c_uint),
+        ("encUtil", ctypes.c_uint),
+        ("decUtil", ctypes.c_uint),
+    ]
+
+
+class _Buffer:
+    """A ctypes array of ``struct`` that only grows, and the count passed to and returned by the driver."""
+
+    def __init__(self, struct: type[ctypes.Structure], size: int = 16) -> None:
+        self._struct = struct
+        self.count = ctypes.c_uint(0)
+        self.array: Any = (struct * size)()
+        self.size = size
+
+    def grow(self, needed: int) -> None:
+        self.size = max(self.size, needed * 2 + 8)
+        self.array = (self._struct * self.size)()
+
+
+def _symbol(name: str) -> Callable[..., int]:
+    try:
+        fn: Callable[..., int] = pynvml._nvmlGetFunctionPointer(name)
+    except pynvml.NVMLError as exc:
+        if getattr(exc, "value", None) == pynvml.NVML_ERROR_FUNCTION_NOT_FOUND:
+            raise NotSupported(name, None, "this driver lacks the symbol") from None
+        raise
+    return fn
+
+
+class ProcessList:
+    """``nvmlDeviceGetComputeRunningProcesses_v3`` for one GPU, with its buffer."""
+
+    __name__ = "nvmlDeviceGetComputeRunningProcesses"  # what nvml_call names in its messages
+
+    def __init__(self) -> None:
+        self._buffer = _Buffer(_ProcessInfo)
+
+    def __call__(self, handle: Any) -> list[ProcessEntry]:
+        fn = _symbol("nvmlDeviceGetComputeRunningProcesses_v3")
+        buffer = self._buffer
+        for _ in range(_RETRIES):
+            buffer.count.value = buffer.size
+            ret = fn(handle, ctypes.byref(buffer.count), buffer.array)
+            if ret != pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
+                break
+            buffer.grow(buffer.count.value)
+        if ret != pynvml.NVML_SUCCESS:
+            raise pynvml.NVMLError(ret)
+        out: list[ProcessEntry] = []
+        array = buffer.array
+        for i in range(min(buffer.count.value, buffer.size)):
+            info = array[i]
+            memory = info.usedGpuMemory
+            out.append(
+                (info.pid, None if memory == _NOT_AVAILABLE else memory, info.gpuInstanceId, info.computeInstanceId)
+            )
+        return out
+
+
+class UtilisationSamples:
+    """``nvmlDeviceGetProcessUtilization`` for one GPU, with its buffer: ``(pid, timestamp_us, sm %)`` entries."""
+
+    __name__ = "nvmlDeviceGetProcessUtilization"
+
+    def __init__(self) -> None:
+        self._buffer = _Buffer(_UtilisationSample)
+
+    def __call__(self, handle: Any, last_seen_us: int) -> list[tuple[int, int, float]]:
+        fn = _symbol("nvmlDeviceGetProcessUtilization")
+        buffer = self._buffer
+        since = ctypes.c_ulonglong(last_seen_us)
+        for _ in range(_RETRIES):
+            buffer.count.value = buffer.size
+            ret = fn(handle, buffer.array, ctypes.byref(buffer.count), since)
+            if ret != pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
+                break
+            buffer.grow(buffer.count.value)
+        if ret != pynvml.NVML_SUCCESS:
+            raise pynvml.NVMLError(ret)  # NOT_FOUND included: "no sample since then", for the caller to read
+        array = buffer.array
+        out: list[tuple[int, int, float]] = []
+        for i in range(min(buffer.count.value, buffer.size)):
+            sample = array[i]
+            out.append((sample.pid, sample.timeStamp, float(sample.smUtil)))
+        return out
