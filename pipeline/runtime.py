@@ -13,6 +13,7 @@ finishes, then receivers stop, processors shut down (saving state) and exporters
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from collections.abc import Callable, Sequence
 
@@ -21,7 +22,7 @@ from pipeline.graph import BuiltPipeline, Graph
 from pipeline.records import Batch, Record
 from pipeline.telemetry import RateLimitedLog
 
-__all__ = ["PipelineRunner", "Service"]
+__all__ = ["PipelineRunner", "Service", "settle_heap"]
 
 log = logging.getLogger("wattpipe.runtime")
 
@@ -196,6 +197,7 @@ class Service:
                 await self.shutdown()
                 raise
             self._started.append((name, component))
+        settle_heap()
 
     async def shutdown(self, timeout_s: float | None = None) -> None:
         """Receivers first, then processors (state), then exporters (flush): the reverse of start."""
@@ -230,3 +232,11 @@ class Service:
 
     def stop(self) -> None:
         self.stop_event.set()
+
+
+def settle_heap() -> None:
+    """Keep what start-up made (modules, config, the catalog, component state) out of the garbage
+    collector's full passes: they would walk those ~80,000 long-lived objects for tens of milliseconds
+    every few hundred ticks, to free nothing. Reference counting still frees them as usual."""
+    gc.collect()
+    gc.freeze()
