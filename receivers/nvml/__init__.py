@@ -51,6 +51,14 @@ class NvmlConfig(ComponentConfig):
 
 
 @dataclass
+class _Retry:
+    """When a GPU that could not be opened is tried next, and the backoff that led there."""
+
+    at_s: float
+    backoff_s: float
+
+
+@dataclass
 class _Slot:
     """A GPU as this receiver tracks it: its reader, its thread, and its health."""
 
@@ -72,6 +80,9 @@ class NvmlReceiver:
         self.rl: ComponentTelemetry = ctx.telemetry
         self.slots: list[_Slot] = []
         self.available = False
+        self._unopened: dict[int, _Retry] = {}  # GPUs that could not be opened yet, by index
+        self._opener = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nvml-open")
+        self._opening: Future[dict[int, DeviceReader | NvmlFailure]] | None = None
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -97,38 +108,87 @@ class NvmlReceiver:
             return
         self.available = True
         count = nvml_call(pynvml.nvmlDeviceGetCount)
-        wanted = set(self.config.devices)
-        start_us = int(self.clock.wall() * 1e6)
+        now_s = self.clock.monotonic()
         for index in range(count):
             try:
-                handle = nvml_call(pynvml.nvmlDeviceGetHandleByIndex, index)
-                uuid = _text(nvml_call(pynvml.nvmlDeviceGetUUID, handle))
-                name = _text(nvml_call(pynvml.nvmlDeviceGetName, handle))
+                reader = self._open(index)
             except NvmlFailure as exc:
-                self.log.error("GPU %d cannot be opened (%s): skipping it", index, exc)
+                # It may come back (a GPU lost at boot, a driver still settling): tried again with backoff.
+                retry = _Retry(at_s=now_s + self.config.reinit_backoff, backoff_s=self.config.reinit_backoff)
+                self._unopened[index] = retry
+                self.log.error("GPU %d cannot be opened (%s): retrying in %gs", index, exc, retry.backoff_s)
                 continue
-            if wanted and uuid not in wanted and str(index) not in wanted:
-                continue
-            reader = DeviceReader(
-                index=index,
-                uuid=uuid,
-                name=name,
-                handle=handle,
-                read_utilisation=self.config.process_utilization,
-                mig_layout=MigLayout(self.config.mig_layout_refresh),
-                # Only samples from now on: the driver's buffer holds older ones (Kepler reads them all).
-                last_seen_us=start_us,
-            )
-            executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"nvml-gpu{index}")
-            self.slots.append(_Slot(reader=reader, executor=executor))
-        missing = wanted - {s.reader.uuid for s in self.slots} - {str(s.reader.index) for s in self.slots}
+            self._adopt(reader)
+        wanted = set(self.config.devices)
+        known = {s.reader.uuid for s in self.slots} | {
+            str(i) for i in (*(s.reader.index for s in self.slots), *self._unopened)
+        }
+        missing = wanted - known
         if missing:
             self.log.warning("devices %s are not on this node", ", ".join(sorted(missing)))
         self.log.info("NVML: %d GPU(s): %s", len(self.slots), ", ".join(s.reader.uuid for s in self.slots) or "none")
 
+    def _open(self, index: int) -> DeviceReader:
+        """Blocking: a GPU's handle and identity, or NvmlFailure."""
+        handle = nvml_call(pynvml.nvmlDeviceGetHandleByIndex, index)
+        uuid = _text(nvml_call(pynvml.nvmlDeviceGetUUID, handle))
+        name = _text(nvml_call(pynvml.nvmlDeviceGetName, handle))
+        return DeviceReader(
+            index=index,
+            uuid=uuid,
+            name=name,
+            handle=handle,
+            read_utilisation=self.config.process_utilization,
+            mig_layout=MigLayout(self.config.mig_layout_refresh),
+            # Only samples from now on: the driver's buffer holds older ones (Kepler reads them all).
+            last_seen_us=int(self.clock.wall() * 1e6),
+        )
+
+    def _adopt(self, reader: DeviceReader) -> bool:
+        wanted = set(self.config.devices)
+        if wanted and reader.uuid not in wanted and str(reader.index) not in wanted:
+            return False
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"nvml-gpu{reader.index}")
+        self.slots.append(_Slot(reader=reader, executor=executor))
+        self.slots.sort(key=lambda slot: slot.reader.index)
+        return True
+
+    def _open_all(self, indices: list[int]) -> dict[int, DeviceReader | NvmlFailure]:
+        """On the opener thread: each GPU opened, or why not."""
+        out: dict[int, DeviceReader | NvmlFailure] = {}
+        for index in indices:
+            try:
+                out[index] = self._open(index)
+            except NvmlFailure as exc:
+                out[index] = exc
+        return out
+
+    async def _retry_unopened(self, now: Timestamp) -> None:
+        """GPUs that could not be opened at start are tried again, with backoff, off the event loop."""
+        if self._opening is None:
+            due = sorted(i for i, retry in self._unopened.items() if now.monotonic_s >= retry.at_s)
+            if not due:
+                return
+            self._opening = self._opener.submit(self._open_all, due)
+        opening = self._opening
+        await asyncio.wait({asyncio.wrap_future(opening)}, timeout=self.config.device_timeout)
+        if not opening.done():
+            return  # still opening (a hung driver call): looked at again next tick
+        self._opening = None
+        for index, result in opening.result().items():
+            if isinstance(result, NvmlFailure):
+                retry = self._unopened[index]
+                retry.backoff_s = min(retry.backoff_s * 2, self.config.reinit_backoff_max)
+                retry.at_s = now.monotonic_s + retry.backoff_s
+                continue
+            del self._unopened[index]
+            if self._adopt(result):
+                self.log.warning("GPU %d (%s) can be opened now: measuring it from this tick", index, result.uuid)
+
     async def shutdown(self) -> None:
         for slot in self.slots:
             slot.executor.shutdown(wait=False, cancel_futures=True)
+        self._opener.shutdown(wait=False, cancel_futures=True)
         if self.available:
             try:
                 await asyncio.to_thread(nvml_call, pynvml.nvmlShutdown)
@@ -140,6 +200,8 @@ class NvmlReceiver:
 
     async def collect(self) -> Sequence[Record]:
         now = self.clock.now()
+        if self._unopened:
+            await self._retry_unopened(now)
         loop = asyncio.get_running_loop()
         waits: dict[asyncio.Future[Reading], _Slot] = {}
         readings: dict[int, list[Record]] = {}  # by slot position, so records come out in device order

@@ -513,3 +513,42 @@ def test_a_driver_without_the_symbols_reports_no_processes_not_an_error(
         assert "nvmlDeviceGetComputeRunningProcesses" not in caplog.text  # NotSupported: absent, quietly
     finally:
         h.close()
+
+
+def test_a_gpu_that_cannot_be_opened_at_start_is_tried_again_with_backoff(
+    clock: SteppedClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    fault = {"at_s": 0, "for_s": 17, "target": "nvml", "gpu": 1, "error": "GPU_IS_LOST"}
+    with caplog.at_level(logging.INFO):
+        h = Harness(scenario(faults=[fault]), clock, reinit_backoff=5.0)
+    try:
+        seen = []
+        for _ in range(6):  # ticks at 5 … 30 s
+            clock.advance(5.0)
+            devices, _ = h.poll()
+            seen.append([d.device_index for d in devices])
+        # Tried at 5 s (fails, next in 10 s), at 15 s (fails, next in 20 s), at 35 s: opened then.
+        assert seen == [[0]] * 6
+        clock.advance(5.0)
+        devices, procs = h.poll()
+        assert [d.device_index for d in devices] == [0, 1]
+        assert {p.pid for p in procs} == {10, 11, 20}
+        assert [r.getMessage() for r in caplog.records if "GPU 1" in r.getMessage()] == [
+            "GPU 1 cannot be opened (nvmlDeviceGetHandleByIndex: GPU is lost): retrying in 5s",
+            f"GPU 1 ({devices[1].device_id}) can be opened now: measuring it from this tick",
+        ]
+    finally:
+        h.close()
+
+
+def test_a_late_gpu_outside_the_devices_option_is_not_adopted(clock: SteppedClock) -> None:
+    fault = {"at_s": 0, "for_s": 3, "target": "nvml", "gpu": 1, "error": "GPU_IS_LOST"}
+    h = Harness(scenario(faults=[fault]), clock, reinit_backoff=5.0, devices=["0"])
+    try:
+        for _ in range(3):
+            clock.advance(5.0)
+            devices, _ = h.poll()
+            assert [d.device_index for d in devices] == [0]
+        assert h.receiver._unopened == {}  # opened, found not wanted, and forgotten
+    finally:
+        h.close()
