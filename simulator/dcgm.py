@@ -8,12 +8,19 @@ that ended there. Collections are aligned to the scenario start (0, interval, 2Â
 Faults from the scenario (``target: dcgm``) apply per request at the clock's time: ``down`` closes the
 connection without an answer, ``slow`` answers after ``delay_s`` real seconds, ``garbage`` answers 200
 with bytes that are not exposition text, ``oversized`` answers 200 with ``size_bytes`` of series.
+
+For assertions, ``requests`` counts the ``GET /metrics`` answered so far by what they were answered with
+(``"metrics"``, or the fault's kind; counted once the answer is over) and ``body_bytes_sent`` the body
+bytes that got out: a scraper that refuses an oversized answer and hangs up is seen to have been sent
+only what the sockets buffered, not ``size_bytes``.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any, Literal
@@ -63,6 +70,9 @@ class DcgmExporter:
         self.node = node
         self.options = options or DcgmExporterOptions()
         self._allocations = _allocations(node)
+        self.requests: Counter[str] = Counter()  # GET /metrics answered (to the end) with: "metrics" or a fault's kind
+        self.body_bytes_sent = 0  # body bytes written, over all answers
+        self._count_lock = threading.Lock()
         self._http = LoopbackHttp(self.options.port, _handler(self), "sim-dcgm-exporter")
 
     @property
@@ -123,6 +133,12 @@ class DcgmExporter:
             labels.append(("pod_uid", pod.uid if pod else ""))
         return labels
 
+    def _count(self, answer: str | None = None, body_bytes: int = 0) -> None:
+        with self._count_lock:  # one handler thread per request
+            if answer is not None:
+                self.requests[answer] += 1
+            self.body_bytes_sent += body_bytes
+
     def close(self) -> None:
         self._http.stop()
 
@@ -150,14 +166,20 @@ def _handler(exporter: DcgmExporter) -> type[BaseHTTPRequestHandler]:
                 self._answer(404, b"404 page not found\n")
                 return
             fault = exporter.node.service_fault("dcgm", exporter.node.t_s())
-            if isinstance(fault, DcgmFault) and fault.kind == "down":
+            try:
+                self._metrics(fault if isinstance(fault, DcgmFault) else None)
+            finally:  # counted once the answer is over, so a count says its bytes are all in body_bytes_sent
+                exporter._count(fault.kind if isinstance(fault, DcgmFault) else "metrics")
+
+        def _metrics(self, fault: DcgmFault | None) -> None:
+            if fault is not None and fault.kind == "down":
                 self.close_connection = True  # nothing written: the client sees the peer hang up
                 return
-            if isinstance(fault, DcgmFault) and fault.kind == "slow":
+            if fault is not None and fault.kind == "slow":
                 time.sleep(fault.delay_s)  # network latency, not simulated time
-            if isinstance(fault, DcgmFault) and fault.kind == "garbage":
+            if fault is not None and fault.kind == "garbage":
                 self._answer(200, _GARBAGE)
-            elif isinstance(fault, DcgmFault) and fault.kind == "oversized":
+            elif fault is not None and fault.kind == "oversized":
                 self._oversized(fault.size_bytes)
             else:
                 self._answer(200, exporter.metrics_text().encode())
@@ -187,6 +209,7 @@ def _handler(exporter: DcgmExporter) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(data)
             except (BrokenPipeError, ConnectionResetError):
                 return False  # the scraper gave up; so do we
+            exporter._count(body_bytes=len(data))
             return True
 
         def log_message(self, format: str, *args: Any) -> None:

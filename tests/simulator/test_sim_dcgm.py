@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -166,6 +167,33 @@ def test_oversized_fault_streams_the_promised_size(clock: SteppedClock) -> None:
         response = httpx.get(exporter.url, timeout=5)
         assert int(response.headers["content-length"]) == 3_000_000
         assert len(response.content) == 3_000_000
+
+
+def test_oversized_fault_stops_streaming_when_the_scraper_hangs_up(clock: SteppedClock) -> None:
+    fault = {"target": "dcgm", "at_s": 0, "kind": "oversized", "size_bytes": 100_000_000}
+    for exporter in _faulted(clock, fault):
+        with httpx.stream("GET", exporter.url, timeout=5) as response:
+            assert int(response.headers["content-length"]) == 100_000_000
+            first = next(response.iter_bytes())
+        assert first.startswith(b"DCGM_FI_DEV_XID_ERRORS{")
+        deadline = time.monotonic() + 20
+        while exporter.requests["oversized"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert exporter.requests == {"oversized": 1}  # the answer is over
+        # Cut short: what the sockets took before the hang-up (well under a MiB here), not 100 MB.
+        assert len(first) <= exporter.body_bytes_sent < 16 * 1024 * 1024
+
+
+def test_requests_and_body_bytes_are_counted(clock: SteppedClock) -> None:
+    for exporter in _faulted(clock, {"target": "dcgm", "at_s": 10, "for_s": 10, "kind": "down"}):
+        body = httpx.get(exporter.url, timeout=5).content
+        not_found = httpx.get(exporter.url.replace("/metrics", "/other"), timeout=5)
+        assert not_found.status_code == 404
+        clock.advance(10)
+        with pytest.raises(httpx.TransportError):
+            httpx.get(exporter.url, timeout=5)
+        assert exporter.requests == {"metrics": 1, "down": 1}  # the 404 is no scrape
+        assert exporter.body_bytes_sent == len(body) + len(not_found.content)
 
 
 def test_close_stops_the_server(node: simulator.SimulatedNode) -> None:
