@@ -105,7 +105,8 @@ _BY_NAME = {a.name: a for a in (*ATTRIBUTES, NODE)}
 
 DEVICE_DERIVED = ("device_index", "device_name", "vendor")
 """Attributes a record with only a ``device_id`` can take from the batch's device records."""
-_LABEL_CACHE_MAX = 50_000
+_LABEL_CACHE_MIN = 1024
+"""A family's label cache is renewed when it outgrows twice the series of its last call, or this."""
 
 
 def label_name(attribute: str, scheme: Scheme) -> str | None:
@@ -405,9 +406,8 @@ def labelled_values(
     thousands of series per tick and need no :class:`Point` for each (the labels are the same mappings)."""
     devices = device_attributes(batch) if devices is None else devices
     plan = _plan(family, scheme)
-    cache = plan.cache
-    if len(cache) >= _LABEL_CACHE_MAX:
-        cache.clear()  # bounded: a node's series churn cannot grow it without limit
+    labels_cache = plan.cache
+    cache, older = labels_cache.renewed()
     actions = _token(batch.label_actions)
     by_device: dict[str, tuple[Mapping[str, str], int]] = {}
     identify = plan.identify
@@ -436,9 +436,40 @@ def labelled_values(
         key = (identify(record), record.extra, actions, device[1])
         labels = cache.get(key)
         if labels is None:
-            labels = cache[key] = plan.labels(record, batch, device[0])
+            # A series still alive since the last renewal keeps its mapping (exporters key on its identity).
+            labels = older.get(key)
+            if labels is None:
+                labels = plan.labels(record, batch, device[0])
+            cache[key] = labels
         out[labels.series] = (labels, value, record)
+    labels_cache.used = len(out)
     return out.values()
+
+
+class _LabelCache:
+    """One family's labels by record key, bounded by what is in use, not by what was ever seen.
+
+    Two generations: lookups go to ``current``, then ``older`` (a hit moves the entry back into
+    ``current``). When ``current`` outgrows twice the series of the last call (or ``_LABEL_CACHE_MIN``),
+    it becomes ``older`` and the previous ``older`` is dropped: the labels of processes that are gone
+    (a node with 20 new processes a tick) are forgotten within two renewals, while a live series keeps
+    its mapping object through any number of them.
+    """
+
+    __slots__ = ("current", "older", "used")
+
+    def __init__(self) -> None:
+        self.current: dict[tuple[object, ...], _Labels] = {}
+        self.older: dict[tuple[object, ...], _Labels] = {}
+        self.used = 0
+
+    def renewed(self) -> tuple[dict[tuple[object, ...], _Labels], dict[tuple[object, ...], _Labels]]:
+        if len(self.current) > max(_LABEL_CACHE_MIN, 2 * self.used):
+            self.older, self.current = self.current, {}
+        return self.current, self.older
+
+    def __len__(self) -> int:
+        return len(self.current) + len(self.older)
 
 
 class _Labels(dict[str, str]):
@@ -473,7 +504,7 @@ class _Plan:
     """The record fields its labels can depend on (identity attributes and label-source fields), as one key."""
     get_value: Callable[[Record], Any] | None
     """The family's value field (``None``: an info family, always 1)."""
-    cache: dict[tuple[object, ...], _Labels]
+    cache: _LabelCache
 
     def labels(self, record: Record, batch: Batch, device: Mapping[str, str]) -> _Labels:
         aliases = self.aliases
@@ -532,7 +563,7 @@ def _plan(family: Family, scheme: Scheme) -> _Plan:
         identity=frozenset(aliases.get(k, k) for k in family.record.IDENTITY),
         identify=operator.attrgetter(*key_fields) if key_fields else lambda _: (),
         get_value=operator.attrgetter(family.value) if family.value is not None else None,
-        cache={},
+        cache=_LabelCache(),
     )
 
 

@@ -14,12 +14,14 @@ from typing import Any
 import pytest
 
 from pipeline.catalog import (
+    _LABEL_CACHE_MIN,
     ATTRIBUTES,
     DEVICE_DERIVED,
     FAMILIES,
     NODE,
     Family,
     Scheme,
+    _plan,
     device_attributes,
     label_name,
     points,
@@ -252,3 +254,25 @@ def test_a_series_labels_are_the_same_mapping_from_tick_to_tick() -> None:
     assert labels(relabelled)["team"] == "ml"
     moved = later.replace(devices=(DeviceSample(time=T, device_id="GPU-x", device_index=3),))
     assert labels(moved)["gpu"] == "3"
+
+
+def test_label_cache_forgets_gone_series_and_keeps_live_ones_through_churn() -> None:
+    # 20 new processes per tick for 500 ticks, 3 long-lived ones throughout: the cache stays near what
+    # is in use (not every pid ever seen) and the long-lived series keep their mapping objects.
+    family = FAMILY["kepler_process_gpu_joules_total"]
+    device = DeviceSample(time=T, device_id="GPU-x", device_index=0)
+    plan = _plan(family, "kepler")
+    first: dict[str, Mapping[str, str]] = {}
+    sizes = []
+    for tick in range(500):
+        churn = [_process(10_000 + tick * 20 + i, 1) for i in range(20)]
+        batch = Batch(time=T, interval_s=5.0, node="n").with_records(
+            [device, *churn, *(_process(p, 1) for p in (1, 2, 3))]
+        )
+        for point in points(family, batch, "kepler"):
+            if point.labels["pid"] in ("1", "2", "3"):
+                assert first.setdefault(point.labels["pid"], point.labels) is point.labels, tick
+        sizes.append(len(plan.cache))
+    assert len(first) == 3
+    assert max(sizes) <= 2 * (_LABEL_CACHE_MIN + 1) + 2 * 23  # two generations, each bounded
+    assert max(sizes[250:]) == max(sizes[:250])  # flat, not growing with the pids ever seen
