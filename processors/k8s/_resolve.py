@@ -20,7 +20,8 @@ equally among them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pipeline.clock import Timestamp
@@ -56,7 +57,11 @@ def owners_by_device(allocations: Sequence[DeviceAllocation], batch: Batch) -> d
     return out
 
 
-def resolve(batch: Batch, view: PodView) -> list[Workload]:
+def resolve(batch: Batch, view: PodView, remembered: Mapping[int, Workload] | None = None) -> list[Workload]:
+    """Each GPU process's workload. ``remembered``: how pids resolved last tick while /proc had them; a
+    process in its last tick is still listed by the driver (its energy counts) but gone from /proc, and
+    keeps that resolution instead of a guess from allocations."""
+    remembered = remembered or {}
     hosts = {h.pid: h for h in batch.host_processes}
     owners = owners_by_device(batch.allocations, batch)
     devices_of: dict[int, list[DeviceKey]] = {}
@@ -65,12 +70,15 @@ def resolve(batch: Batch, view: PodView) -> list[Workload]:
         key = (sample.device_id, sample.gpu_instance_id)
         devices_of.setdefault(sample.pid, []).append(key)
         pids_on.setdefault(key, []).append(sample.pid)
-    degraded = {key for key, pids in pids_on.items() if not any(pid in hosts for pid in pids)}
+    degraded = {key for key, pids in pids_on.items() if not any(pid in hosts or pid in remembered for pid in pids)}
     sole = {key: found[0] for key, found in owners.items() if len(found) == 1}
 
     out: list[Workload] = []
     for pid, keys in devices_of.items():
         host = hosts.get(pid)
+        if host is None and pid in remembered:
+            out.append(dataclasses.replace(remembered[pid], time=batch.time))
+            continue
         if host is None and all(key in degraded for key in keys):
             continue  # its device's energy goes to the owners' degraded records below
         # A process on several GPUs: the single owners of its devices must agree, or none is taken.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -415,8 +416,9 @@ def test_mig_allocations_are_resolved_to_their_gpu_instance(node: Node, started:
     # Without the layout the MIG UUID joins no GPU instance: nothing is named.
     bare = _by_pid(proc.process(batch.replace(mig_instances=())).workloads)
     assert _names(bare[800]) == (None, None, None)
-    # Degraded on the instance: its record says which instance.
-    [degraded] = proc.process(batch.replace(gpu_processes=samples[:1], host_processes=())).workloads
+    # Degraded on the instance (a processor that never saw the pid in /proc): its record says which instance.
+    fresh = started(node.env(), api="off")
+    [degraded] = fresh.process(batch.replace(gpu_processes=samples[:1], host_processes=())).workloads
     assert dict(degraded.extra) == {"degraded": "no_host_pid", "device_id": MIG_GPU, "gpu_instance_id": "2"}
     assert _names(degraded) == ("ml", "embed-0", "main")
 
@@ -487,3 +489,24 @@ def test_factory_and_options() -> None:
         K8sConfig(annotations=[""])
     with pytest.raises(ValueError, match="api"):
         K8sConfig(api="on")
+
+
+def test_a_process_gone_from_proc_in_its_last_tick_keeps_its_container(
+    clock: SteppedClock, node: Node, started: Callable[..., K8sProcessor]
+) -> None:
+    # Tick 1: /proc has pid 100 in trainer-0/main. Tick 2: the driver still lists it (its last joules)
+    # but /proc no longer has it. It must stay in the same container series, not a guessed one.
+    proc = started({})  # no API: the allocation fallback alone would name it without a container id
+    first = _by_pid(proc.process(node.batch([(100, 0)], node.all_hosts(), node.allocations())).workloads)[100]
+    clock.advance(5.0)
+    hosts = [h for h in node.all_hosts() if h.pid != 100]
+    second = _by_pid(proc.process(node.batch([(100, 0)], hosts, node.allocations())).workloads)[100]
+    assert second == dataclasses.replace(first, time=clock.now())
+    assert second.container_id == node.ids("ml/trainer-0/main")[1]
+    # Gone from the driver's list too: forgotten, so a new process under that pid starts clean.
+    clock.advance(5.0)
+    proc.process(node.batch([], hosts, node.allocations()))
+    clock.advance(5.0)
+    third = _by_pid(proc.process(node.batch([(100, 0)], [node.host(100)], node.allocations())).workloads)[100]
+    assert third.container_id is None
+    assert third.pod_name is None
