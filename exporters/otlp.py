@@ -11,16 +11,22 @@ export after recovery carries everything since each series began. The queue (``q
 drops its oldest batch when full; those drops are counted in ``wattpipe_exporter_dropped_total``. With
 ``temporality: delta`` the delta is taken at send time against what was last *sent* for the series, so a
 dropped batch widens the next delta instead of losing its energy (see docs/otlp.md).
+
+An outage is logged once when it begins and once when it ends (and a full queue once until it drains),
+never per attempt: every failed attempt is counted in ``wattpipe_exporter_failed_total`` instead, and the
+SDK exporter's own per-attempt log lines, for the exports made here, become the detail of that one line.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
+import logging
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
@@ -50,7 +56,17 @@ _MAX_DEVICES = 1024
 _MAX_DELTA_SERIES = 100_000  # series remembered for delta temporality, least recently sent evicted first
 _INT_ATTRIBUTES = frozenset({"process.pid", "wattpipe.gpu.index", "wattpipe.gpu.instance.id"})
 """Attributes OpenTelemetry types as integers (the catalog renders every attribute as text)."""
+_NOT_IDENTITY = frozenset({"wattpipe.state"})
+"""Attributes that change during a series' life: for deltas, a process's ``terminated`` series goes on from its
+``running`` one (a new series would start over from the process's start, and a backend summing deltas by
+process would count its energy twice)."""
 _SCOPE = InstrumentationScope("wattpipe")
+_SDK_LOGGERS = (
+    "opentelemetry.exporter.otlp.proto.grpc.exporter",
+    "opentelemetry.exporter.otlp.proto.http.metric_exporter",
+    "opentelemetry.exporter.otlp.common.http",
+)
+"""Where the SDK's OTLP exporters log each failed attempt and each of their own retries."""
 
 AttributeValue = str | int
 
@@ -127,6 +143,46 @@ def _attribute(name: str, value: str) -> AttributeValue:
     return int(value) if name in _INT_ATTRIBUTES and value.lstrip("-").isdigit() else value
 
 
+class _SdkLogs(logging.Filter):
+    """Takes the SDK exporter's log lines made on a thread inside :meth:`capture`, instead of logging them.
+
+    The SDK logs every failed attempt (and its own retries within ``timeout``) at WARNING or ERROR: during
+    an outage that is a line every few seconds, per exporter. The sender logs the outage once itself, with
+    the SDK's last line as the detail. Lines the SDK logs for anyone else's exports pass untouched.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._local = threading.local()
+
+    @contextlib.contextmanager
+    def capture(self) -> Iterator[list[str]]:
+        lines: list[str] = []
+        self._local.lines = lines
+        try:
+            yield lines
+        finally:
+            self._local.lines = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        lines: list[str] | None = getattr(self._local, "lines", None)
+        if lines is None:
+            return True
+        lines.append(record.getMessage())
+        return False
+
+    def install(self) -> None:
+        for name in _SDK_LOGGERS:
+            logger = logging.getLogger(name)
+            if self not in logger.filters:
+                # First: the SDK's DuplicateFilter would otherwise drop the second exporter's identical line
+                # (and keep its own state busy with lines that are not logged).
+                logger.filters.insert(0, self)
+
+
+_SDK_LOGS = _SdkLogs()
+
+
 class OtlpExporter:
     def __init__(self, config: OtlpConfig, ctx: CreateContext) -> None:
         self.config = config
@@ -152,6 +208,11 @@ class OtlpExporter:
         self._sender: _Sender | None = None
         self._last_sent: collections.OrderedDict[tuple[str, frozenset[tuple[str, AttributeValue]]], tuple[float, int]]
         self._last_sent = collections.OrderedDict()  # delta: series → (raw value, time_ns) last sent
+        # What is logged once per episode, not per attempt or per tick (see _failed, _recovered, enqueue).
+        self._failing_since: float | None = None  # sender thread: time.monotonic() of an outage's first failure
+        self._failures = 0  # sender thread: failed attempts in this outage
+        self._given_up = (0, 0)  # sender thread: (batches, records) given up in this outage
+        self._overflow: tuple[int, int] | None = None  # under _cond: (batches, records) dropped since the queue filled
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -159,6 +220,7 @@ class OtlpExporter:
         if self._thread is not None:
             return
         self._sender = self._sender or _make_sender(self.config)
+        _SDK_LOGS.install()
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name=f"wattpipe-{self.component_id}", daemon=True)
         self._thread.start()
@@ -182,9 +244,10 @@ class OtlpExporter:
     # --- the tick --------------------------------------------------------------------------------
 
     async def export(self, batch: Batch) -> None:
-        self.enqueue(self.snapshot(batch))
+        self.enqueue(self.capture(batch))
 
-    def snapshot(self, batch: Batch) -> _Snapshot:
+    # Not named ``snapshot``: the service calls a component's ``snapshot()`` for its durable state.
+    def capture(self, batch: Batch) -> _Snapshot:
         """``batch``'s points as the sender needs them, detached from the catalog's shared label mappings."""
         self._remember_devices(batch)
         metrics: list[tuple[Family, tuple[_Point, ...]]] = []
@@ -203,14 +266,28 @@ class OtlpExporter:
         return _Snapshot(batch.pipeline, batch.count(), tuple(metrics))
 
     def enqueue(self, snapshot: _Snapshot) -> None:
-        """Queue ``snapshot`` for the sender, dropping (and counting) the oldest batch if the queue is full."""
+        """Queue ``snapshot`` for the sender, dropping (and counting) the oldest batch if the queue is full.
+
+        Logged when the queue first overflows, not on every drop; the sender says how many were dropped
+        once it has caught up (emptied the queue).
+        """
+        first = False
         with self._cond:
             if len(self._queue) >= self.config.queue_size:
                 dropped = self._queue.popleft()
                 self._telemetry.dropped(dropped.pipeline, dropped.records)
-                self.log.warning("queue full (%d batches): dropped the oldest", self.config.queue_size)
+                first = self._overflow is None
+                batches, records = self._overflow or (0, 0)
+                self._overflow = (batches + 1, records + dropped.records)
             self._queue.append(snapshot)
             self._cond.notify_all()
+        if first:
+            self._telemetry.log.log(
+                logging.WARNING,
+                f"{self.component_id}/queue-full",
+                f"exporter {self.component_id}: queue full ({self.config.queue_size} batches): dropping the oldest "
+                "batch for each new one until the sender catches up (counted in wattpipe_exporter_dropped_total)",
+            )
 
     @property
     def queued(self) -> int:
@@ -227,19 +304,39 @@ class OtlpExporter:
     # --- the sender thread -----------------------------------------------------------------------
 
     def _run(self) -> None:
+        late_batches = late_records = 0
         while True:
             with self._cond:
                 while not self._queue and not self._stopping:
                     self._cond.wait()
                 if not self._queue:
-                    return
+                    break
                 snapshot = self._queue.popleft()
                 late = self._stopping and time.monotonic() >= self._deadline
+                overflow = self._overflow if not self._queue else None
+                if overflow is not None:
+                    self._overflow = None  # caught up: a later overflow is news again
+            if overflow is not None:
+                self._telemetry.log.log(
+                    logging.INFO,
+                    f"{self.component_id}/queue-drained",
+                    f"exporter {self.component_id}: the queue has drained; {overflow[0]} batches ({overflow[1]} "
+                    "records) were dropped while it was full",
+                )
             if late:  # shutdown's time is up: what is left is dropped without another attempt
                 self._telemetry.dropped(snapshot.pipeline, snapshot.records)
+                late_batches, late_records = late_batches + 1, late_records + snapshot.records
                 continue
             if not self._send(snapshot):
                 self._telemetry.dropped(snapshot.pipeline, snapshot.records)
+        if late_batches:
+            self.log.warning(
+                "exporter %s: shutdown_timeout (%g s) passed: dropped %d unsent batches (%d records)",
+                self.component_id,
+                self.config.shutdown_timeout,
+                late_batches,
+                late_records,
+            )
 
     def _send(self, snapshot: _Snapshot) -> bool:
         """Send with backoff until it succeeds, ``retry_max_elapsed_time`` passes, or shutdown's deadline."""
@@ -250,18 +347,77 @@ class OtlpExporter:
         delay = config.retry_initial_interval
         while True:
             data, commit = self._metrics_data(snapshot)
-            try:
-                result = self._sender.export(data, timeout_millis=config.timeout * 1000)
-            except Exception as exc:  # the SDK reports failures as a result; anything else is a failure too
-                self.log.warning("export raised: %s", exc)
-                result = MetricExportResult.FAILURE
+            error = ""
+            with _SDK_LOGS.capture() as sdk_lines:
+                try:
+                    result = self._sender.export(data, timeout_millis=config.timeout * 1000)
+                except Exception as exc:  # the SDK reports failures as a result; anything else is a failure too
+                    error = f"{type(exc).__name__}: {exc}"
+                    result = MetricExportResult.FAILURE
             if result is MetricExportResult.SUCCESS:
                 commit()
+                self._recovered()
                 return True
+            self._failed(snapshot, error or (sdk_lines[-1].rstrip(".") if sdk_lines else "the SDK exporter failed"))
+            del data, commit  # rebuilt for the next attempt: an outage holds the queue, not a request per exporter too
             if not self._back_off(delay, give_up):
-                self.log.error("gave up sending a batch of %d records", snapshot.records)
+                self._give_up(snapshot)
                 return False
             delay = min(delay * 1.5, config.retry_max_interval)
+
+    # --- what an outage logs: once when it starts, once when it ends ------------------------------
+
+    def _failed(self, snapshot: _Snapshot, detail: str) -> None:
+        """Count a failed attempt (in records, like every exporter count); log it if it starts an outage."""
+        self._telemetry.telemetry.exporter_failed.labels(
+            pipeline=snapshot.pipeline, component=self._telemetry.component
+        ).inc(snapshot.records)
+        self._failures += 1
+        if self._failing_since is not None:
+            self.log.debug("exporter %s: attempt %d failed: %s", self.component_id, self._failures, detail)
+            return
+        self._failing_since = time.monotonic()
+        self._telemetry.log.log(
+            logging.WARNING,
+            f"{self.component_id}/failing",
+            f"exporter {self.component_id}: cannot send to {self.config.resolved_endpoint()}: {detail}; retrying "
+            f"with backoff and queueing up to {self.config.queue_size} batches (failed attempts are counted in "
+            "wattpipe_exporter_failed_total; logged again when sending works)",
+        )
+
+    def _recovered(self) -> None:
+        if self._failing_since is None:
+            return
+        elapsed = time.monotonic() - self._failing_since
+        batches, records = self._given_up
+        lost = f"; {batches} batches ({records} records) were given up meanwhile" if batches else ""
+        self._telemetry.log.log(
+            logging.INFO,
+            f"{self.component_id}/recovered",
+            f"exporter {self.component_id}: sending to {self.config.resolved_endpoint()} again, after "
+            f"{self._failures} failed attempts over {elapsed:.1f} s{lost}",
+        )
+        self._failing_since, self._failures, self._given_up = None, 0, (0, 0)
+
+    def _give_up(self, snapshot: _Snapshot) -> None:
+        batches, records = self._given_up
+        self._given_up = (batches + 1, records + snapshot.records)
+        with self._cond:
+            why = (
+                f"shutdown_timeout ({self.config.shutdown_timeout:g} s) passed"
+                if self._stopping and time.monotonic() >= self._deadline
+                else f"retry_max_elapsed_time ({self.config.retry_max_elapsed_time:g} s) passed"
+            )
+        if batches:  # the outage's first give-up was logged; the rest are counted, and summed up at recovery
+            self.log.debug("exporter %s: gave up a batch of %d records: %s", self.component_id, snapshot.records, why)
+            return
+        self._telemetry.log.log(
+            logging.ERROR,
+            f"{self.component_id}/gave-up",
+            f"exporter {self.component_id}: gave up a batch of {snapshot.records} records: {why} (batches given up "
+            "are counted in wattpipe_exporter_dropped_total; cumulative totals carry their energy in the next "
+            "batch sent)",
+        )
 
     def _back_off(self, delay: float, give_up: float) -> bool:
         """Wait ``delay`` seconds before the next attempt; False if the batch is to be given up instead.
@@ -275,7 +431,7 @@ class OtlpExporter:
             if now >= min(give_up, self._deadline):
                 return False
             until = min(now + delay, give_up, self._deadline)
-            self.log.warning("export failed; retrying in %.1f s", until - now)
+            self.log.debug("exporter %s: retrying in %.2f s", self.component_id, until - now)
             while (now := time.monotonic()) < until and self._stopping == stopping:
                 self._cond.wait(until - now)
             return True
@@ -290,7 +446,7 @@ class OtlpExporter:
             for p in family_points:
                 value, start_ns = p.raw, p.start_ns
                 if family.instrument == "counter" and delta:
-                    key = (family.otel, frozenset(p.attributes.items()))
+                    key = (family.otel, frozenset(i for i in p.attributes.items() if i[0] not in _NOT_IDENTITY))
                     last = self._last_sent.get(key)
                     # A series that restarted (its total fell, or it began after what we last sent) starts over.
                     if last is not None and last[0] <= p.raw and last[1] >= p.start_ns:

@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import gzip
-import http.server
-import threading
+import dataclasses
+import logging
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
 from typing import Any
 
-import grpc
 import pytest
-from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
-from opentelemetry.proto.metrics.v1 import metrics_pb2
 from pydantic import ValidationError
 
 from exporters.otlp import OtlpConfig, OtlpExporter, factory
@@ -23,12 +18,10 @@ from pipeline.components import Registry
 from pipeline.records import Batch, DevicePower, DeviceTotals, Totals
 from pipeline.telemetry import Telemetry
 from tests.helpers.context import make_context
+from tests.helpers.otlp_receiver import CUMULATIVE, DELTA, OtlpReceiver, attributes, wait_until
 
-Request = metrics_service_pb2.ExportMetricsServiceRequest
 START = Timestamp(monotonic_s=900.0, wall_s=1_767_225_500.0)
 GPU = "GPU-aaaa"
-CUMULATIVE = metrics_pb2.AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE
-DELTA = metrics_pb2.AggregationTemporality.AGGREGATION_TEMPORALITY_DELTA
 
 
 def at(offset_s: float) -> Timestamp:
@@ -66,83 +59,14 @@ def batch(offset_s: float, energy_mj: int, process_mj: int = 0) -> Batch:
     return Batch(time=t, interval_s=5.0, node="n1").with_records([power, totals, process])
 
 
-# --- receivers ------------------------------------------------------------------------------------
-
-
-class Collector(metrics_service_pb2_grpc.MetricsServiceServicer):
-    """An OTLP/gRPC metrics receiver that records requests; ``down`` answers UNAVAILABLE, as an outage would."""
-
-    def __init__(self) -> None:
-        self.requests: list[Any] = []
-        self.metadata: list[dict[str, str]] = []
-        self.down = False
-        self.attempts = 0
-        self._lock = threading.Lock()
-
-    def Export(self, request: Any, context: Any) -> Any:
-        with self._lock:
-            self.attempts += 1
-        if self.down:
-            context.abort(grpc.StatusCode.UNAVAILABLE, "collector down")
-        with self._lock:
-            self.requests.append(request)
-            self.metadata.append(dict(context.invocation_metadata()))
-        return metrics_service_pb2.ExportMetricsServiceResponse()
-
-    def wait_for(self, count: int, timeout_s: float = 5.0) -> list[Any]:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            with self._lock:
-                if len(self.requests) >= count:
-                    return list(self.requests)
-            if time.monotonic() >= deadline:
-                break
-            time.sleep(0.01)
-        raise AssertionError(f"{len(self.requests)} requests arrived, expected {count}")
+# --- the receiver ---------------------------------------------------------------------------------
 
 
 @pytest.fixture
-def collector() -> Iterator[tuple[Collector, str]]:
-    servicer = Collector()
-    server = grpc.server(ThreadPoolExecutor(max_workers=4))
-    metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    yield servicer, f"127.0.0.1:{port}"
-    server.stop(grace=None)
-
-
-class _HttpHandler(http.server.BaseHTTPRequestHandler):
-    received: list[tuple[str, dict[str, str], Any]]
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        if self.headers.get("Content-Encoding") == "gzip":
-            body = gzip.decompress(body)
-        request = Request()
-        request.ParseFromString(body)
-        self.received.append((self.path, dict(self.headers), request))
-        reply = metrics_service_pb2.ExportMetricsServiceResponse().SerializeToString()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/x-protobuf")
-        self.send_header("Content-Length", str(len(reply)))
-        self.end_headers()
-        self.wfile.write(reply)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-@pytest.fixture
-def http_collector() -> Iterator[tuple[list[tuple[str, dict[str, str], Any]], str]]:
-    received: list[tuple[str, dict[str, str], Any]] = []
-    handler = type("Handler", (_HttpHandler,), {"received": received})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield received, f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+def receiver() -> Iterator[OtlpReceiver]:
+    """One OTLP receiver (gRPC and HTTP on loopback) per test: tests/helpers/otlp_receiver.py."""
+    with OtlpReceiver() as r:
+        yield r
 
 
 # --- helpers --------------------------------------------------------------------------------------
@@ -167,10 +91,6 @@ def run(exporter: OtlpExporter, *batches: Batch) -> None:
     asyncio.run(go())
 
 
-def attrs(pairs: Any) -> dict[str, Any]:
-    return {kv.key: getattr(kv.value, kv.value.WhichOneof("value")) for kv in pairs}
-
-
 def metrics_of(request: Any) -> dict[str, Any]:
     return {m.name: m for rm in request.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
 
@@ -190,10 +110,10 @@ def dropped(telemetry: Telemetry) -> float:
 # --- what is sent ---------------------------------------------------------------------------------
 
 
-def test_grpc_sends_hw_metrics_with_units_attributes_and_resource(collector: tuple[Collector, str]) -> None:
-    servicer, endpoint = collector
-    run(make_exporter(endpoint, headers={"Authorization": "Bearer s3cret"}), batch(0.0, 1_234_567, 1_000))
-    (request,) = servicer.wait_for(1)
+def test_grpc_sends_hw_metrics_with_units_attributes_and_resource(receiver: OtlpReceiver) -> None:
+    run(make_exporter(receiver.grpc_endpoint, headers={"Authorization": "Bearer s3cret"}), batch(0.0, 1_234_567, 1_000))
+    (received,) = receiver.wait_for_requests(1, "grpc")
+    request = received.request
     metrics = metrics_of(request)
 
     power = metrics["hw.power"]
@@ -201,7 +121,7 @@ def test_grpc_sends_hw_metrics_with_units_attributes_and_resource(collector: tup
     (point,) = power.gauge.data_points
     assert point.as_double == 250.5
     assert point.time_unix_nano == at(0.0).wall_ns
-    assert attrs(point.attributes) == {
+    assert attributes(point.attributes) == {
         "hw.id": GPU,
         "hw.type": "gpu",
         "hw.name": "NVIDIA H100",
@@ -217,33 +137,34 @@ def test_grpc_sends_hw_metrics_with_units_attributes_and_resource(collector: tup
 
     (process,) = metrics["wattpipe.process.gpu.energy"].sum.data_points
     assert process.as_double == 1.0
-    assert attrs(process.attributes)["process.pid"] == 4242
-    assert attrs(process.attributes)["hw.id"] == GPU
+    assert attributes(process.attributes)["process.pid"] == 4242
+    assert attributes(process.attributes)["hw.id"] == GPU
 
-    resource = attrs(request.resource_metrics[0].resource.attributes)
+    resource = attributes(request.resource_metrics[0].resource.attributes)
     assert resource["service.name"] == "wattpipe"
     assert resource["service.instance.id"] == "node-7"
     assert resource["k8s.node.name"] == "node-7"
     assert resource["host.name"]
-    assert servicer.metadata[0]["authorization"] == "Bearer s3cret"
+    assert received.metadata["authorization"] == "Bearer s3cret"
 
 
-def test_http_protobuf_posts_to_v1_metrics_gzipped(http_collector: tuple[list[Any], str]) -> None:
-    received, endpoint = http_collector
-    run(make_exporter(endpoint, protocol="http/protobuf", compression="gzip"), batch(0.0, 5_000))
-    deadline = time.monotonic() + 5
-    while not received and time.monotonic() < deadline:
-        time.sleep(0.01)
-    ((path, headers, request),) = received
-    assert path == "/v1/metrics"
-    assert headers["Content-Encoding"] == "gzip"
-    assert sum_points(request, "hw.energy") == [(5.0, START.wall_ns, at(0.0).wall_ns)]
+def test_http_protobuf_posts_to_v1_metrics_gzipped(receiver: OtlpReceiver) -> None:
+    run(make_exporter(receiver.http_endpoint, protocol="http/protobuf", compression="gzip"), batch(0.0, 5_000))
+    (received,) = receiver.wait_for_requests(1, "http")
+    assert received.path == "/v1/metrics"
+    assert received.metadata["Content-Encoding"] == "gzip"
+    assert sum_points(received.request, "hw.energy") == [(5.0, START.wall_ns, at(0.0).wall_ns)]
+    assert receiver.count("grpc") == 0
 
 
-def test_delta_temporality_sends_the_energy_since_the_last_export(collector: tuple[Collector, str]) -> None:
-    servicer, endpoint = collector
-    run(make_exporter(endpoint, temporality="delta"), batch(0.0, 1_000), batch(5.0, 2_501), batch(10.0, 4_000))
-    requests = servicer.wait_for(3)
+def test_delta_temporality_sends_the_energy_since_the_last_export(receiver: OtlpReceiver) -> None:
+    run(
+        make_exporter(receiver.grpc_endpoint, temporality="delta"),
+        batch(0.0, 1_000),
+        batch(5.0, 2_501),
+        batch(10.0, 4_000),
+    )
+    requests = [r.request for r in receiver.wait_for_requests(3, "grpc")]
     assert metrics_of(requests[0])["hw.energy"].sum.aggregation_temporality == DELTA
     assert [sum_points(r, "hw.energy")[0] for r in requests] == [
         (1.0, START.wall_ns, at(0.0).wall_ns),  # the first delta runs from the series' start
@@ -252,41 +173,55 @@ def test_delta_temporality_sends_the_energy_since_the_last_export(collector: tup
     ]
 
 
+def test_delta_goes_on_from_running_to_terminated_without_counting_the_process_twice(receiver: OtlpReceiver) -> None:
+    def with_state(b: Batch, state: str) -> Batch:
+        records = [dataclasses.replace(r, state=state) if isinstance(r, Totals) else r for r in b.records()]
+        return Batch(time=b.time, interval_s=b.interval_s, node=b.node).with_records(records)
+
+    run(
+        make_exporter(receiver.grpc_endpoint, temporality="delta"),
+        batch(0.0, 5_000, process_mj=1_000),
+        with_state(batch(5.0, 6_000, process_mj=1_500), "terminated"),
+    )
+    requests = [r.request for r in receiver.wait_for_requests(2, "grpc")]
+    (running,), (terminated,) = (metrics_of(r)["wattpipe.process.gpu.energy"].sum.data_points for r in requests)
+    assert attributes(running.attributes)["wattpipe.state"] == "running"
+    assert attributes(terminated.attributes)["wattpipe.state"] == "terminated"
+    assert (running.as_double, running.start_time_unix_nano) == (1.0, START.wall_ns)
+    # The exited process's series goes on from its last running point: 0.5 J more, not its 1.5 J total again.
+    assert (terminated.as_double, terminated.start_time_unix_nano) == (0.5, at(0.0).wall_ns)
+
+
 # --- outages, the queue and shutdown --------------------------------------------------------------
 
 
-def wait_until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
+def energy_values(receiver: OtlpReceiver, count: int) -> list[tuple[float, int, int]]:
+    return [sum_points(r.request, "hw.energy")[0] for r in receiver.wait_for_requests(count, "grpc")]
 
 
-def test_first_export_after_an_outage_carries_the_full_totals(collector: tuple[Collector, str]) -> None:
-    servicer, endpoint = collector
+def test_first_export_after_an_outage_carries_the_full_totals(receiver: OtlpReceiver) -> None:
     telemetry = Telemetry(make_context().clock)
-    exporter = make_exporter(endpoint, telemetry, queue_size=1)
-    servicer.down = True
+    exporter = make_exporter(receiver.grpc_endpoint, telemetry, queue_size=1)
+    receiver.down = True
 
     async def go() -> None:
         exporter.start()
         await exporter.export(batch(0.0, 1_000))  # the sender takes it and retries
-        await asyncio.sleep(0.1)
+        await asyncio.to_thread(receiver.wait_for_attempts, 1)
         await exporter.export(batch(5.0, 2_000))  # queued
         await exporter.export(batch(10.0, 3_000))  # queue full: batch(5.0) is dropped
-        servicer.down = False
+        receiver.down = False
         await exporter.shutdown()
 
     asyncio.run(go())
     assert dropped(telemetry) == 3  # batch(5.0)'s three records
-    values = [sum_points(r, "hw.energy")[0] for r in servicer.wait_for(2)]
+    values = energy_values(receiver, 2)
     assert values == [(1.0, START.wall_ns, at(0.0).wall_ns), (3.0, START.wall_ns, at(10.0).wall_ns)]
 
 
-def test_full_queue_drops_the_oldest_batch_and_counts_its_records(collector: tuple[Collector, str]) -> None:
-    servicer, endpoint = collector
+def test_full_queue_drops_the_oldest_batch_and_counts_its_records(receiver: OtlpReceiver) -> None:
     telemetry = Telemetry(make_context().clock)
-    exporter = make_exporter(endpoint, telemetry, queue_size=2)
+    exporter = make_exporter(receiver.grpc_endpoint, telemetry, queue_size=2)
 
     async def go() -> None:
         for i in range(3):  # not started: nothing leaves the queue
@@ -297,39 +232,37 @@ def test_full_queue_drops_the_oldest_batch_and_counts_its_records(collector: tup
         await exporter.shutdown()
 
     asyncio.run(go())
-    assert [sum_points(r, "hw.energy")[0][0] for r in servicer.wait_for(2)] == [2.0, 3.0]
+    assert [v[0] for v in energy_values(receiver, 2)] == [2.0, 3.0]
 
 
-def test_shutdown_flushes_the_queue_within_its_timeout(collector: tuple[Collector, str]) -> None:
-    servicer, endpoint = collector
-    exporter = make_exporter(endpoint, queue_size=100)
+def test_shutdown_flushes_the_queue_within_its_timeout(receiver: OtlpReceiver) -> None:
+    exporter = make_exporter(receiver.grpc_endpoint, queue_size=100)
     began = time.monotonic()
     run(exporter, *(batch(5.0 * i, 1_000 * i) for i in range(20)))
     assert time.monotonic() - began < FAST["shutdown_timeout"]
-    assert len(servicer.wait_for(20, timeout_s=0)) == 20
+    assert len(receiver.wait_for_requests(20, "grpc", timeout_s=0)) == 20
 
 
-def test_a_batch_is_given_up_after_max_elapsed_time_and_counted(collector: tuple[Collector, str]) -> None:
-    servicer, endpoint = collector
-    servicer.down = True
+def test_a_batch_is_given_up_after_max_elapsed_time_and_counted(receiver: OtlpReceiver) -> None:
+    receiver.down = True
     telemetry = Telemetry(make_context().clock)
-    exporter = make_exporter(endpoint, telemetry, retry_max_elapsed_time=0.3)
+    exporter = make_exporter(receiver.grpc_endpoint, telemetry, retry_max_elapsed_time=0.3)
 
     async def go() -> None:
         exporter.start()
         await exporter.export(batch(0.0, 1_000))
-        await asyncio.to_thread(wait_until, lambda: dropped(telemetry) == 3)
+        await asyncio.to_thread(wait_until, lambda: dropped(telemetry) == 3, 5.0, "the batch to be given up")
         await exporter.shutdown()
 
     asyncio.run(go())
-    assert servicer.requests == []
+    assert receiver.requests() == []
+    assert receiver.refused("grpc") >= 1
 
 
-def test_new_batches_do_not_cut_the_backoff_short(collector: tuple[Collector, str]) -> None:
-    servicer, endpoint = collector
-    servicer.down = True
+def test_new_batches_do_not_cut_the_backoff_short(receiver: OtlpReceiver) -> None:
+    receiver.down = True
     exporter = make_exporter(
-        endpoint, retry_initial_interval=0.4, retry_max_interval=0.4, queue_size=10, shutdown_timeout=0.1
+        receiver.grpc_endpoint, retry_initial_interval=2.0, retry_max_interval=2.0, queue_size=10, shutdown_timeout=0.1
     )
 
     async def go() -> None:
@@ -338,21 +271,128 @@ def test_new_batches_do_not_cut_the_backoff_short(collector: tuple[Collector, st
         for i in range(1, 6):
             await asyncio.sleep(0.03)
             await exporter.export(batch(5.0 * i, 1_000 * i))
-        assert servicer.attempts == 1  # still waiting out the first backoff
+        assert receiver.attempts() == 1  # still waiting out the first backoff
         await exporter.shutdown()
 
     asyncio.run(go())
 
 
-def test_shutdown_drops_what_it_cannot_send_in_time(collector: tuple[Collector, str]) -> None:
-    servicer, endpoint = collector
-    servicer.down = True
+def test_shutdown_drops_what_it_cannot_send_in_time(receiver: OtlpReceiver) -> None:
+    receiver.down = True
     telemetry = Telemetry(make_context().clock)
-    exporter = make_exporter(endpoint, telemetry, shutdown_timeout=0.3)
+    exporter = make_exporter(receiver.grpc_endpoint, telemetry, shutdown_timeout=0.3)
     began = time.monotonic()
     run(exporter, batch(0.0, 1_000), batch(5.0, 2_000))
     assert time.monotonic() - began < 0.3 + FAST["timeout"] + 0.5
     assert dropped(telemetry) == 6
+
+
+# --- what an outage logs and counts ---------------------------------------------------------------
+
+
+def failed(telemetry: Telemetry) -> float:
+    value = telemetry.registry.get_sample_value(
+        "wattpipe_exporter_failed_total", {"pipeline": "metrics", "component": "otlp"}
+    )
+    return value or 0.0
+
+
+def warnings_and_errors(caplog: pytest.LogCaptureFixture, logger_prefix: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith(logger_prefix)]
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_an_outage_is_logged_once_and_every_failed_attempt_is_counted(
+    receiver: OtlpReceiver, caplog: pytest.LogCaptureFixture, protocol: str
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    telemetry = Telemetry(make_context().clock)
+    grpc = protocol == "grpc"
+    endpoint = receiver.grpc_endpoint if grpc else receiver.http_endpoint
+    exporter = make_exporter(
+        endpoint, telemetry, protocol=protocol, retry_initial_interval=0.01, retry_max_interval=0.02
+    )
+    receiver.down = True
+
+    async def go() -> None:
+        exporter.start()
+        await exporter.export(batch(0.0, 1_000))
+        await asyncio.to_thread(receiver.wait_for_attempts, 4)  # the first attempt and three retries
+        receiver.down = False
+        await asyncio.to_thread(receiver.wait_for_requests, 1)
+        await exporter.shutdown()
+
+    asyncio.run(go())
+    refused = receiver.refused("grpc" if grpc else "http")
+    assert refused >= 4
+    # Each failed attempt adds the batch's three records; the receiver saw one more attempt than that: the success.
+    assert failed(telemetry) == 3 * refused
+    assert dropped(telemetry) == 0
+    ours = warnings_and_errors(caplog, "wattpipe.exporter.otlp")
+    assert len(ours) == 1, ours  # not one per attempt
+    assert ours[0].startswith(f"exporter otlp: cannot send to {exporter.config.resolved_endpoint()}: ")
+    # The SDK's own account of the failure is the detail (over HTTP it does not name the status).
+    assert ("StatusCode.UNAVAILABLE, error details: collector down" if grpc else "Failed to export metrics") in ours[0]
+    assert warnings_and_errors(caplog, "opentelemetry") == []  # its per-attempt lines are not logged as well
+    recovered = [r.getMessage() for r in caplog.records if "again, after" in r.getMessage()]
+    assert len(recovered) == 1
+    assert f"after {refused} failed attempts" in recovered[0]
+
+
+def test_a_full_queue_is_logged_once_until_it_drains(receiver: OtlpReceiver, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    telemetry = Telemetry(make_context().clock)
+    exporter = make_exporter(receiver.grpc_endpoint, telemetry, queue_size=2)
+
+    async def go() -> None:
+        for i in range(6):  # not started: four batches are dropped, the queue keeps the last two
+            await exporter.export(batch(5.0 * i, 1_000 * (i + 1)))
+        exporter.start()
+        await exporter.shutdown()
+
+    asyncio.run(go())
+    assert dropped(telemetry) == 4 * 3
+    full = [r.getMessage() for r in caplog.records if "queue full" in r.getMessage()]
+    assert len(full) == 1
+    assert full[0].startswith("exporter otlp: queue full (2 batches)")
+    drained = [r.getMessage() for r in caplog.records if "the queue has drained" in r.getMessage()]
+    assert drained == ["exporter otlp: the queue has drained; 4 batches (12 records) were dropped while it was full"]
+    assert [v[0] for v in energy_values(receiver, 2)] == [5.0, 6.0]
+
+
+def test_given_up_batches_are_logged_once_per_outage(receiver: OtlpReceiver, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    receiver.down = True
+    telemetry = Telemetry(make_context().clock)
+    exporter = make_exporter(receiver.grpc_endpoint, telemetry, retry_max_elapsed_time=0.05, queue_size=10)
+
+    async def go() -> None:
+        exporter.start()
+        for i in range(4):
+            await exporter.export(batch(5.0 * i, 1_000 * (i + 1)))
+        await asyncio.to_thread(wait_until, lambda: dropped(telemetry) == 4 * 3, 10.0, "four batches given up")
+        receiver.down = False
+        await exporter.export(batch(20.0, 5_000))
+        await asyncio.to_thread(receiver.wait_for_requests, 1)
+        await exporter.shutdown()
+
+    asyncio.run(go())
+    gave_up = [r.getMessage() for r in caplog.records if "gave up" in r.getMessage() and r.levelno >= logging.ERROR]
+    assert len(gave_up) == 1
+    assert "retry_max_elapsed_time (0.05 s) passed" in gave_up[0]
+    recovered = [r.getMessage() for r in caplog.records if "again, after" in r.getMessage()]
+    assert len(recovered) == 1
+    assert recovered[0].endswith("; 4 batches (12 records) were given up meanwhile")
+    # Nothing measured was lost: the one batch sent carries the whole total.
+    assert energy_values(receiver, 1) == [(5.0, START.wall_ns, at(20.0).wall_ns)]
+
+
+def test_capture_does_not_take_the_state_snapshot_name(receiver: OtlpReceiver) -> None:
+    """The service calls ``snapshot()`` on every component for its durable state: an exporter that has a
+    ``snapshot(batch)`` method of its own fails every checkpoint (a TypeError, logged as an error)."""
+    exporter = make_exporter(receiver.grpc_endpoint)
+    assert getattr(exporter, "snapshot", None) is None
+    assert exporter.capture(batch(0.0, 1_000)).records == 3
 
 
 # --- configuration --------------------------------------------------------------------------------
