@@ -49,7 +49,10 @@ class StateStore:
 
     def load(self) -> None:
         """Read the file if there is one. Never raises for bad content: it is set aside instead."""
-        if self.path is None or not self.path.exists():
+        if self.path is None:
+            return
+        self._remove_leftovers()
+        if not self.path.exists():
             return
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
@@ -67,6 +70,21 @@ class StateStore:
                 "state file %s was written by node %s, not %s; using it", self.path, data["node"], self.node_name
             )
         log.info("state loaded from %s (%d sections)", self.path, len(self._sections))
+
+    def _remove_leftovers(self) -> None:
+        """A process killed in the middle of a save leaves its temporary file (the state file itself is
+        whole: the rename never happened). Nothing else writes those names, and no save runs yet."""
+        assert self.path is not None
+        try:
+            leftovers = list(self.path.parent.glob(f".{self.path.name}.*"))
+        except OSError:
+            return
+        for leftover in leftovers:
+            try:
+                leftover.unlink()
+                log.info("state file %s: removed %s, left by an interrupted save", self.path, leftover.name)
+            except OSError as exc:
+                log.warning("state file %s: cannot remove %s (%s)", self.path, leftover, exc)
 
     @staticmethod
     def _validate(data: object) -> str | None:

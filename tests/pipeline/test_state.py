@@ -142,3 +142,27 @@ def test_periodic_checkpoints_bound_what_a_crash_can_lose(tmp_path: Path) -> Non
     asyncio.run(crash_after(14))  # 140 s of ticks, checkpoints every 60 s
     saved = json.loads(path.read_text())["sections"]["metrics/custom/tally"]["count"]
     assert 14 - 6 <= saved <= 14  # at most one checkpoint interval (6 ticks) lost
+
+
+def test_a_temporary_file_left_by_a_killed_save_is_removed_at_load(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = SteppedClock()
+    path = tmp_path / "state.json"
+    store = StateStore(path, clock, "n1")
+    store.put("metrics/energy", {"totals": {"1": 5}})
+    assert store.save()
+    (tmp_path / ".state.json.k1ll3d9x").write_text('{"format": "wattpipe-st')  # kill -9 mid-write
+    (tmp_path / "other.json").write_text("{}")  # not ours
+    (tmp_path / ".other.json.abcdefgh").write_text("{}")  # another state file's: not ours either
+    again = StateStore(path, clock, "n1")
+    with caplog.at_level("INFO"):
+        again.load()
+    assert again.section("metrics/energy") == {"totals": {"1": 5}}
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".other.json.abcdefgh", "other.json", "state.json"]
+    assert "removed .state.json.k1ll3d9x, left by an interrupted save" in caplog.text
+    # With no state file at all (killed during the very first save), the leftover still goes.
+    (path).unlink()
+    (tmp_path / ".state.json.first000").write_text("{")
+    StateStore(path, clock, "n1").load()
+    assert not (tmp_path / ".state.json.first000").exists()
