@@ -21,14 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import logging
 import socket
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal, Protocol
 
 from opentelemetry.sdk.metrics.export import (
@@ -46,6 +44,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from pydantic import Field, model_validator
 
+from exporters._otlp_sdk import SDK_LOGS, Sender, make_sender
 from pipeline.catalog import FAMILIES, Family, device_attributes, points
 from pipeline.components import ComponentConfig, CreateContext, Factory
 from pipeline.records import Batch
@@ -61,13 +60,6 @@ _NOT_IDENTITY = frozenset({"wattpipe.state"})
 ``running`` one (a new series would start over from the process's start, and a backend summing deltas by
 process would count its energy twice)."""
 _SCOPE = InstrumentationScope("wattpipe")
-_SDK_LOGGERS = (
-    "opentelemetry.exporter.otlp.proto.grpc.exporter",
-    "opentelemetry.exporter.otlp.proto.http.metric_exporter",
-    "opentelemetry.exporter.otlp.common.http",
-)
-"""Where the SDK's OTLP exporters log each failed attempt and each of their own retries."""
-
 AttributeValue = str | int
 
 
@@ -133,54 +125,8 @@ class _Snapshot:
     metrics: tuple[tuple[Family, tuple[_Point, ...]], ...]
 
 
-class _Sender(Protocol):
-    def export(self, metrics_data: MetricsData, timeout_millis: float = ...) -> MetricExportResult: ...
-
-    def shutdown(self, timeout_millis: float = ...) -> None: ...
-
-
 def _attribute(name: str, value: str) -> AttributeValue:
     return int(value) if name in _INT_ATTRIBUTES and value.lstrip("-").isdigit() else value
-
-
-class _SdkLogs(logging.Filter):
-    """Takes the SDK exporter's log lines made on a thread inside :meth:`capture`, instead of logging them.
-
-    The SDK logs every failed attempt (and its own retries within ``timeout``) at WARNING or ERROR: during
-    an outage that is a line every few seconds, per exporter. The sender logs the outage once itself, with
-    the SDK's last line as the detail. Lines the SDK logs for anyone else's exports pass untouched.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._local = threading.local()
-
-    @contextlib.contextmanager
-    def capture(self) -> Iterator[list[str]]:
-        lines: list[str] = []
-        self._local.lines = lines
-        try:
-            yield lines
-        finally:
-            self._local.lines = None
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        lines: list[str] | None = getattr(self._local, "lines", None)
-        if lines is None:
-            return True
-        lines.append(record.getMessage())
-        return False
-
-    def install(self) -> None:
-        for name in _SDK_LOGGERS:
-            logger = logging.getLogger(name)
-            if self not in logger.filters:
-                # First: the SDK's DuplicateFilter would otherwise drop the second exporter's identical line
-                # (and keep its own state busy with lines that are not logged).
-                logger.filters.insert(0, self)
-
-
-_SDK_LOGS = _SdkLogs()
 
 
 class OtlpExporter:
@@ -205,7 +151,7 @@ class OtlpExporter:
         self._stopping = False
         self._deadline = float("inf")  # time.monotonic() by which shutdown gives up
         self._thread: threading.Thread | None = None
-        self._sender: _Sender | None = None
+        self._sender: Sender | None = None
         self._last_sent: collections.OrderedDict[tuple[str, frozenset[tuple[str, AttributeValue]]], tuple[float, int]]
         self._last_sent = collections.OrderedDict()  # delta: series → (raw value, time_ns) last sent
         # What is logged once per episode, not per attempt or per tick (see _failed, _recovered, enqueue).
@@ -219,8 +165,8 @@ class OtlpExporter:
     def start(self) -> None:
         if self._thread is not None:
             return
-        self._sender = self._sender or _make_sender(self.config)
-        _SDK_LOGS.install()
+        self._sender = self._sender or make_sender(self.config)
+        SDK_LOGS.install()
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name=f"wattpipe-{self.component_id}", daemon=True)
         self._thread.start()
@@ -348,7 +294,7 @@ class OtlpExporter:
         while True:
             data, commit = self._metrics_data(snapshot)
             error = ""
-            with _SDK_LOGS.capture() as sdk_lines:
+            with SDK_LOGS.capture() as sdk_lines:
                 try:
                     result = self._sender.export(data, timeout_millis=config.timeout * 1000)
                 except Exception as exc:  # the SDK reports failures as a result; anything else is a failure too
@@ -483,45 +429,6 @@ class OtlpExporter:
 
 class _Commit(Protocol):
     def __call__(self) -> None: ...
-
-
-def _read(path: str | None) -> bytes | None:
-    return Path(path).read_bytes() if path else None
-
-
-def _make_sender(config: OtlpConfig) -> _Sender:
-    endpoint = config.resolved_endpoint()
-    if config.protocol == "grpc":
-        import grpc
-        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcExporter
-
-        credentials = None
-        if not config.insecure and (config.ca_file or config.cert_file):
-            credentials = grpc.ssl_channel_credentials(
-                root_certificates=_read(config.ca_file),
-                private_key=_read(config.key_file),
-                certificate_chain=_read(config.cert_file),
-            )
-        return GrpcExporter(
-            endpoint=endpoint,
-            insecure=config.insecure,
-            credentials=credentials,
-            headers={k.lower(): v for k, v in config.headers.items()},  # gRPC metadata keys are lowercase
-            timeout=config.timeout,
-            compression=grpc.Compression.Gzip if config.compression == "gzip" else grpc.Compression.NoCompression,
-        )
-    from opentelemetry.exporter.otlp.proto.http import Compression
-    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpExporter
-
-    return HttpExporter(
-        endpoint=endpoint,
-        certificate_file=config.ca_file,
-        client_key_file=config.key_file,
-        client_certificate_file=config.cert_file,
-        headers=config.headers,
-        timeout=config.timeout,
-        compression=Compression.Gzip if config.compression == "gzip" else Compression.NoCompression,
-    )
 
 
 def _create(ctx: CreateContext, config: ComponentConfig) -> OtlpExporter:
