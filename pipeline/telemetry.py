@@ -84,6 +84,30 @@ class ComponentTelemetry:
         """For a component's own metrics (name them ``wattpipe_<component type>_…``)."""
         return self.telemetry.registry
 
+    def counter(self, name: str, documentation: str, labels: tuple[str, ...] = ()) -> _BoundCounter:
+        """A counter of this component's own, labelled ``component`` and ``labels``: made once per name,
+        shared by every component that asks for it (two ``nvml`` receivers count into one family)."""
+        return _BoundCounter(self.telemetry.counter(name, documentation, ("component", *labels)), self.component)
+
+
+class _BoundCounter:
+    """A counter family with its ``component`` label filled in."""
+
+    def __init__(self, family: Counter, component: str) -> None:
+        self._family = family
+        self._component = component
+
+    def inc(self, amount: float = 1.0, **labels: str) -> None:
+        self._family.labels(component=self._component, **labels).inc(amount)
+
+    def value(self, **labels: str) -> float:
+        """The count so far (0 for a label set never counted)."""
+        for metric in self._family.collect():
+            for sample in metric.samples:
+                if sample.name.endswith("_total") and sample.labels == {"component": self._component, **labels}:
+                    return float(sample.value)
+        return 0.0
+
 
 class Telemetry:
     def __init__(self, clock: Clock, logger: logging.Logger | None = None) -> None:
@@ -121,6 +145,18 @@ class Telemetry:
         )
         self._health: dict[str, _PipelineHealth] = {}
         self._server: HttpServer | None = None
+        self._counters: dict[str, tuple[Counter, tuple[str, ...]]] = {}
+        self._lock = threading.Lock()
+
+    def counter(self, name: str, documentation: str, labels: tuple[str, ...]) -> Counter:
+        """The counter family ``name`` (made on first use); asking again with other labels is a bug."""
+        with self._lock:
+            known = self._counters.get(name)
+            if known is None:
+                known = self._counters[name] = (Counter(name, documentation, labels, registry=self.registry), labels)
+        if known[1] != labels:
+            raise ValueError(f"counter {name} has labels {known[1]}, not {labels}")
+        return known[0]
 
     def for_component(self, kind: str, component: str, logger: logging.Logger) -> ComponentTelemetry:
         return ComponentTelemetry(self, kind, component, RateLimitedLog(logger, self.clock))

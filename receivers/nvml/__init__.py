@@ -78,6 +78,13 @@ class NvmlReceiver:
         self.clock = ctx.clock
         self.log = ctx.logger
         self.rl: ComponentTelemetry = ctx.telemetry
+        self.failures = ctx.telemetry.counter(
+            "wattpipe_nvml_device_failures",
+            "GPU reads that failed, by GPU index and reason: lost (a read or a re-acquisition failed), open "
+            "(the GPU could not be opened), timeout (no answer within device_timeout), busy (still answering "
+            "the previous tick).",
+            ("gpu", "reason"),
+        )
         self.slots: list[_Slot] = []
         self.available = False
         self._unopened: dict[int, _Retry] = {}  # GPUs that could not be opened yet, by index
@@ -116,6 +123,7 @@ class NvmlReceiver:
                 # It may come back (a GPU lost at boot, a driver still settling): tried again with backoff.
                 retry = _Retry(at_s=now_s + self.config.reinit_backoff, backoff_s=self.config.reinit_backoff)
                 self._unopened[index] = retry
+                self.failures.inc(gpu=str(index), reason="open")
                 self.log.error("GPU %d cannot be opened (%s): retrying in %gs", index, exc, retry.backoff_s)
                 continue
             self._adopt(reader)
@@ -177,6 +185,7 @@ class NvmlReceiver:
         self._opening = None
         for index, result in opening.result().items():
             if isinstance(result, NvmlFailure):
+                self.failures.inc(gpu=str(index), reason="open")
                 retry = self._unopened[index]
                 retry.backoff_s = min(retry.backoff_s * 2, self.config.reinit_backoff_max)
                 retry.at_s = now.monotonic_s + retry.backoff_s
@@ -207,6 +216,7 @@ class NvmlReceiver:
         readings: dict[int, list[Record]] = {}  # by slot position, so records come out in device order
         for pos, slot in enumerate(self.slots):
             if slot.pending is not None and not slot.pending.done():
+                self.failures.inc(gpu=str(slot.reader.index), reason="busy")
                 self._warn(
                     slot, "slow", f"GPU {slot.reader.index} ({slot.reader.uuid}) is still answering the last tick"
                 )
@@ -220,6 +230,7 @@ class NvmlReceiver:
             done, _ = await asyncio.wait(waits, timeout=self.config.device_timeout)
             for fut, slot in waits.items():
                 if fut not in done:
+                    self.failures.inc(gpu=str(slot.reader.index), reason="timeout")
                     self._warn(
                         slot,
                         "timeout",
@@ -241,6 +252,7 @@ class NvmlReceiver:
                 r.handle = nvml_call(pynvml.nvmlDeviceGetHandleByUUID, r.uuid)
             reading = r.read(now)
         except NvmlFailure as exc:
+            self.failures.inc(gpu=str(r.index), reason="lost")
             lost = isinstance(exc, DeviceLost) or slot.down
             slot.backoff_s = (
                 min(slot.backoff_s * 2, self.config.reinit_backoff_max) if slot.down else self.config.reinit_backoff

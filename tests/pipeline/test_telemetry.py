@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from prometheus_client import generate_latest
 
 from pipeline.clock import SteppedClock
 from pipeline.httpserver import HttpServer, parse_listen
@@ -353,3 +354,22 @@ def test_parse_listen_accepts_host_and_port(listen: str, expected: tuple[str, in
 def test_parse_listen_rejects_what_is_not_host_and_port(listen: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         parse_listen(listen)
+
+
+def test_a_component_counter_is_made_once_and_labelled_with_the_component() -> None:
+    telemetry = Telemetry(SteppedClock())
+    a = telemetry.for_component("receiver", "nvml/a", logging.getLogger("t"))
+    b = telemetry.for_component("receiver", "nvml/b", logging.getLogger("t"))
+    ca = a.counter("wattpipe_nvml_device_failures", "GPU reads that failed.", ("gpu", "reason"))
+    cb = b.counter("wattpipe_nvml_device_failures", "GPU reads that failed.", ("gpu", "reason"))
+    ca.inc(gpu="0", reason="lost")
+    ca.inc(2, gpu="0", reason="lost")
+    cb.inc(gpu="1", reason="open")
+    assert ca.value(gpu="0", reason="lost") == 3
+    assert ca.value(gpu="1", reason="open") == 0  # b's count is b's
+    assert cb.value(gpu="1", reason="open") == 1
+    text = generate_latest(telemetry.registry).decode()
+    assert 'wattpipe_nvml_device_failures_total{component="nvml/a",gpu="0",reason="lost"} 3.0' in text
+    assert 'wattpipe_nvml_device_failures_total{component="nvml/b",gpu="1",reason="open"} 1.0' in text
+    with pytest.raises(ValueError, match="has labels"):
+        a.counter("wattpipe_nvml_device_failures", "GPU reads that failed.", ("gpu",))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -191,6 +192,9 @@ def test_lost_gpu_is_marked_down_others_flow_and_it_comes_back(clock: SteppedClo
         assert ups[0] == [True, False]
         assert all(u[1] is False for u in ups[1:5])
         assert ups[-1] == [True, True]
+        # Counted per failed read: at 5 s, and the re-acquisitions at 10 and 20 s.
+        assert h.receiver.failures.value(gpu="1", reason="lost") == 3
+        assert h.receiver.failures.value(gpu="0", reason="lost") == 0
         down = [d for d in h.poll()[0] if d.device_index == 1]
         assert down[0].power_w is not None
     finally:
@@ -533,6 +537,7 @@ def test_a_gpu_that_cannot_be_opened_at_start_is_tried_again_with_backoff(
         devices, procs = h.poll()
         assert [d.device_index for d in devices] == [0, 1]
         assert {p.pid for p in procs} == {10, 11, 20}
+        assert h.receiver.failures.value(gpu="1", reason="open") == 3  # at start, 5 s and 15 s
         assert [r.getMessage() for r in caplog.records if "GPU 1" in r.getMessage()] == [
             "GPU 1 cannot be opened (nvmlDeviceGetHandleByIndex: GPU is lost): retrying in 5s",
             f"GPU 1 ({devices[1].device_id}) can be opened now: measuring it from this tick",
@@ -551,4 +556,43 @@ def test_a_late_gpu_outside_the_devices_option_is_not_adopted(clock: SteppedCloc
             assert [d.device_index for d in devices] == [0]
         assert h.receiver._unopened == {}  # opened, found not wanted, and forgotten
     finally:
+        h.close()
+
+
+def test_a_gpu_slower_than_device_timeout_is_counted_as_timeout_then_busy(
+    clock: SteppedClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h = Harness(scenario(), clock, device_timeout=0.05)
+    try:
+        lib = pynvml.nvmlLib
+        release = threading.Event()
+
+        class Hung:
+            def __getattr__(self, name: str) -> Any:
+                fn = getattr(lib, name)
+
+                def call(*args: Any) -> Any:
+                    if name == "nvmlDeviceGetPowerUsage":
+                        release.wait(5.0)
+                    return fn(*args)
+
+                return call
+
+        monkeypatch.setattr(pynvml, "nvmlLib", Hung())
+        monkeypatch.setattr(pynvml, "_nvmlGetFunctionPointer_cache", {})
+        clock.advance(5.0)
+        assert h.poll() == ([], [])  # both GPUs absent this tick, not zero
+        clock.advance(5.0)
+        assert h.poll() == ([], [])  # still answering the last tick: not asked again
+        counts = {(g, r): h.receiver.failures.value(gpu=g, reason=r) for g in "01" for r in ("timeout", "busy")}
+        assert counts == {("0", "timeout"): 1, ("0", "busy"): 1, ("1", "timeout"): 1, ("1", "busy"): 1}
+        release.set()
+        for slot in h.receiver.slots:
+            assert slot.pending is not None
+            slot.pending.result(timeout=5.0)
+        clock.advance(5.0)
+        devices, _ = h.poll()
+        assert [d.power_w is not None for d in devices] == [True, True]
+    finally:
+        release.set()
         h.close()
