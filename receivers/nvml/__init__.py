@@ -250,7 +250,10 @@ class NvmlReceiver:
         try:
             if slot.down:
                 r.handle = nvml_call(pynvml.nvmlDeviceGetHandleByUUID, r.uuid)
-            reading = r.read(now)
+            # Stamped when this GPU is actually read, not when the tick began: the idle processor divides
+            # the counter's delta by the time between two stamps, and a worker that starts a few ms late
+            # (eight GPUs, one core) would otherwise read as a few % more or less power at short intervals.
+            reading = r.read(self.clock.now())
         except NvmlFailure as exc:
             self.failures.inc(gpu=str(r.index), reason="lost")
             lost = isinstance(exc, DeviceLost) or slot.down

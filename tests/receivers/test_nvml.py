@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import simulator
-from pipeline.clock import SteppedClock
+from pipeline.clock import SteppedClock, Timestamp
 from pipeline.records import DeviceSample, GpuProcessSample, MigInstance, Record
 from pipeline.telemetry import Telemetry
 from receivers.nvml import NvmlConfig, NvmlReceiver
@@ -595,4 +595,30 @@ def test_a_gpu_slower_than_device_timeout_is_counted_as_timeout_then_busy(
         assert [d.power_w is not None for d in devices] == [True, True]
     finally:
         release.set()
+        h.close()
+
+
+class TickingClock(SteppedClock):
+    """Moves 1 ms every time it is read: time passes between the tick's start and each GPU's read."""
+
+    def now(self) -> Timestamp:
+        stamp = super().now()
+        self.advance(0.001)
+        return stamp
+
+
+def test_each_gpu_is_stamped_when_it_is_read_not_when_the_tick_began() -> None:
+    clock = TickingClock()
+    h = Harness(scenario(), clock)
+    try:
+        clock.advance(5.0)
+        tick_start = clock.monotonic()
+        devices, procs = h.poll()
+        stamps = [d.time.monotonic_s for d in devices]
+        assert all(s > tick_start for s in stamps)  # read after the tick began (worker threads start later)
+        assert len(set(stamps)) == 2  # each GPU its own read time
+        for p in procs:  # a GPU's processes carry its read time
+            (device,) = [d for d in devices if d.device_id == p.device_id]
+            assert p.time == device.time
+    finally:
         h.close()
