@@ -62,6 +62,18 @@ class _Buffer:
         self.size = max(self.size, needed * 2 + 8)
         self.array = (self._struct * self.size)()
 
+    def fill(self, call: Callable[[Any, Any], int]) -> int:
+        """``call(array, byref(count))`` until the buffer is large enough; the entries filled, or NVMLError."""
+        for _ in range(_RETRIES):
+            self.count.value = self.size
+            ret = call(self.array, ctypes.byref(self.count))
+            if ret != pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
+                break
+            self.grow(self.count.value)
+        if ret != pynvml.NVML_SUCCESS:
+            raise pynvml.NVMLError(ret)
+        return min(self.count.value, self.size)
+
 
 def _symbol(name: str) -> Callable[..., int]:
     try:
@@ -83,18 +95,10 @@ class ProcessList:
 
     def __call__(self, handle: Any) -> list[ProcessEntry]:
         fn = _symbol("nvmlDeviceGetComputeRunningProcesses_v3")
-        buffer = self._buffer
-        for _ in range(_RETRIES):
-            buffer.count.value = buffer.size
-            ret = fn(handle, ctypes.byref(buffer.count), buffer.array)
-            if ret != pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
-                break
-            buffer.grow(buffer.count.value)
-        if ret != pynvml.NVML_SUCCESS:
-            raise pynvml.NVMLError(ret)
+        filled = self._buffer.fill(lambda array, count: fn(handle, count, array))
         out: list[ProcessEntry] = []
-        array = buffer.array
-        for i in range(min(buffer.count.value, buffer.size)):
+        array = self._buffer.array
+        for i in range(filled):
             info = array[i]
             memory = info.usedGpuMemory
             out.append(
@@ -113,19 +117,12 @@ class UtilisationSamples:
 
     def __call__(self, handle: Any, last_seen_us: int) -> list[tuple[int, int, float]]:
         fn = _symbol("nvmlDeviceGetProcessUtilization")
-        buffer = self._buffer
         since = ctypes.c_ulonglong(last_seen_us)
-        for _ in range(_RETRIES):
-            buffer.count.value = buffer.size
-            ret = fn(handle, buffer.array, ctypes.byref(buffer.count), since)
-            if ret != pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
-                break
-            buffer.grow(buffer.count.value)
-        if ret != pynvml.NVML_SUCCESS:
-            raise pynvml.NVMLError(ret)  # NOT_FOUND included: "no sample since then", for the caller to read
-        array = buffer.array
+        # NOT_FOUND raises too: "no sample since then", for the caller to read as zero.
+        filled = self._buffer.fill(lambda array, count: fn(handle, array, count, since))
+        array = self._buffer.array
         out: list[tuple[int, int, float]] = []
-        for i in range(min(buffer.count.value, buffer.size)):
+        for i in range(filled):
             sample = array[i]
             out.append((sample.pid, sample.timeStamp, float(sample.smUtil)))
         return out
