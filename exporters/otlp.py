@@ -44,7 +44,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from pydantic import Field, model_validator
 
-from exporters._otlp_sdk import SDK_LOGS, Sender, make_sender
+from exporters._otlp_sdk import SDK_LOGS, Sender, failure_detail, make_sender, uses_tls
 from pipeline.catalog import FAMILIES, Family, device_attributes, points
 from pipeline.components import ComponentConfig, CreateContext, Factory
 from pipeline.records import Batch
@@ -71,9 +71,12 @@ class OtlpConfig(ComponentConfig):
     headers: dict[str, str] = Field(default_factory=dict)
     """Sent with every request (``${env:…}`` in the config file keeps secrets out of it)."""
     insecure: bool = False
-    """gRPC only: plaintext instead of TLS (for HTTP the URL's scheme decides)."""
+    """gRPC only: plaintext instead of TLS, the TLS files unused (an ``https://`` endpoint is TLS all the same).
+    For HTTP the URL's scheme decides and ``insecure`` does nothing."""
     ca_file: str | None = None
+    """PEM CA(s) to verify the endpoint's certificate with, instead of the default trust store."""
     cert_file: str | None = None
+    """PEM client certificate, for endpoints that require one (with ``key_file``)."""
     key_file: str | None = None
     compression: Literal["none", "gzip"] = "none"
     timeout: float = Field(default=10.0, gt=0)
@@ -167,6 +170,15 @@ class OtlpExporter:
             return
         self._sender = self._sender or make_sender(self.config)
         SDK_LOGS.install()
+        unused = [name for name in ("ca_file", "cert_file", "key_file") if getattr(self.config, name)]
+        if unused and not uses_tls(self.config):
+            self.log.warning(
+                "exporter %s: %s is not used: %s sends in plaintext (%s)",
+                self.component_id,
+                ", ".join(unused),
+                self.config.resolved_endpoint(),
+                "insecure: true" if self.config.protocol == "grpc" else "an http:// URL",
+            )
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name=f"wattpipe-{self.component_id}", daemon=True)
         self._thread.start()
@@ -304,7 +316,7 @@ class OtlpExporter:
                 commit()
                 self._recovered()
                 return True
-            self._failed(snapshot, error or (sdk_lines[-1].rstrip(".") if sdk_lines else "the SDK exporter failed"))
+            self._failed(snapshot, error or failure_detail(self._sender, sdk_lines))
             del data, commit  # rebuilt for the next attempt: an outage holds the queue, not a request per exporter too
             if not self._back_off(delay, give_up):
                 self._give_up(snapshot)

@@ -10,6 +10,11 @@ can be switched at any time:
   it releases the requests being held, and stopping the receiver answers them, so a test never waits out
   a long delay.
 
+With ``tls=ServerTls(cert_file, key_file)`` both endpoints serve TLS only (``grpc.ssl_server_credentials``;
+an ``ssl.SSLContext`` around each HTTP connection, so :attr:`OtlpReceiver.http_endpoint` is ``https://``);
+``client_ca_file`` also requires a client certificate signed by that CA. Each accepted request records
+whether it came over TLS and its client certificate's common name.
+
 Several exporters can share one receiver: give each a ``headers: {x-otlp-sender: NAME}`` and select with
 ``sender=NAME``. :func:`flatten` turns requests into :class:`ReceivedPoint` rows (name, unit, attributes,
 start and time, value, temporality, resource attributes), which is what tests compare. Waiting is always
@@ -27,12 +32,15 @@ import collections
 import functools
 import gzip
 import http.server
+import socket
+import ssl
 import threading
 import time
 import zlib
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import grpc
@@ -48,6 +56,7 @@ __all__ = [
     "Protocol",
     "ReceivedPoint",
     "ReceivedRequest",
+    "ServerTls",
     "attributes",
     "flatten",
     "wait_until",
@@ -83,6 +92,10 @@ class ReceivedRequest:
     """HTTP only: the request's path."""
     received_s: float = 0.0
     """``time.monotonic()`` when it was accepted."""
+    tls: bool = False
+    """Whether it came over TLS."""
+    client_cn: str = ""
+    """The common name of the client certificate it came with ("" without one)."""
 
     @property
     def sender(self) -> str:
@@ -184,7 +197,10 @@ class _Servicer(metrics_service_pb2_grpc.MetricsServiceServicer):
 
     def Export(self, request: Any, context: Any) -> Any:
         metadata = {key: value for key, value in context.invocation_metadata() if isinstance(value, str)}
-        if not self._receiver._accept("grpc", request, metadata, ""):
+        auth = context.auth_context()
+        tls = auth.get("transport_security_type") == [b"ssl"]
+        client_cn = b"".join(auth.get("x509_common_name", [])[:1]).decode()
+        if not self._receiver._accept("grpc", request, metadata, "", tls, client_cn):
             context.abort(grpc.StatusCode.UNAVAILABLE, "collector down (test receiver)")
         return metrics_service_pb2.ExportMetricsServiceResponse()
 
@@ -205,7 +221,11 @@ class _HttpHandler(http.server.BaseHTTPRequestHandler):
             return
         request = Request()
         request.ParseFromString(body)
-        if not self.receiver._accept("http", request, dict(self.headers.items()), self.path):
+        tls, client_cn = isinstance(self.connection, ssl.SSLSocket), ""
+        if tls:
+            subject = (self.connection.getpeercert() or {}).get("subject", ())
+            client_cn = next((value for rdn in subject for key, value in rdn if key == "commonName"), "")
+        if not self.receiver._accept("http", request, dict(self.headers.items()), self.path, tls, client_cn):
             self._reply(503, b"collector down (test receiver)", "text/plain")
             return
         self._reply(200, metrics_service_pb2.ExportMetricsServiceResponse().SerializeToString())
@@ -221,6 +241,63 @@ class _HttpHandler(http.server.BaseHTTPRequestHandler):
         pass
 
 
+@dataclass(frozen=True)
+class ServerTls:
+    """The receiver's TLS: its certificate and key (PEM files) and, to require client certificates, their CA."""
+
+    cert_file: str | Path
+    key_file: str | Path
+    client_ca_file: str | Path | None = None
+    """Clients must present a certificate signed by this CA (mutual TLS); None: no client certificate asked."""
+
+    def grpc_credentials(self) -> grpc.ServerCredentials:
+        pair = (Path(self.key_file).read_bytes(), Path(self.cert_file).read_bytes())
+        client_ca = Path(self.client_ca_file).read_bytes() if self.client_ca_file else None
+        return grpc.ssl_server_credentials(
+            [pair], root_certificates=client_ca, require_client_auth=client_ca is not None
+        )
+
+    def ssl_context(self) -> ssl.SSLContext:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(self.cert_file, self.key_file)
+        if self.client_ca_file:
+            context.load_verify_locations(cafile=str(self.client_ca_file))
+            context.verify_mode = ssl.CERT_REQUIRED
+        return context
+
+
+class _TlsHttpServer(http.server.ThreadingHTTPServer):
+    """HTTPS: each accepted connection is wrapped in TLS, and its handshake made on the connection's own thread
+    (a client that fails it, or stalls, never holds up the accept loop). Failed handshakes are counted."""
+
+    def __init__(self, address: tuple[str, int], handler: type[http.server.BaseHTTPRequestHandler], tls: ServerTls):
+        super().__init__(address, handler)
+        self.context = tls.ssl_context()
+        self.handshake_failures = 0
+        self.handshake_errors: list[str] = []
+        self._failures_lock = threading.Lock()
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        sock, address = self.socket.accept()
+        return self.context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False), address
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        assert isinstance(request, ssl.SSLSocket)
+        request.settimeout(10.0)
+        try:
+            request.do_handshake()
+        except (OSError, ValueError) as exc:
+            with self._failures_lock:
+                self.handshake_failures += 1
+                self.handshake_errors.append(f"{type(exc).__name__}: {exc}")
+            return
+        request.settimeout(None)
+        super().finish_request(request, client_address)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that went away (or broke TLS) mid-request: nothing for a test receiver to report
+
+
 class OtlpReceiver:
     """gRPC and HTTP/protobuf OTLP metrics endpoints on 127.0.0.1 ephemeral ports, started by :meth:`start`
     (or by entering it as a context manager) and stopped by :meth:`stop`.
@@ -229,7 +306,7 @@ class OtlpReceiver:
     the wait of requests already being held (``delay_s = 0`` answers them at once).
     """
 
-    def __init__(self, *, grpc_workers: int = 8) -> None:
+    def __init__(self, *, grpc_workers: int = 8, tls: ServerTls | None = None) -> None:
         self.down = False
         """Refuse every request (gRPC UNAVAILABLE, HTTP 503): a collector outage."""
         self._delay_s = 0.0
@@ -242,6 +319,7 @@ class OtlpReceiver:
         self._max_in_flight = 0
         self._stopped = False
         self._grpc_workers = grpc_workers
+        self._tls = tls
         self._grpc: Any = None
         self._http: http.server.ThreadingHTTPServer | None = None
         self._grpc_port = 0
@@ -252,11 +330,17 @@ class OtlpReceiver:
     def start(self) -> OtlpReceiver:
         server = grpc.server(ThreadPoolExecutor(max_workers=self._grpc_workers, thread_name_prefix="otlp-receiver"))
         metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(_Servicer(self), server)
-        self._grpc_port = server.add_insecure_port("127.0.0.1:0")
+        if self._tls is None:
+            self._grpc_port = server.add_insecure_port("127.0.0.1:0")
+        else:
+            self._grpc_port = server.add_secure_port("127.0.0.1:0", self._tls.grpc_credentials())
         server.start()
         self._grpc = server
         handler = type("Handler", (_HttpHandler,), {"receiver": self})
-        self._http = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        if self._tls is None:
+            self._http = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        else:
+            self._http = _TlsHttpServer(("127.0.0.1", 0), handler, self._tls)
         self._http.daemon_threads = True
         self._http_port = int(self._http.server_address[1])
         # A short poll interval: stop() waits for the serving loop to look (0.5 s by default, per test).
@@ -289,8 +373,17 @@ class OtlpReceiver:
 
     @property
     def http_endpoint(self) -> str:
-        """The base URL for ``protocol: http/protobuf`` (the exporter appends ``/v1/metrics``)."""
-        return f"http://127.0.0.1:{self._http_port}"
+        """The base URL for ``protocol: http/protobuf`` (the exporter appends ``/v1/metrics``): ``https://``
+        when the receiver serves TLS."""
+        scheme = "http" if self._tls is None else "https"
+        return f"{scheme}://127.0.0.1:{self._http_port}"
+
+    @property
+    def http_handshake_failures(self) -> int:
+        """HTTPS connections whose TLS handshake failed (a client that does not trust the receiver's
+        certificate, or has no client certificate where one is required). Always 0 without TLS."""
+        server = self._http
+        return server.handshake_failures if isinstance(server, _TlsHttpServer) else 0
 
     @property
     def delay_s(self) -> float:
@@ -305,7 +398,15 @@ class OtlpReceiver:
 
     # --- the receiving side ----------------------------------------------------------------------
 
-    def _accept(self, protocol: Protocol, request: Any, metadata: dict[str, str], path: str) -> bool:
+    def _accept(
+        self,
+        protocol: Protocol,
+        request: Any,
+        metadata: dict[str, str],
+        path: str,
+        tls: bool = False,
+        client_cn: str = "",
+    ) -> bool:
         key = (protocol, _sender_of(metadata))
         arrived = time.monotonic()
         with self._lock:
@@ -319,7 +420,9 @@ class OtlpReceiver:
                     self._changed.wait(left)
                 accepted = not self.down
                 if accepted:
-                    self._requests.append(ReceivedRequest(protocol, request, metadata, path, time.monotonic()))
+                    self._requests.append(
+                        ReceivedRequest(protocol, request, metadata, path, time.monotonic(), tls, client_cn)
+                    )
                 else:
                     self._refused[key] += 1
                 return accepted
