@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import os
 import socket
 import threading
 import time
@@ -97,6 +98,12 @@ class OtlpConfig(ComponentConfig):
     def _check(self) -> OtlpConfig:
         if (self.cert_file is None) != (self.key_file is None):
             raise ValueError("cert_file and key_file go together (a client certificate needs its key)")
+        for name in ("ca_file", "cert_file", "key_file"):
+            path = getattr(self, name)
+            # Named now (`wattpipe validate` says so), not as a failed send an hour later.
+            if path is not None and not os.access(path, os.R_OK):
+                why = "no such file" if not os.path.exists(path) else "not readable by this user"
+                raise ValueError(f"{name} {path}: {why}")
         if self.retry_max_interval < self.retry_initial_interval:
             raise ValueError("retry_max_interval must be at least retry_initial_interval")
         return self

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from exporters.otlp import OtlpConfig, OtlpExporter
 from pipeline.clock import Timestamp
@@ -468,10 +469,20 @@ def test_http_url_is_plaintext_and_says_ca_file_is_not_used(pki: Pki, caplog: py
 # --- files that are not there ------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("option", ["ca_file", "cert_file", "key_file"])
+def test_a_tls_file_that_is_not_there_is_a_config_error_naming_it(pki: Pki, option: str) -> None:
+    files = {"ca_file": pki.crt("ca"), "cert_file": pki.crt("client"), "key_file": pki.key("client")}
+    files[option] = str(pki.root / "missing.pem")
+    with pytest.raises(ValidationError, match=rf"{option} .*missing\.pem: no such file"):
+        OtlpConfig(endpoint="localhost:4317", **files)
+
+
 def test_grpc_reads_the_tls_files_at_start_and_a_missing_one_fails_it(receiver: OtlpReceiver, pki: Pki) -> None:
-    missing = str(pki.root / "missing.crt")
-    exporter = make_exporter(receiver.grpc_endpoint, ca_file=missing)
-    with pytest.raises(FileNotFoundError, match=r"missing\.crt"):
+    missing = pki.root / "gone.crt"
+    missing.write_bytes(Path(pki.crt("ca")).read_bytes())
+    exporter = make_exporter(receiver.grpc_endpoint, ca_file=str(missing))
+    missing.unlink()  # removed after the configuration was checked
+    with pytest.raises(FileNotFoundError, match=r"gone\.crt"):
         exporter.start()
     assert receiver.attempts() == 0
 
@@ -479,9 +490,12 @@ def test_grpc_reads_the_tls_files_at_start_and_a_missing_one_fails_it(receiver: 
 def test_http_reads_the_tls_files_per_connection_and_a_missing_one_fails_every_send(
     receiver: OtlpReceiver, pki: Pki, caplog: pytest.LogCaptureFixture
 ) -> None:
-    missing = str(pki.root / "missing.crt")
+    gone = pki.root / "gone-http.crt"
+    gone.write_bytes(Path(pki.crt("ca")).read_bytes())
+    missing = str(gone)
     telemetry = Telemetry(make_context().clock)
     exporter = make_exporter(receiver.http_endpoint, telemetry, protocol="http/protobuf", ca_file=missing, **FAIL)
+    gone.unlink()  # removed after the configuration was checked
     reason = check_failure(send_failing(exporter, telemetry, caplog), exporter, receiver)
     assert receiver.http_handshake_failures == 0  # it never connects
     # requests' words, once: the SDK's line already names the cause.
