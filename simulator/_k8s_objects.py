@@ -72,8 +72,7 @@ def pod_key(pod: Pod) -> str:
 
 
 def lifetime(node: SimulatedNode, pod: Pod) -> tuple[float, float]:
-    prefix = f"{pod.namespace}/{pod.name}/"
-    plans = [p for p in node.truth.plans.values() if (p.spec.container or "").startswith(prefix)]
+    plans = node.truth.pod_plans(pod.namespace, pod.name)
     if not plans:
         return 0.0, math.inf
     return min(p.start_s for p in plans), max(p.end_s for p in plans)

@@ -67,14 +67,19 @@ def utilisation_entries(
     if oldest_k > newest_k:
         return []
     window_lo_s = (oldest_k - 1) * _PERIOD_S
-    candidates = [plan for plan in truth.gpu_plans(gpu) if plan.start_s < t_s and plan.end_s > window_lo_s]
     sums: dict[int, float] = {}
     counts: dict[int, int] = {}
     newest: dict[int, int] = {}
     kept = 0
     for k in range(newest_k, oldest_k - 1, -1):
         lo_s, hi_s = (k - 1) * _PERIOD_S, k * _PERIOD_S
-        active = [(plan, _mean(plan, lo_s, hi_s)) for plan in candidates if plan.start_s < hi_s and plan.end_s > lo_s]
+        # The processes alive in the period (found by time, not by scanning every process of the GPU),
+        # and only those that started before t_s: hi_s can exceed t_s by a rounding error.
+        active = [
+            (plan, _mean(plan, lo_s, hi_s))
+            for plan in truth.running_between(gpu, lo_s, hi_s)
+            if plan.start_s < t_s and plan.end_s > window_lo_s
+        ]
         for plan, util in active:
             if util <= 0.0:
                 continue

@@ -6,7 +6,7 @@ from typing import Any
 
 from simulator.scenario import Scenario, parse_scenario
 
-__all__ = ["scale_scenario"]
+__all__ = ["churn_scenario", "scale_scenario"]
 
 
 def scale_scenario(
@@ -52,3 +52,19 @@ def scale_scenario(
     data = {"node": {"name": "bench-node"}, "gpus": gpus, "pods": pods, "processes": processes,
             "cpu": {"packages": 2, "cores": 128}}  # fmt: skip
     return parse_scenario(data, source="scale_scenario")
+
+
+def churn_scenario(ticks: int = 2000, per_tick: int = 20, tick_s: float = 1.0) -> Scenario:
+    """Process churn on one H100: ``per_tick`` new processes every ``tick_s`` for ``ticks`` ticks, each
+    living one or two ticks (drill 8a's shape: the first start is at 5.5 ticks, mid-tick, so the first
+    polls see an idle GPU). Process ``j`` of a tick draws ``10 + j`` W at ``0.2 + 0.02·j`` utilisation."""
+    processes = [
+        {"pid": 10_000 + k * per_tick + j, "comm": f"job{j}", "gpu": 0, "dynamic_w": 10 + j,
+         "util": [[0, min(1.0, 0.2 + 0.02 * j)]], "start_s": (5.5 + k) * tick_s,
+         "end_s": (5.5 + k + (1 if j % 2 else 2)) * tick_s}
+        for k in range(ticks)
+        for j in range(per_tick)
+    ]  # fmt: skip
+    data = {"node": {"name": "churn-node", "sample_buffer": 1000},
+            "gpus": [{"model": "NVIDIA H100 80GB HBM3", "idle_w": 70, "max_w": 700}], "processes": processes}  # fmt: skip
+    return parse_scenario(data, source="churn_scenario")

@@ -6,13 +6,17 @@ lifetimes and live reconfigurations are all step functions, so power is a step f
 built once per GPU over the union of all breakpoints, and energy is its exact integral. Queries are
 pure functions of ``t`` (a bisect and a multiply), so any face can ask about any instant, in any order.
 
+The build is a sweep over each GPU's breakpoints that keeps the processes alive in each segment, and a
+process's own power is kept over its own lifetime only: its cost is the number of (segment, live process)
+pairs, so process churn costs what the processes alive at once cost, not processes × breakpoints.
+
 Times are scenario seconds (0 = when the node was built); before 0 every GPU idles.
 """
 
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -57,53 +61,117 @@ class ProcessPlan:
 
 
 class _GpuTruth:
-    """Step functions over one GPU's breakpoints."""
+    """Step functions over one GPU's breakpoints, built by one sweep over them.
 
-    def __init__(self, scenario: Scenario, index: int, plans: list[ProcessPlan]) -> None:
+    The sweep keeps the processes alive in each segment (in scenario order) and touches only those, so
+    building costs O(Σ over segments of the processes alive in it), not O(processes × breakpoints): a
+    process's own power is stored over its own lifetime only (a step function from its start to its end).
+    """
+
+    def __init__(
+        self, scenario: Scenario, index: int, plans: list[ProcessPlan], epochs: list[tuple[float, GpuState]]
+    ) -> None:
         gpu = scenario.gpus[index]
         self.idle_w = gpu.idle_w
-        self.epochs = _epochs(scenario, index)
+        self.epochs = epochs
+        self._epoch_times = [at_s for at_s, _ in epochs]
         self.plans = plans
-        points = {0.0, *(t for t, _ in self.epochs)}
+        self._order = {plan.pid: i for i, plan in enumerate(plans)}
+        points = {0.0, *self._epoch_times}
         for plan in plans:
             points.update(t for t in plan.util.times if math.isfinite(t))
         times = sorted(t for t in points if t >= 0.0)
         self.times = times
         n = len(times)
+        # Every start, (finite) end and utilisation change is a breakpoint: process i is alive exactly at
+        # breakpoints first[i] <= k < its end's, and its utilisation changes only at its own breakpoints.
+        position = {t: k for k, t in enumerate(times)}
+        starting: dict[int, list[int]] = {}
+        ending: dict[int, list[int]] = {}
+        changing: dict[int, list[tuple[int, float]]] = {}
+        first = [0] * len(plans)
+        for i, plan in enumerate(plans):
+            first[i] = position[plan.start_s]
+            starting.setdefault(first[i], []).append(i)
+            if math.isfinite(plan.end_s):
+                ending.setdefault(position[plan.end_s], []).append(i)
+            for at_s, fraction in zip(plan.util.times, plan.util.values, strict=True):
+                if at_s < plan.end_s:
+                    changing.setdefault(position[at_s], []).append((i, fraction))
+        dynamic_w = [plan.dynamic_w for plan in plans]
+        memory_mib = [plan.spec.memory_mib for plan in plans]
+        mig_plans = any(plan.gi is not None for plan in plans)
+        util = [0.0] * len(plans)  # each process's utilisation at the current breakpoint
+        util_w = [0.0] * len(plans)  # … times its dynamic power
+        own: list[list[float]] = [[] for _ in plans]  # process i's power at breakpoints first[i], first[i]+1, …
         power = [0.0] * n
         capped = [0.0] * n
-        own: dict[int, list[float]] = {plan.pid: [0.0] * n for plan in plans}
         activity_raw: dict[int | None, list[float]] = {None: [0.0] * n}
         memory: dict[int | None, list[float]] = {None: [0.0] * n}
+        gpu_activity, gpu_memory = activity_raw[None], memory[None]
+        total_slices = gpu_model_info(gpu.model).mig_slices
         live: list[tuple[ProcessPlan, ...]] = []
+        alive: list[int] = []  # indices into plans, ascending: scenario order
+        running: tuple[ProcessPlan, ...] = ()
+        used_mib = 0.0
         for k, t in enumerate(times):
+            if k in ending or k in starting:
+                for i in ending.get(k, ()):
+                    del alive[bisect_left(alive, i)]
+                for i in starting.get(k, ()):
+                    insort(alive, i)
+                running = tuple(plans[i] for i in alive)
+                used_mib = 0.0
+                for i in alive:
+                    used_mib += memory_mib[i]
+            for i, fraction in changing.get(k, ()):
+                util[i] = fraction
+                util_w[i] = fraction * dynamic_w[i]
+            live.append(running)  # consecutive segments with the same processes share one tuple
             state = self.state(t)
-            running = tuple(plan for plan in plans if plan.alive(t))
-            live.append(running)
-            utils = [plan.util.at(t) for plan in running]
-            raw_w = sum(u * plan.dynamic_w for u, plan in zip(utils, running, strict=True))
+            raw = [util_w[i] for i in alive]
+            raw_w = sum(raw)
             headroom_w = state.max_w - state.idle_w
             scale = headroom_w / raw_w if raw_w > headroom_w else 1.0
             capped[k] = 1.0 if raw_w > headroom_w else 0.0
             power[k] = state.idle_w + raw_w * scale
-            for u, plan in zip(utils, running, strict=True):
-                own[plan.pid][k] = u * plan.dynamic_w * scale
-                memory[None][k] += plan.spec.memory_mib
-                if plan.gi is None:
-                    activity_raw[None][k] += u
-                else:
-                    activity_raw.setdefault(plan.gi, [0.0] * n)[k] += u
-                    memory.setdefault(plan.gi, [0.0] * n)[k] += plan.spec.memory_mib
+            if scale == 1.0:  # x * 1.0 is x
+                for x, i in zip(raw, alive, strict=True):
+                    own[i].append(x)
+            else:
+                for x, i in zip(raw, alive, strict=True):
+                    own[i].append(x * scale)
+            gpu_memory[k] = used_mib
+            busy = 0.0
+            if not mig_plans:
+                for i in alive:
+                    busy += util[i]
+            else:
+                for i in alive:
+                    gi = plans[i].gi
+                    if gi is None:
+                        busy += util[i]
+                    else:
+                        activity_raw.setdefault(gi, [0.0] * n)[k] += util[i]
+                        memory.setdefault(gi, [0.0] * n)[k] += memory_mib[i]
+            gpu_activity[k] = busy
             if state.mig is not None:
-                total_slices = gpu_model_info(gpu.model).mig_slices
-                activity_raw[None][k] = sum(
+                gpu_activity[k] = sum(
                     min(1.0, activity_raw[inst.gi][k] if inst.gi in activity_raw else 0.0) * inst.slices / total_slices
                     for inst in state.mig.instances
                 )
         self.live = live
         self.power_w = StepFunction(times, power, before=gpu.idle_w)
         self.capped = StepFunction(times, capped)
-        self.process_w = {pid: StepFunction(times, values) for pid, values in own.items()}
+        # Zero before its start and after its end, so the integral over its lifetime is the one over all time.
+        self.process_w: dict[int, StepFunction] = {}
+        for i, plan in enumerate(plans):
+            values = own[i]
+            stop = first[i] + len(values)
+            if stop < n:  # ended: 0 from its end on
+                values.append(0.0)
+                stop += 1
+            self.process_w[plan.pid] = StepFunction(times[first[i] : stop], values)
         # A GPU (instance) cannot be more than fully busy: time-sliced processes share it.
         self.activity = {
             key: StepFunction(times, [min(1.0, v) for v in values]) for key, values in activity_raw.items()
@@ -111,11 +179,37 @@ class _GpuTruth:
         self.memory_mib = {key: StepFunction(times, values) for key, values in memory.items()}
 
     def state(self, t_s: float) -> GpuState:
-        current = self.epochs[0][1]
-        for at_s, state in self.epochs:
-            if at_s <= t_s:
-                current = state
-        return current
+        """The last configuration epoch that began at or before ``t_s``."""
+        k = bisect_right(self._epoch_times, t_s) - 1
+        return self.epochs[k][1] if k >= 0 and not math.isnan(t_s) else self.epochs[0][1]
+
+    def segment(self, t_s: float) -> int:
+        """The index of the last breakpoint at or before ``t_s`` (0 before the first)."""
+        return max(0, bisect_right(self.times, t_s) - 1)
+
+    def overlapping(self, t0_s: float, t1_s: float) -> tuple[ProcessPlan, ...]:
+        """Processes with ``start_s < t1_s`` and ``end_s > t0_s``, in scenario order.
+
+        For ``t0_s < t1_s`` these are the processes alive at some instant of ``[t0_s, t1_s)``: each is in the
+        live set of a segment from the one holding ``t0_s`` to the last one starting before ``t1_s``.
+        """
+        times = self.times
+        if t1_s <= times[0]:
+            return ()  # nobody starts before 0
+        last = bisect_left(times, t1_s) - 1
+        first = max(0, min(bisect_right(times, t0_s) - 1, last))
+        live = self.live
+        candidates: tuple[ProcessPlan, ...] | list[ProcessPlan] = live[first]
+        if last > first:
+            seen: dict[int, ProcessPlan] = {}
+            previous = None
+            for k in range(first, last + 1):
+                if live[k] is not previous:
+                    previous = live[k]
+                    for plan in previous:
+                        seen[plan.pid] = plan
+            candidates = sorted(seen.values(), key=lambda plan: self._order[plan.pid])
+        return tuple(plan for plan in candidates if plan.start_s < t1_s and plan.end_s > t0_s)
 
 
 def _epochs(scenario: Scenario, index: int) -> list[tuple[float, GpuState]]:
@@ -141,13 +235,17 @@ def _placement_valid(state: GpuState, gi: int | None, profile: str | None) -> bo
     return instance is not None and instance.profile == profile
 
 
-def _plan(scenario: Scenario, process: Process) -> ProcessPlan:
+def _plan(scenario: Scenario, process: Process, epochs_by_gpu: list[list[tuple[float, GpuState]]]) -> ProcessPlan:
     end_s = math.inf if process.end_s is None else process.end_s
     dynamic_w = 0.0
     if process.gpu is not None:
         gpu = scenario.gpus[process.gpu]
-        epochs = _epochs(scenario, process.gpu)
-        start_state = max((e for e in epochs if e[0] <= process.start_s), key=lambda e: e[0])[1]
+        epochs = epochs_by_gpu[process.gpu]
+        # The first epoch of the latest start at or before the process's start (epochs[0] starts at -inf).
+        start_at, start_state = epochs[0]
+        for at_s, state in epochs:
+            if start_at < at_s <= process.start_s:
+                start_at, start_state = at_s, state
         profile = None
         if start_state.mig is not None and process.gi is not None:
             instance = start_state.mig.instance(process.gi)
@@ -194,11 +292,21 @@ class GroundTruth:
 
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
-        self.plans: dict[int, ProcessPlan] = {p.pid: _plan(scenario, p) for p in scenario.processes}
-        self._gpus = [
-            _GpuTruth(scenario, index, [plan for plan in self.plans.values() if plan.gpu == index])
-            for index in range(len(scenario.gpus))
-        ]
+        epochs = [_epochs(scenario, index) for index in range(len(scenario.gpus))]
+        self.plans: dict[int, ProcessPlan] = {p.pid: _plan(scenario, p, epochs) for p in scenario.processes}
+        by_gpu: list[list[ProcessPlan]] = [[] for _ in scenario.gpus]
+        # Scenario order within each group, as the sums over them have always been taken.
+        self._by_container: dict[str, list[ProcessPlan]] = {}
+        self._by_pod: dict[str, list[ProcessPlan]] = {}  # keyed "namespace/pod/"
+        for plan in self.plans.values():
+            if plan.gpu is not None:
+                by_gpu[plan.gpu].append(plan)
+            container = plan.spec.container
+            if container is not None:
+                self._by_container.setdefault(container, []).append(plan)
+                # A container reference is exactly "namespace/pod/name" (the scenario validates it).
+                self._by_pod.setdefault(container[: container.rindex("/") + 1], []).append(plan)
+        self._gpus = [_GpuTruth(scenario, index, by_gpu[index], epochs[index]) for index in range(len(scenario.gpus))]
         self._cpu_busy_cores = _cpu_busy(self.plans.values())
 
     # --- devices ---------------------------------------------------------------------------------
@@ -249,9 +357,13 @@ class GroundTruth:
     def running(self, gpu: int, t_s: float, gi: int | None = None) -> tuple[ProcessPlan, ...]:
         """Processes alive on a GPU (or one of its instances) at ``t_s``, in scenario order."""
         truth = self._gpus[gpu]
-        k = max(0, _index(truth.times, t_s))
-        live = tuple(plan for plan in truth.live[k] if plan.alive(t_s))
+        live = tuple(plan for plan in truth.live[truth.segment(t_s)] if plan.alive(t_s))
         return live if gi is None else tuple(plan for plan in live if plan.gi == gi)
+
+    def running_between(self, gpu: int, t0_s: float, t1_s: float) -> tuple[ProcessPlan, ...]:
+        """Processes of a GPU with ``start_s < t1_s`` and ``end_s > t0_s`` (alive at some instant of
+        ``[t0_s, t1_s)``), in scenario order. O(log breakpoints + processes alive in the window)."""
+        return self._gpus[gpu].overlapping(t0_s, t1_s)
 
     # --- consumers -------------------------------------------------------------------------------
 
@@ -272,15 +384,14 @@ class GroundTruth:
 
     def container_energy_j(self, container: str, t_s: float) -> float:
         """``container`` is ``namespace/pod/name``."""
-        return sum(self.process_energy_j(p.pid, t_s) for p in self.plans.values() if p.spec.container == container)
+        return sum(self.process_energy_j(p.pid, t_s) for p in self._by_container.get(container, ()))
 
     def pod_energy_j(self, namespace: str, pod: str, t_s: float) -> float:
-        prefix = f"{namespace}/{pod}/"
-        return sum(
-            self.process_energy_j(p.pid, t_s)
-            for p in self.plans.values()
-            if p.spec.container is not None and p.spec.container.startswith(prefix)
-        )
+        return sum(self.process_energy_j(p.pid, t_s) for p in self.pod_plans(namespace, pod))
+
+    def pod_plans(self, namespace: str, pod: str) -> list[ProcessPlan]:
+        """The processes of a pod's containers, in scenario order."""
+        return list(self._by_pod.get(f"{namespace}/{pod}/", ()))
 
     # --- CPU -------------------------------------------------------------------------------------
 
@@ -302,10 +413,6 @@ class GroundTruth:
 
     def cpu_dram_energy_j(self, package: int, t_s: float) -> float:
         return self.scenario.cpu.dram_w * t_s
-
-
-def _index(times: list[float], t_s: float) -> int:
-    return bisect_right(times, t_s) - 1
 
 
 def _cpu_busy(plans: Iterable[ProcessPlan]) -> StepFunction:

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import bisect
+import functools
 import math
+import random
 from typing import Any
 
 import pytest
@@ -169,3 +172,152 @@ def test_time_sliced_gpu_activity_is_the_capped_sum_of_utilisations(two_gpu: Sce
     assert truth.activity(0, None, 0, 30) == pytest.approx(1.0)
     assert truth.activity(0, None, 25, 35) == pytest.approx(0.5)
     assert truth.process_util(100, 5, 15) == pytest.approx(0.75)
+
+
+# --- process churn: tens of thousands of short-lived processes against a brute-force reference ---------
+
+CHURN_TICKS = 2000
+CHURN_PER_TICK = 20
+CHURN_TICK_S = 5.0
+CHURN_IDLE_W, CHURN_MAX_W = 70.0, 570.0  # 30-odd live processes of 10–60 W: often over the 500 W headroom
+
+
+class _ChurnReference:
+    """A churn scenario (20 processes of 1–2 ticks each per 5 s tick, with utilisation changes inside their
+    lives) and its truth computed directly from the scenario, independently of simulator/truth.py: at any
+    instant, scan the processes that can be alive then, apply the power formula of docs/simulator.md."""
+
+    def __init__(self) -> None:
+        rng = random.Random(8)
+        processes: list[dict[str, Any]] = []
+        # Times on a 0.5 s grid, so that starts, ends and changes of different processes often coincide.
+        for k in range(CHURN_TICKS):
+            for j in range(CHURN_PER_TICK):
+                start_s = k * CHURN_TICK_S + rng.randrange(10) / 2
+                end_s = start_s + rng.choice([1, 2]) * CHURN_TICK_S - rng.randrange(2) / 2
+                util = [[0, rng.random()]]  # before the start: folds into the value at the start
+                changes = {
+                    start_s + rng.randrange(1, 2 * round(end_s - start_s) + 2) / 2 for _ in range(rng.randint(0, 2))
+                }
+                for at_s in sorted(changes):
+                    util.append([at_s, rng.choice([0.0, 1.0, rng.random()])])
+                processes.append(
+                    {"pid": 10_000 + len(processes), "comm": f"job{j}", "gpu": 0, "start_s": start_s, "end_s": end_s,
+                     "dynamic_w": rng.uniform(10, 60), "util": util, "memory_mib": rng.choice([0, 256, 1000.5])}
+                )  # fmt: skip
+        self.data = {
+            "gpus": [{"model": "NVIDIA H100 80GB HBM3", "idle_w": CHURN_IDLE_W, "max_w": CHURN_MAX_W}],
+            "processes": processes,
+        }
+        self.processes = processes
+        self.max_life_s = max(p["end_s"] - p["start_s"] for p in processes)
+        assert self.max_life_s <= 2 * CHURN_TICK_S
+        self.order = sorted(range(len(processes)), key=lambda i: processes[i]["start_s"])
+        self.starts = [processes[i]["start_s"] for i in self.order]
+        self.by_pid = {p["pid"]: p for p in processes}
+        points = {0.0}
+        for p in processes:
+            points.update((p["start_s"], p["end_s"]), (at_s for at_s, _ in p["util"]))
+        self.breakpoints = sorted(points)  # a superset of where anything changes
+        # Power is constant between breakpoints: its value at each one, and the exact integral up to it.
+        at_breakpoints = [self.at(t) for t in self.breakpoints]
+        self.power = [power_w for power_w, _, _ in at_breakpoints]
+        self.scale = [scale for _, scale, _ in at_breakpoints]
+        self.energy = [0.0]
+        for k in range(1, len(self.breakpoints)):
+            dt = self.breakpoints[k] - self.breakpoints[k - 1]
+            self.energy.append(self.energy[-1] + self.power[k - 1] * dt)
+
+    def overlapping(self, t0: float, t1: float) -> list[dict[str, Any]]:
+        """Processes with start < t1 and end > t0, in scenario order (a window of the start-sorted list)."""
+        lo = bisect.bisect_left(self.starts, min(t0, t1) - self.max_life_s)
+        hi = bisect.bisect_left(self.starts, t1)
+        found = sorted(self.order[lo:hi])
+        return [self.processes[i] for i in found if self.processes[i]["end_s"] > t0]
+
+    def running(self, t: float) -> list[dict[str, Any]]:
+        return [p for p in self.overlapping(t, math.nextafter(t, math.inf)) if p["start_s"] <= t < p["end_s"]]
+
+    @staticmethod
+    def util(p: dict[str, Any], t: float) -> float:
+        if not p["start_s"] <= t < p["end_s"]:
+            return 0.0
+        return max(((at_s, u) for at_s, u in p["util"] if at_s <= t), default=(0.0, 0.0))[1]
+
+    def at(self, t: float) -> tuple[float, float, list[dict[str, Any]]]:
+        """(device power, cap scale, running processes) at ``t``."""
+        if t < 0:
+            return CHURN_IDLE_W, 1.0, []
+        running = self.running(t)
+        raw_w = sum(self.util(p, t) * p["dynamic_w"] for p in running)
+        headroom_w = CHURN_MAX_W - CHURN_IDLE_W
+        scale = headroom_w / raw_w if raw_w > headroom_w else 1.0
+        return CHURN_IDLE_W + raw_w * scale, scale, running
+
+    def device_energy_j(self, t: float) -> float:
+        if t < 0:
+            return CHURN_IDLE_W * t
+        k = bisect.bisect_right(self.breakpoints, t) - 1
+        return self.energy[k] + self.power[k] * (t - self.breakpoints[k])
+
+    def process_power_w(self, pid: int, t: float) -> float:
+        p = self.by_pid[pid]
+        k = bisect.bisect_right(self.breakpoints, t) - 1
+        return 0.0 if k < 0 else self.util(p, t) * p["dynamic_w"] * self.scale[k]
+
+    def process_energy_j(self, pid: int, t: float) -> float:
+        p = self.by_pid[pid]
+        first = bisect.bisect_left(self.breakpoints, p["start_s"])
+        last = bisect.bisect_left(self.breakpoints, min(t, p["end_s"]))
+        total = 0.0
+        for k in range(first, last):
+            b0, b1 = self.breakpoints[k], min(t, self.breakpoints[k + 1])
+            total += self.util(p, b0) * p["dynamic_w"] * self.scale[k] * (b1 - b0)
+        return total
+
+
+@functools.cache
+def _churn() -> tuple[_ChurnReference, GroundTruth]:
+    reference = _ChurnReference()
+    return reference, GroundTruth(parse_scenario(reference.data))
+
+
+def _churn_times() -> st.SearchStrategy[float]:
+    horizon_s = (CHURN_TICKS + 3) * CHURN_TICK_S
+    reference, _ = _churn()
+    return st.one_of(
+        st.floats(min_value=-10, max_value=horizon_s, allow_nan=False),
+        st.sampled_from(reference.breakpoints),  # exactly on a start, an end or a utilisation change
+    )
+
+
+def test_a_churn_of_40000_processes_builds_and_the_cap_is_exercised() -> None:
+    reference, truth = _churn()
+    assert len(truth.plans) == CHURN_TICKS * CHURN_PER_TICK == 40_000
+    capped = sum(scale < 1.0 for scale in reference.scale)
+    assert 0.1 < capped / len(reference.scale) < 0.9  # both capped and uncapped stretches
+    end_s = (CHURN_TICKS + 3) * CHURN_TICK_S
+    assert truth.device_energy_j(0, end_s) == pytest.approx(reference.device_energy_j(end_s), rel=1e-9)
+    assert truth.running(0, end_s) == ()
+
+
+@settings(max_examples=300, deadline=None)
+@given(t=st.deferred(_churn_times), width=st.floats(min_value=0, max_value=12), data=st.data())
+def test_churn_answers_equal_a_brute_force_reference(t: float, width: float, data: st.DataObject) -> None:
+    reference, truth = _churn()
+    power_w, _, running = reference.at(t)
+    assert truth.device_power_w(0, t) == pytest.approx(power_w, rel=1e-9)
+    assert truth.device_energy_j(0, t) == pytest.approx(reference.device_energy_j(t), rel=1e-9, abs=1e-6)
+    assert [p.pid for p in truth.running(0, t)] == [p["pid"] for p in running]
+    assert truth.memory_used_mib(0, t) == pytest.approx(sum(p["memory_mib"] for p in running), rel=1e-9)
+    util = sum(reference.util(p, t) for p in running)
+    assert truth.activity(0, None, t, t) == pytest.approx(min(1.0, util), rel=1e-9)
+    t0 = t - width
+    assert [p.pid for p in truth.running_between(0, t0, t)] == [p["pid"] for p in reference.overlapping(t0, t)]
+    # A process alive near t (when there is one), and any process at all.
+    near = reference.overlapping(t - 15, t + 5)
+    pids = [p["pid"] for p in near] or [10_000]
+    for pid in (data.draw(st.sampled_from(pids)), data.draw(st.sampled_from(sorted(reference.by_pid)))):
+        assert truth.process_power_w(pid, t) == pytest.approx(reference.process_power_w(pid, t), rel=1e-9)
+        expected_j = reference.process_energy_j(pid, t)
+        assert truth.process_energy_j(pid, t) == pytest.approx(expected_j, rel=1e-9, abs=1e-9)
