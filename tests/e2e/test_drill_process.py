@@ -16,20 +16,14 @@
    ``energy`` processor holds stay within ``max_terminated`` + running, memory stays flat after a warm-up,
    and per device Σ process + unattributed + idle = the counter's energy.
 
-Drill 8, and why it runs in two parts. The simulator cannot play 40,000 processes: its ground truth
-(``simulator/truth.py``, ``_GpuTruth``) walks every process of a GPU at every breakpoint of that GPU and
-keeps one value per process per breakpoint, so its build time and memory are O(processes × breakpoints)
-= O(ticks²) for churn. Measured here (20 processes per tick, each living one or two ticks): 200 ticks
-build in 0.8 s (98 MB peak), 400 in 2 s (221 MB), 800 in 5.8 s (685 MB); 2,000 ticks would take about
-40 s and 4 GB. Spreading the processes over more GPUs does not help (each GPU still has every tick's
-breakpoints). So:
+Drill 8 runs twice, 2,000 ticks × 20 processes (40,000 processes, each living one or two ticks) each time:
 
-- 8a runs the real ``nvml`` receiver on the simulator for 200 ticks × 20 processes (4,000 processes,
-  each living one or two ticks) and checks the bounds and conservation against the simulator's truth;
-- 8b runs the full 2,000 ticks × 20 processes (40,000 processes) with a synthetic churning GPU receiver
-  (``tests/helpers/drill_components.py:ChurnGpu``, an exact energy counter) through the real ``idle`` →
-  ``attribution`` → ``energy`` → ``prometheus`` chain on a stepped clock, and checks the bounds every tick,
-  memory after a warm-up, and conservation at the end.
+- 8a on the simulator (``simulator.scale.churn_scenario``), through the real ``nvml`` receiver, checking the
+  bounds every tick and conservation against the simulator's ground truth;
+- 8b with a synthetic churning GPU receiver (``tests/helpers/drill_components.py:ChurnGpu``, an exact energy
+  counter) through the real ``idle`` → ``attribution`` → ``energy`` → ``prometheus`` chain, checking the bounds
+  every tick and that memory stays flat after a warm-up (the simulator's own memory, which holds the whole
+  scenario, would blur that measurement).
 
 Waits are conditions with timeouts (never a fixed sleep standing in for an assertion). Only loopback
 networking; no GPU.
@@ -71,7 +65,7 @@ from pipeline.graph import Graph, build
 from pipeline.records import Batch
 from pipeline.runtime import Service
 from pipeline.telemetry import Telemetry
-from simulator.scenario import parse_scenario
+from simulator.scale import churn_scenario
 from tests.helpers.drill_components import ChurnGpu, SlowOtlpSink, read_ledger, stamp
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -600,6 +594,7 @@ def test_drill7_kill_9_then_restart_resumes_totals_from_the_checkpoint_and_keeps
 
 CHURN_PER_TICK = 20
 CHURN_MAX_TERMINATED = 100
+CHURN_TICKS = 2000  # ticks with churn: 40,000 processes
 
 
 class TickCounts(NamedTuple):
@@ -657,28 +652,10 @@ class Tally:
 
 
 def test_drill8a_simulated_churn_through_the_real_nvml_receiver_stays_bounded_and_conserves_energy() -> None:
-    """4,000 processes (20 new per tick for 200 ticks, each living one or two ticks) on a simulated H100."""
-    ticks = 200
-    processes: list[dict[str, Any]] = [
-        {
-            "pid": 10_000 + k * CHURN_PER_TICK + j,
-            "comm": f"job{j}",
-            "gpu": 0,
-            "dynamic_w": 10 + j,
-            "util": [[0, 0.2 + 0.02 * j]],
-            "start_s": 5.5 + k,  # mid-tick: the tick after sees it busy for half a second
-            "end_s": 5.5 + k + (1 if j % 2 else 2),
-        }
-        for k in range(ticks)
-        for j in range(CHURN_PER_TICK)
-    ]
-    scenario = parse_scenario(
-        {
-            "node": {"name": "churn-node", "sample_buffer": 1000},  # a tick's samples of 30 processes fit
-            "gpus": [{"model": "NVIDIA H100 80GB HBM3", "idle_w": 70, "max_w": 700}],
-            "processes": processes,
-        }
-    )
+    """40,000 processes (20 new per tick for 2,000 ticks, each living one or two ticks) on a simulated H100."""
+    ticks = CHURN_TICKS
+    scenario = churn_scenario(ticks=ticks, per_tick=CHURN_PER_TICK)
+    pids = [p.pid for p in scenario.processes]
     config = textwrap.dedent(
         f"""
         receivers:
@@ -724,9 +701,9 @@ def test_drill8a_simulated_churn_through_the_real_nvml_receiver_stays_bounded_an
         last = asyncio.run(drive())
         t_end = last.time.monotonic_s - (clock.monotonic() - node.t_s())  # the last tick, in scenario seconds
         true_device_j = node.truth.device_energy_between_j(0, 0.0, t_end)
-        true_processes_j = sum(node.truth.process_energy_j(int(p["pid"]), t_end) for p in processes)
+        true_processes_j = sum(node.truth.process_energy_j(pid, t_end) for pid in pids)
 
-    assert len(seen) == len(processes)  # every short-lived process was seen
+    assert len(seen) == len(pids) == ticks * CHURN_PER_TICK  # every short-lived process was seen
     assert max(c.running for c in counts) >= 1.5 * CHURN_PER_TICK
     check_bounded(counts, CHURN_MAX_TERMINATED // 2)
     assert max(c.held for c in counts) == CHURN_MAX_TERMINATED // 2 + max(c.running for c in counts[20:-10])
@@ -746,7 +723,6 @@ def test_drill8a_simulated_churn_through_the_real_nvml_receiver_stays_bounded_an
     assert tally.processes_mj / 1000 == pytest.approx(true_processes_j, rel=0.01)
 
 
-CHURN_TICKS = 2000  # ticks with churn: 40,000 processes
 CHURN_IDLE_POLLS = 3  # the GPU's first polls list no process, so idle (60 W) is learned
 CHURN_WARMUP = 200  # ticks after which memory must stay flat
 CHURN_MEMORY_AT = (CHURN_WARMUP, 700, 1200, 1700, CHURN_IDLE_POLLS + CHURN_TICKS)  # ticks run when sampled
