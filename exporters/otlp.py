@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import os
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -161,6 +162,8 @@ class OtlpExporter:
         self._stopping = False
         self._deadline = float("inf")  # time.monotonic() by which shutdown gives up
         self._thread: threading.Thread | None = None
+        self._ended = threading.Event()  # the sender thread has returned
+        self._finished: Callable[[], object] | None = None  # and tells shutdown's waiter so
         self._sender: Sender | None = None
         self._last_sent: collections.OrderedDict[tuple[str, frozenset[tuple[str, AttributeValue]]], tuple[float, int]]
         self._last_sent = collections.OrderedDict()  # delta: series → (raw value, time_ns) last sent
@@ -187,7 +190,9 @@ class OtlpExporter:
                 "insecure: true" if self.config.protocol == "grpc" else "an http:// URL",
             )
         self._stopping = False
-        self._thread = threading.Thread(target=self._run, name=f"wattpipe-{self.component_id}", daemon=True)
+        self._ended.clear()
+        self._finished = None
+        self._thread = threading.Thread(target=self._run_then_tell, name=f"wattpipe-{self.component_id}", daemon=True)
         self._thread.start()
         self.log.info("sending OTLP (%s) to %s", self.config.protocol, self.config.resolved_endpoint())
 
@@ -199,8 +204,19 @@ class OtlpExporter:
             self._stopping = True
             self._deadline = time.monotonic() + self.config.shutdown_timeout
             self._cond.notify_all()
-        # An attempt in flight at the deadline may run for up to one `timeout` more.
-        await asyncio.to_thread(thread.join, self.config.shutdown_timeout + self.config.timeout)
+        # An attempt in flight at the deadline may run for up to one `timeout` more. Waited for on the event
+        # loop, not by a pool thread blocked in join(): when the service's own shutdown budget runs out it
+        # cancels this wait and the process exits at once (the sender is a daemon thread), instead of the
+        # interpreter's exit waiting on a pool thread that is still joining.
+        loop = asyncio.get_running_loop()
+        finished = asyncio.Event()
+        self._finished = lambda: loop.call_soon_threadsafe(finished.set)
+        # The thread sets _ended before it reads _finished: either it calls us, or we see it ended.
+        if not self._ended.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(finished.wait(), self.config.shutdown_timeout + self.config.timeout)
+        if self._ended.is_set():
+            thread.join()  # it has returned from its work: only its last lines are left to run
         self._thread = None
         if self._sender is not None:
             self._sender.shutdown(timeout_millis=1000)
@@ -267,6 +283,16 @@ class OtlpExporter:
             self.devices.setdefault(device_id, {}).update(attrs)
 
     # --- the sender thread -----------------------------------------------------------------------
+
+    def _run_then_tell(self) -> None:
+        try:
+            self._run()
+        finally:
+            self._ended.set()
+            finished = self._finished
+            if finished is not None:
+                with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                    finished()
 
     def _run(self) -> None:
         late_batches = late_records = 0

@@ -287,6 +287,26 @@ def test_shutdown_drops_what_it_cannot_send_in_time(receiver: OtlpReceiver) -> N
     assert dropped(telemetry) == 6
 
 
+def test_a_shutdown_cut_short_by_the_service_leaves_no_thread_blocking_the_exit(receiver: OtlpReceiver) -> None:
+    # The service gives every component a share of service.shutdown_timeout and cancels what overruns it.
+    # Cancelled, the exporter's wait must end there: no pool thread left joining the sender (the interpreter
+    # would wait for it at exit, seconds after "stopped cleanly").
+    receiver.down = True
+    exporter = make_exporter(receiver.grpc_endpoint, shutdown_timeout=5.0, timeout=2.0)
+
+    async def body() -> None:
+        exporter.start()
+        await exporter.export(batch(0.0, 1_000))
+        began = time.monotonic()
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(exporter.shutdown(), timeout=0.2)
+        assert time.monotonic() - began < 1.0
+
+    began = time.monotonic()
+    asyncio.run(body())  # asyncio.run waits for its pool threads: a join() blocked in one held it ~7 s
+    assert time.monotonic() - began < 3.0
+
+
 # --- what an outage logs and counts ---------------------------------------------------------------
 
 
