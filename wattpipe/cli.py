@@ -28,7 +28,6 @@ from pipeline.graph import Graph, build
 from pipeline.runtime import Service
 from pipeline.telemetry import Telemetry
 from pipeline.webconfig import WebConfig, load_web_config
-from wattpipe.simulated import cmd_demo, cmd_simulate
 
 __all__ = ["main"]
 
@@ -246,6 +245,20 @@ def _on_signal(service: Service, sig: signal.Signals) -> None:
 # --- parser ---------------------------------------------------------------------------------
 
 
+# The simulator (and everything it serves: gRPC, the API server face) is loaded only by the commands that
+# use it, never by `run` or `validate` on a real node.
+def _cmd_demo(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from wattpipe.simulated import cmd_demo
+
+    return cmd_demo(args, out, err)
+
+
+def _cmd_simulate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from wattpipe.simulated import cmd_simulate
+
+    return cmd_simulate(args, out, err)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="wattpipe",
@@ -294,13 +307,13 @@ def parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("demo", help="run the pipeline on a simulated GPU node, in real time (no GPU needed)")
     simulated(sp)
     sp.add_argument("--duration", type=parse_duration, default=None, help="stop after this long (default: Ctrl-C)")
-    sp.set_defaults(fn=cmd_demo)
+    sp.set_defaults(fn=_cmd_demo)
 
     sp = sub.add_parser("simulate", help="the pipeline on a simulated node with a stepped clock, checked against truth")
     simulated(sp)
     sp.add_argument("--duration", type=parse_duration, default=600.0, help="node time to simulate (default 10m)")
     sp.add_argument("--report", default=None, help="write the attributed-vs-true report as JSON to this file")
-    sp.set_defaults(fn=cmd_simulate)
+    sp.set_defaults(fn=_cmd_simulate)
     return p
 
 

@@ -27,12 +27,12 @@ from pipeline.config import Config
 from pipeline.graph import Graph
 from pipeline.records import Batch
 from pipeline.runtime import Service
+from wattpipe import cli  # the shared loading, building and running steps
+from wattpipe.cli import EXIT_CONFIG, EXIT_OK
 
 __all__ = ["TruthCollector", "cmd_demo", "cmd_simulate", "truth_report"]
 
 log = logging.getLogger("wattpipe")
-
-EXIT_OK, EXIT_CONFIG = 0, 2
 
 
 class TruthCollector:
@@ -164,8 +164,6 @@ def cmd_simulate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _on_simulated_node(args: argparse.Namespace, clock: Clock, out: TextIO, err: TextIO, stepped: bool) -> int:
-    from wattpipe import cli  # the shared loading, building and running steps
-
     registry = cli._registry(err)
     try:
         node = simulator.install(args.scenario, clock)
@@ -217,8 +215,6 @@ def _run_simulated(
     err: TextIO,
     stepped: bool,
 ) -> int:
-    from wattpipe import cli
-
     config = cli._load(args.config, registry, err)
     if config is None:
         return EXIT_CONFIG
