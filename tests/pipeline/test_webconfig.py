@@ -96,6 +96,23 @@ def test_basic_auth_right_password_is_200(running: Any, auth_web: WebConfig) -> 
     assert (response.status_code, response.text) == (200, "hello\n")
 
 
+def test_a_password_that_passed_is_not_bcrypt_checked_again_and_failures_always_are(
+    running: Any, auth_web: WebConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checks: list[bytes] = []
+    real = bcrypt.checkpw
+
+    def counted(password: bytes, hashed: bytes) -> bool:
+        checks.append(password)
+        return real(password, hashed)
+
+    monkeypatch.setattr(bcrypt, "checkpw", counted)
+    url = running(auth_web).url
+    assert [httpx.get(url, auth=("prom", "s3cret")).status_code for _ in range(3)] == [200, 200, 200]
+    assert [httpx.get(url, auth=("prom", "wrong")).status_code for _ in range(2)] == [401, 401]
+    assert checks == [b"s3cret", b"wrong", b"wrong"]  # one check for the scraper; every failure pays
+
+
 def test_htpasswd_2y_hashes_are_accepted(running: Any, tmp_path: Path) -> None:
     hashed = bcrypt.hashpw(b"pw", bcrypt.gensalt(4)).decode().replace("$2b$", "$2y$", 1)
     web = load_web_config(write(tmp_path, f"basic_auth_users:\n  prom: '{hashed}'\n"))
