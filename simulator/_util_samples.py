@@ -66,7 +66,6 @@ def utilisation_entries(
     oldest_k = max(oldest_k, _first_after(last_seen_us - start_wall_us))
     if oldest_k > newest_k:
         return []
-    window_lo_s = (oldest_k - 1) * _PERIOD_S
     sums: dict[int, float] = {}
     counts: dict[int, int] = {}
     newest: dict[int, int] = {}
@@ -76,9 +75,7 @@ def utilisation_entries(
         # The processes alive in the period (found by time, not by scanning every process of the GPU),
         # and only those that started before t_s: hi_s can exceed t_s by a rounding error.
         active = [
-            (plan, _mean(plan, lo_s, hi_s))
-            for plan in truth.running_between(gpu, lo_s, hi_s)
-            if plan.start_s < t_s and plan.end_s > window_lo_s
+            (plan, _mean(plan, lo_s, hi_s)) for plan in truth.running_between(gpu, lo_s, hi_s) if plan.start_s < t_s
         ]
         for plan, util in active:
             if util <= 0.0:

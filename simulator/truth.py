@@ -152,8 +152,10 @@ class _GpuTruth:
                     if gi is None:
                         busy += util[i]
                     else:
-                        activity_raw.setdefault(gi, [0.0] * n)[k] += util[i]
-                        memory.setdefault(gi, [0.0] * n)[k] += memory_mib[i]
+                        if gi not in activity_raw:  # not setdefault: its default would be built every time
+                            activity_raw[gi], memory[gi] = [0.0] * n, [0.0] * n
+                        activity_raw[gi][k] += util[i]
+                        memory[gi][k] += memory_mib[i]
             gpu_activity[k] = busy
             if state.mig is not None:
                 gpu_activity[k] = sum(
