@@ -305,6 +305,9 @@ def test_a_shutdown_cut_short_by_the_service_leaves_no_thread_blocking_the_exit(
     began = time.monotonic()
     asyncio.run(body())  # asyncio.run waits for its pool threads: a join() blocked in one held it ~7 s
     assert time.monotonic() - began < 3.0
+    # The collector back, the sender delivers and ends (so no thread of this test logs into the next ones).
+    receiver.down = False
+    assert exporter._ended.wait(10.0)
 
 
 # --- what an outage logs and counts ---------------------------------------------------------------
