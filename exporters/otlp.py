@@ -47,13 +47,12 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from pydantic import Field, model_validator
 
 from exporters._otlp_sdk import SDK_LOGS, Sender, failure_detail, make_sender, uses_tls
-from pipeline.catalog import FAMILIES, Family, device_attributes, points
+from pipeline.catalog import FAMILIES, Family, points, remember_devices
 from pipeline.components import ComponentConfig, CreateContext, Factory
 from pipeline.records import Batch
 
 __all__ = ["OtlpConfig", "OtlpExporter", "factory"]
 
-_MAX_DEVICES = 1024
 _MAX_DELTA_SERIES = 100_000  # series remembered for delta temporality, least recently sent evicted first
 _INT_ATTRIBUTES = frozenset({"process.pid", "wattpipe.gpu.index", "wattpipe.gpu.instance.id"})
 """Attributes OpenTelemetry types as integers (the catalog renders every attribute as text)."""
@@ -230,7 +229,7 @@ class OtlpExporter:
     # Not named ``snapshot``: the service calls a component's ``snapshot()`` for its durable state.
     def capture(self, batch: Batch) -> _Snapshot:
         """``batch``'s points as the sender needs them, detached from the catalog's shared label mappings."""
-        self._remember_devices(batch)
+        remember_devices(self.devices, batch)
         metrics: list[tuple[Family, tuple[_Point, ...]]] = []
         for family in FAMILIES:
             out: list[_Point] = []
@@ -274,13 +273,6 @@ class OtlpExporter:
     def queued(self) -> int:
         with self._cond:
             return len(self._queue)
-
-    def _remember_devices(self, batch: Batch) -> None:
-        current = device_attributes(batch)
-        if len(self.devices) + len(current) > _MAX_DEVICES:
-            self.devices.clear()
-        for device_id, attrs in current.items():
-            self.devices.setdefault(device_id, {}).update(attrs)
 
     # --- the sender thread -----------------------------------------------------------------------
 

@@ -52,11 +52,11 @@ from pipeline.catalog import (
     Family,
     Point,
     Scheme,
-    device_attributes,
     label_name,
     labelled_values,
     prometheus_label,
     prometheus_name,
+    remember_devices,
 )
 from pipeline.components import ComponentConfig, CreateContext, Factory
 from pipeline.httpserver import HttpServer, parse_listen
@@ -66,7 +66,6 @@ from pipeline.webconfig import WebConfig, load_web_config, serve
 __all__ = ["PrometheusConfig", "PrometheusExporter", "factory"]
 
 _LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
-_MAX_DEVICES = 1024  # remembered device_id → index entries; a node has a handful of GPUs
 
 
 class PrometheusConfig(ComponentConfig):
@@ -299,7 +298,7 @@ class PrometheusExporter:
         """Take ``batch`` as its pipeline's latest and render the exposition text of all of them."""
         with self._render_lock:  # two pipelines may export at once
             self.batches[batch.pipeline] = batch
-            self._remember_devices(batch)
+            remember_devices(self.devices, batch)
             # Scrapes on other threads see the swap of one reference: the old text or the new, never half.
             if self.config.renderer == "fast":
                 self._rendered = _Rendered(self._fast.render())
@@ -329,15 +328,6 @@ class PrometheusExporter:
                 continue
             parts = [labelled_values(family, batch, config.naming, self.devices) for batch in batches]
             yield family, prometheus_name(family, config.naming), parts
-
-    def _remember_devices(self, batch: Batch) -> None:
-        # An attributed series' gpu label comes from the device records; remembering them keeps the label
-        # (and so the series) stable through a tick in which the device was not read.
-        current = device_attributes(batch)
-        if len(self.devices) + len(current) > _MAX_DEVICES:
-            self.devices.clear()
-        for device_id, attrs in current.items():
-            self.devices.setdefault(device_id, {}).update(attrs)
 
     @property
     def body(self) -> bytes:

@@ -387,6 +387,20 @@ def device_attributes(batch: Batch) -> dict[str, dict[str, str]]:
     return out
 
 
+def remember_devices(devices: dict[str, dict[str, str]], batch: Batch, limit: int = 1024) -> None:
+    """Merge ``batch``'s :func:`device_attributes` into ``devices``, an exporter's memory of them.
+
+    An attributed series' gpu label comes from the device records; remembering them keeps the label (and so
+    the series) stable through a tick in which the device was not read. Bounded: past ``limit`` device ids
+    the memory starts over (a node has a handful of GPUs).
+    """
+    current = device_attributes(batch)
+    if len(devices) + len(current) > limit:
+        devices.clear()
+    for device_id, attrs in current.items():
+        devices.setdefault(device_id, {}).update(attrs)
+
+
 def points(
     family: Family, batch: Batch, scheme: Scheme, devices: Mapping[str, Mapping[str, str]] | None = None
 ) -> Iterator[Point]:
