@@ -14,7 +14,6 @@ it, series are keyed by (pid, device) alone and a reused pid continues the old s
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -196,7 +195,7 @@ class EnergyProcessor:
             if share.gpu_instance_id is not None:
                 series.attrs["gpu_instance_id"] = str(share.gpu_instance_id)
             seen.add(key)
-        self._groups(batch, powers, now.wall_s)
+        self._groups(batch, powers, hosts, now.wall_s)
         for inst in batch.instance_energy:
             ikey = (inst.device_id, inst.gpu_instance_id)
             interval_s = powers[inst.device_id].interval_s if inst.device_id in powers else batch.interval_s
@@ -267,22 +266,25 @@ class EnergyProcessor:
         for table in (self.series, self.groups):
             _prune(table, now_wall_s, self.config.terminated_retention, self.config.max_terminated)
 
-    def _groups(self, batch: Batch, powers: dict[str, DevicePower], wall_s: float) -> None:
+    def _groups(
+        self, batch: Batch, powers: dict[str, DevicePower], hosts: dict[int, HostProcess], wall_s: float
+    ) -> None:
         """Container and pod totals from the Workload records (pid → container → pod) of this tick."""
         if "workloads" not in batch.present:
             return  # no Kubernetes processor in the pipeline: no container or pod series at all
         workloads = {w.pid: w for w in batch.workloads if w.pid is not None}
-        hosts = {h.pid: h for h in batch.host_processes}
         # Degraded mode (no host pid view): per device or MIG instance, the containers pod-resources says own it.
         owners: dict[tuple[str, str | None], list[Workload]] = {}
         for w in batch.workloads:
+            if w.pid is not None:
+                continue
             extra = dict(w.extra)
-            if w.pid is None and extra.get("degraded") and "device_id" in extra:
+            if extra.get("degraded") and "device_id" in extra:
                 owners.setdefault((extra["device_id"], extra.get("gpu_instance_id")), []).append(w)
         tick: dict[GroupKey, tuple[int, float, dict[str, str]]] = {}
 
-        def add(w: Workload, device_id: str, mj: int, watts: float) -> None:
-            for key, attrs in _memberships(w, device_id):
+        def add(w: Workload, device_id: str, mj: int, watts: float, runtime: str | None = None) -> None:
+            for key, attrs in _memberships(w, device_id, runtime):
                 old_mj, old_w, _ = tick.get(key, (0, 0.0, attrs))
                 tick[key] = (old_mj + mj, old_w + watts, attrs)
 
@@ -298,9 +300,9 @@ class EnergyProcessor:
             member = workloads.get(share.pid)
             if member is not None:
                 host = hosts.get(share.pid)
-                if host is not None and host.container_runtime and member.container_id == host.container_id:
-                    member = dataclasses.replace(member, extra=(*member.extra, ("runtime", host.container_runtime)))
-                add(member, share.device_id, share.energy_mj, share.power_w)
+                same_container = host is not None and member.container_id == host.container_id
+                runtime = host.container_runtime if host is not None and same_container else None
+                add(member, share.device_id, share.energy_mj, share.power_w, runtime)
         for (device_id, gi), (mj, watts) in pooled.items():
             members = owners[(device_id, gi)]
             for w, part in zip(members, apportion(mj, [1.0] * len(members)), strict=True):
@@ -381,8 +383,9 @@ class EnergyProcessor:
         return tuple(out)
 
 
-def _memberships(w: Workload, device_id: str) -> list[tuple[GroupKey, dict[str, str]]]:
-    """The container and pod a process belongs to, as group keys with their descriptive attributes."""
+def _memberships(w: Workload, device_id: str, runtime: str | None = None) -> list[tuple[GroupKey, dict[str, str]]]:
+    """The container and pod a process belongs to, as group keys with their descriptive attributes
+    (``runtime``: the container runtime /proc showed for the process, when it is in that container)."""
     pod = {k: v for k, v in (("pod_name", w.pod_name), ("pod_namespace", w.pod_namespace)) if v is not None}
     pod.update({k: v for k, v in w.extra if k.startswith(("label_", "annotation_"))})
     out: list[tuple[GroupKey, dict[str, str]]] = []
@@ -394,6 +397,8 @@ def _memberships(w: Workload, device_id: str) -> list[tuple[GroupKey, dict[str, 
     if container_key is not None:
         attrs = {**pod, **({"container_name": w.container_name} if w.container_name else {})}
         attrs.update({k: v for k, v in w.extra if k == "runtime"})
+        if runtime:
+            attrs["runtime"] = runtime
         if w.pod_uid is not None:
             attrs["pod_uid"] = w.pod_uid
         out.append((("container", container_key, device_id), attrs))
