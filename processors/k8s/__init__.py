@@ -157,11 +157,7 @@ class K8sProcessor:
                 f"processor {self.component_id}: pod cache full ({self.config.max_pods} pods): "
                 f"{self.cache.dropped} pod(s) not cached; raise max_pods",
             )
-        workloads: list[Workload] = resolve(batch, self.cache.view, self._seen)
-        # Remembered while the driver lists the process (bounded by the node's GPU processes); learned
-        # only from /proc, never from a guess.
-        hosts = {h.pid for h in batch.host_processes}
-        self._seen = {w.pid: w for w in workloads if w.pid is not None and (w.pid in hosts or w.pid in self._seen)}
+        workloads, self._seen = resolve(batch, self.cache.view, self._seen)
         return batch.replace(workloads=batch.workloads + tuple(workloads))
 
 

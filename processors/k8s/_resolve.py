@@ -57,11 +57,16 @@ def owners_by_device(allocations: Sequence[DeviceAllocation], batch: Batch) -> d
     return out
 
 
-def resolve(batch: Batch, view: PodView, remembered: Mapping[int, Workload] | None = None) -> list[Workload]:
-    """Each GPU process's workload. ``remembered``: how pids resolved last tick while /proc had them; a
-    process in its last tick is still listed by the driver (its energy counts) but gone from /proc, and
-    keeps that resolution instead of a guess from allocations."""
-    remembered = remembered or {}
+def resolve(
+    batch: Batch, view: PodView, remembered: Mapping[int, Workload]
+) -> tuple[list[Workload], dict[int, Workload]]:
+    """Each GPU process's workload, and what to remember for the next tick.
+
+    ``remembered``: how pids resolved while /proc had them. A process in its last tick is still listed by
+    the driver (its energy counts) but gone from /proc, and keeps that resolution instead of a guess from
+    allocations. A pid is remembered while the driver lists it (bounded by the node's GPU processes), and
+    learned only from /proc, never from a guess.
+    """
     hosts = {h.pid: h for h in batch.host_processes}
     owners = owners_by_device(batch.allocations, batch)
     devices_of: dict[int, list[DeviceKey]] = {}
@@ -87,7 +92,8 @@ def resolve(batch: Batch, view: PodView, remembered: Mapping[int, Workload] | No
         out.append(_workload(batch.time, pid, host, owner, view))
     for key in sorted(degraded, key=lambda k: (k[0], -1 if k[1] is None else k[1])):
         out.extend(_degraded(batch.time, key, owners.get(key, []), view))
-    return out
+    keep = {w.pid: w for w in out if w.pid is not None and (w.pid in hosts or w.pid in remembered)}
+    return out, keep
 
 
 def _workload(time: Timestamp, pid: int, host: HostProcess | None, owner: Owner | None, view: PodView) -> Workload:
