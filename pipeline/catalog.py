@@ -157,17 +157,6 @@ class Family:
             return "device"
         raise KeyError(f"{self.kepler}: {self.record.__name__} has no attribute or field {attribute!r}")
 
-    def matches(self, record: Record) -> bool:
-        return isinstance(record, self.record) and all(str(getattr(record, k)) == v for k, v in self.where)
-
-    def read(self, record: Record) -> float | None:
-        if self.value is None:
-            return 1.0
-        raw = getattr(record, self.value)
-        if raw is None:
-            return None
-        return float(raw) / self.divisor if self.divisor != 1 else float(raw)
-
 
 _GPU = (("device_type", "gpu"),)
 _DEVICE = ("device_index", "device_id", "device_name", "vendor", "device_type")
@@ -431,7 +420,7 @@ def labelled_values(
     # attribution mode) would otherwise be duplicate samples, which Prometheus and OTLP both reject.
     out: dict[str, tuple[Mapping[str, str], float, Record]] = {}
     for record in _selected(plan, batch):
-        # Family.read, inlined: this loop runs once per series per tick.
+        # The family's value (1 for an info family), scaled by its divisor.
         if get_value is None:
             value = 1.0
         else:
