@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import threading
 from pathlib import Path
 
 from simulator.node import SimulatedNode
@@ -85,10 +86,20 @@ class ProcfsWriter:
         self.proc = self.root / "proc"
         self.powercap = self.root / "sys" / "class" / "powercap"
         self._written: set[int] = set()
+        self._written_at: float | None = None
+        # Every pipeline of a simulated node refreshes before its tick, on a worker thread, maybe at once.
+        self._lock = threading.Lock()
 
     def refresh(self) -> float:
-        """Bring every file up to the clock's time; returns the scenario time written."""
-        t_s = self.node.t_s()
+        """Bring every file up to the clock's time; returns the scenario time written (once per time)."""
+        with self._lock:
+            t_s = self.node.t_s()
+            if t_s != self._written_at:
+                self._write(t_s)
+                self._written_at = t_s
+            return t_s
+
+    def _write(self, t_s: float) -> None:
         self.proc.mkdir(parents=True, exist_ok=True)
         alive = {pid for pid, plan in self.node.truth.plans.items() if plan.alive(t_s)}
         for pid in self._written - alive:
@@ -98,7 +109,6 @@ class ProcfsWriter:
         self._written = alive
         self._write_proc_stat(t_s, running=len(alive))
         self._write_rapl(t_s)
-        return t_s
 
     def _write_process(self, pid: int, t_s: float, new: bool) -> None:
         spec = self.node.truth.plans[pid].spec

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -118,3 +119,27 @@ def test_proc_stat_counts_busy_and_idle_ticks(tmp_path: Path, two_gpu: Scenario)
     busy_ticks = (1.75 * 30 + 1.25 * 10) * CLOCK_TICKS_PER_S
     assert user + system == int(busy_ticks)
     assert user + system + idle == (100 + 40) * 8 * CLOCK_TICKS_PER_S  # uptime × cores
+
+
+def test_pipelines_refreshing_at_once_write_each_time_once(tmp_path: Path, two_gpu: Scenario) -> None:
+    # Every pipeline of a simulated node refreshes /proc before its tick, on a worker thread.
+    clock = SteppedClock()
+    node = simulator.build(two_gpu, clock)
+    writer = ProcfsWriter(node, tmp_path)
+    writes: list[float] = []
+    real_write = writer._write
+
+    def counted(t_s: float) -> None:
+        writes.append(t_s)
+        real_write(t_s)
+
+    writer._write = counted  # type: ignore[method-assign]
+    clock.advance(5.0)
+    with ThreadPoolExecutor(4) as pool:
+        assert set(pool.map(lambda _: writer.refresh(), range(8))) == {5.0}
+    clock.advance(5.0)
+    writer.refresh()
+    assert writes == [5.0, 10.0]
+    assert int(_stat_fields(tmp_path, 101)[13]) + int(_stat_fields(tmp_path, 101)[14]) == int(
+        0.5 * 10 * CLOCK_TICKS_PER_S
+    )
