@@ -47,7 +47,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from pydantic import Field, model_validator
 
 from exporters._otlp_sdk import SDK_LOGS, Sender, failure_detail, make_sender, uses_tls
-from pipeline.catalog import FAMILIES, Family, points, remember_devices
+from pipeline.catalog import FAMILIES, Family, labelled_values, remember_devices
 from pipeline.components import ComponentConfig, CreateContext, Factory
 from pipeline.records import Batch
 
@@ -156,6 +156,7 @@ class OtlpExporter:
             }
         )
         self.devices: dict[str, dict[str, str]] = {}
+        self._attributes: dict[int, tuple[Mapping[str, str], Mapping[str, AttributeValue]]] = {}
         self._queue: collections.deque[_Snapshot] = collections.deque()
         self._cond = threading.Condition()
         self._stopping = False
@@ -231,12 +232,18 @@ class OtlpExporter:
         """``batch``'s points as the sender needs them, detached from the catalog's shared label mappings."""
         remember_devices(self.devices, batch)
         metrics: list[tuple[Family, tuple[_Point, ...]]] = []
+        # A series' attributes, typed for OTLP, made once while it lasts: keyed by the identity of the catalog's
+        # label mapping (held in the entry, so the identity cannot be reused), only this tick's kept.
+        known, self._attributes = self._attributes, {}
         for family in FAMILIES:
             out: list[_Point] = []
-            for point in points(family, batch, "otel", self.devices):
-                record = point.record
-                attributes = {name: _attribute(name, value) for name, value in point.labels.items()}
-                raw = point.value * family.divisor if family.value is None else getattr(record, family.value)
+            for labels, value, record in labelled_values(family, batch, "otel", self.devices):
+                entry = known.get(id(labels))
+                if entry is None or entry[0] is not labels:
+                    entry = (labels, {name: _attribute(name, text) for name, text in labels.items()})
+                self._attributes[id(labels)] = entry
+                attributes = entry[1]
+                raw = value * family.divisor if family.value is None else getattr(record, family.value)
                 time_ns = record.time.wall_ns
                 start = getattr(record, "start", None)
                 start_ns = min(start.wall_ns if start is not None else self._created_ns, time_ns)
