@@ -159,6 +159,7 @@ def cpu_and_memory(ticks: int) -> dict[str, float]:
         for name, values in {"cpu": cpu, "own": own, **spent, "rest": rest}.items():
             out[f"{name}_ms_median"] = statistics.median(values[1:]) * 1000  # the first tick starts everything
             out[f"{name}_ms_p95"] = _p95(values[1:]) * 1000
+            out[f"{name}_ms_p10"] = sorted(values[1:])[len(values[1:]) // 10] * 1000
         return out
 
     return asyncio.run(lifecycle(graph, body))  # type: ignore[no-any-return]

@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import gzip
+import operator
 import re
 import threading
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
@@ -144,38 +145,50 @@ class _FastRenderer:
     """The text format written directly: per tick, only the values are formatted (see the module docstring).
 
     Every series' prefix (``name{label="value",…} ``) is remembered for the next tick, keyed by the identity
-    of the catalog's label mapping it was made from (the entry holds the mapping, so the identity cannot be
-    reused meanwhile). Only the series of the last rendering are kept: the cache is exactly as large as
-    the exposition, and a series that ends is forgotten a tick later.
+    of the catalog's label mapping it was made from; the mappings are held alongside, so an identity
+    cannot be reused by another mapping meanwhile. Only the series of the last rendering are kept: the
+    cache is exactly as large as the exposition, and a series that ends is forgotten a tick later.
+
+    It works a family at a time, column by column (``map``/``zip``, which loop in C), not series by series:
+    this runs for every series on every tick.
     """
 
     def __init__(self, exporter: PrometheusExporter) -> None:
         self._exporter = exporter
-        self._prefixes: dict[str, dict[int, tuple[Mapping[str, str], str]]] = {}
+        self._prefixes: dict[str, dict[int, str]] = {}
+        self._held: dict[str, list[Mapping[str, str]]] = {}
 
     def render(self) -> bytes:
         exporter = self._exporter
         scheme: Scheme = exporter.config.naming
         drop_terminated = not exporter.config.terminated
         previous, self._prefixes = self._prefixes, {}
-        out: list[str] = []
+        self._held = {}
+        out: list[bytes] = []
         for family, sample_name, parts in exporter._family_values():
             known = previous.get(sample_name, {})
             kept = self._prefixes[sample_name] = {}
+            held = self._held[sample_name] = []
             series: dict[str, float] = {}  # prefix → value: the prefix is the label set, so it dedups too
             for triples in parts:
-                for labels, value, record in triples:
-                    if drop_terminated and getattr(record, "state", None) == "terminated":
-                        continue
-                    entry = known.get(id(labels))
-                    if entry is None or entry[0] is not labels:
-                        entry = (labels, self._prefix(sample_name, labels))
-                    kept[id(labels)] = entry
-                    series[entry[1]] = value
+                if drop_terminated:
+                    triples = [t for t in triples if getattr(t[2], "state", None) != "terminated"]
+                if not triples:
+                    continue
+                labels, values, _ = zip(*triples, strict=True)
+                ids = list(map(id, labels))
+                prefixes: list[str | None] = list(map(known.get, ids))
+                if None in prefixes:
+                    for i, prefix in enumerate(prefixes):
+                        if prefix is None:
+                            prefixes[i] = self._prefix(sample_name, labels[i])
+                kept.update(zip(ids, prefixes, strict=True))  # type: ignore[arg-type]
+                held.extend(labels)
+                series.update(zip(prefixes, values, strict=True))  # type: ignore[arg-type]
             if series:
                 out.append(_header(family, scheme))
-                out.extend([f"{prefix}{_value_text(value)}\n" for prefix, value in series.items()])
-        return "".join(out).encode("utf-8")
+                out.append(_lines(series).encode("utf-8"))
+        return b"".join(out)
 
     def _prefix(self, sample_name: str, labels: Mapping[str, str]) -> str:
         """What ``generate_latest`` writes before a sample's value (escaping: ``UNDERSCORES``, its default)."""
@@ -190,10 +203,23 @@ class _FastRenderer:
         return f"{name}{{{text}}} " if text else f"{name} "
 
 
+def _lines(series: dict[str, float]) -> str:
+    """One line per series, ``prefix`` + value, each ending in a newline."""
+    values = list(series.values())
+    # Values are written as prometheus_client writes them (Go's float format: 1e+06, NaN, +Inf). Finite
+    # values below a million print the same as Python's ``repr``: the common case, checked for the whole
+    # family at once (a NaN or an infinity makes the sum NaN or infinite).
+    total = sum(values)
+    if -_INF < total < _INF and max(values) < 1e6 and min(values) > -_INF:
+        texts = list(map(repr, values))
+    else:
+        texts = list(map(_value_text, values))
+    return "\n".join(map(operator.add, series, texts)) + "\n"
+
+
 def _value_text(value: float) -> str:
-    """A value as ``prometheus_client`` writes it (Go's float format: 1e+06, NaN, +Inf). Finite values below
-    a million print the same as Python's ``repr``, which is the common case and runs once per series per
-    tick; the rest go to prometheus_client's ``floatToGoString``."""
+    """A value as ``prometheus_client`` writes it: ``repr`` for finite values below a million, else Go's
+    float format through ``prometheus_client``'s ``floatToGoString``."""
     if -_INF < value < 1e6:
         return repr(value)
     return _go_float(value)
@@ -217,9 +243,9 @@ class _OneMetric:
 
 
 @functools.cache
-def _header(family: Family, scheme: Scheme) -> str:
+def _header(family: Family, scheme: Scheme) -> bytes:
     """The family's ``# HELP`` and ``# TYPE`` lines, written by ``prometheus_client`` itself (once per family)."""
-    return generate_latest(_OneMetric(_metric(family, scheme))).decode("utf-8")
+    return generate_latest(_OneMetric(_metric(family, scheme)))
 
 
 def _metric(family: Family, scheme: Scheme) -> Metric:

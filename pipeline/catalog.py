@@ -406,47 +406,61 @@ def labelled_values(
     family: Family, batch: Batch, scheme: Scheme, devices: Mapping[str, Mapping[str, str]] | None = None
 ) -> Collection[tuple[Mapping[str, str], float, Record]]:
     """What :func:`points` yields, as ``(labels, value, record)`` triples: for exporters that render
-    thousands of series per tick and need no :class:`Point` for each (the labels are the same mappings)."""
-    devices = device_attributes(batch) if devices is None else devices
+    thousands of series per tick and need no :class:`Point` for each (the labels are the same mappings).
+
+    Written column by column (``map``/``zip`` over the records, which run in C) rather than as one loop
+    over the records: it runs for every series on every tick, and this halves its cost."""
+    records: Sequence[Record] = _selected(_plan(family, scheme), batch)
+    if not records:
+        return ()
     plan = _plan(family, scheme)
-    labels_cache = plan.cache
-    cache, older = labels_cache.renewed()
-    actions = _token(batch.label_actions)
-    by_device: dict[str, tuple[Mapping[str, str], int]] = {}
-    identify = plan.identify
-    get_value = plan.get_value
-    divisor = family.divisor
-    # One point per label set: records that collapse onto one series (a device's many shares, for the
-    # attribution mode) would otherwise be duplicate samples, which Prometheus and OTLP both reject.
-    out: dict[str, tuple[Mapping[str, str], float, Record]] = {}
-    for record in _selected(plan, batch):
-        # The family's value (1 for an info family), scaled by its divisor.
-        if get_value is None:
-            value = 1.0
-        else:
-            raw = get_value(record)
-            if raw is None:
-                continue
-            value = float(raw) / divisor if divisor != 1 else float(raw)
-        device_id = getattr(record, "device_id", "")
-        device = by_device.get(device_id)
-        if device is None:
-            attrs = devices.get(device_id, {})
-            device = by_device[device_id] = (attrs, _token(tuple(attrs.items())))
-        # A record's labels depend only on its identity, extras and label-source fields, the batch's label
-        # actions and its device's attributes, never on its values: so they are cached across ticks (a
-        # series keeps its labels from tick to tick; only the value is new).
-        key = (identify(record), record.extra, actions, device[1])
-        labels = cache.get(key)
-        if labels is None:
-            # A series still alive since the last renewal keeps its mapping (exporters key on its identity).
-            labels = older.get(key)
+    # The family's value (1 for an info family), scaled by its divisor; records without one have no point.
+    if plan.get_value is None:
+        values: list[float] = [1.0] * len(records)
+    else:
+        raw = list(map(plan.get_value, records))
+        if None in raw:
+            records = [record for record, value in zip(records, raw, strict=True) if value is not None]
+            raw = [value for value in raw if value is not None]
+        values = list(map(float, raw))
+        if family.divisor != 1:
+            values = list(map(operator.truediv, values, itertools.repeat(float(family.divisor))))
+    # A record's labels depend only on its identity, extras and label-source fields, the batch's label
+    # actions and its device's attributes, never on its values: so they are cached across ticks (a series
+    # keeps its labels from tick to tick; only the value is new). Actions and devices enter the key as
+    # tokens, hashed once per call rather than once per record.
+    devices = device_attributes(batch) if devices is None else devices
+    device_ids = list(map(plan.device_of, records))
+    device_token = {device_id: _token(tuple(devices.get(device_id, {}).items())) for device_id in set(device_ids)}
+    keys = list(
+        zip(
+            map(plan.identify, records),
+            map(_EXTRA, records),
+            itertools.repeat(_token(batch.label_actions)),
+            map(device_token.__getitem__, device_ids),
+        )
+    )
+    cache, older = plan.cache.renewed()
+    found: list[_Labels | None] = list(map(cache.get, keys))
+    if None in found:
+        for i, labels in enumerate(found):
             if labels is None:
-                labels = plan.labels(record, batch, device[0])
-            cache[key] = labels
-        out[labels.series] = (labels, value, record)
-    labels_cache.used = len(out)
+                key = keys[i]
+                # A series still alive since the last renewal keeps its mapping (exporters key on its identity).
+                labels = older.get(key)
+                if labels is None:
+                    labels = plan.labels(records[i], batch, devices.get(device_ids[i], {}))
+                found[i] = cache[key] = labels
+    # One point per label set: records that collapse onto one series (a device's many shares, for the
+    # attribution mode) would otherwise be duplicate samples, which Prometheus and OTLP both reject. The
+    # last record's value wins; the series keeps the place of its first.
+    out = dict(zip(map(_SERIES, found), zip(found, values, records, strict=True), strict=True))
+    plan.cache.used = len(out)
     return out.values()
+
+
+_EXTRA = operator.attrgetter("extra")
+_SERIES = operator.attrgetter("series")
 
 
 class _LabelCache:
@@ -507,6 +521,8 @@ class _Plan:
     """The record fields its labels can depend on (identity attributes and label-source fields), as one key."""
     get_value: Callable[[Record], Any] | None
     """The family's value field (``None``: an info family, always 1)."""
+    device_of: Callable[[Record], str]
+    """The record's ``device_id`` (``""`` for a record type without one)."""
     cache: _LabelCache
 
     def labels(self, record: Record, batch: Batch, device: Mapping[str, str]) -> _Labels:
@@ -535,6 +551,10 @@ class _Plan:
                     if extra_name is not None:
                         out.setdefault(extra_name, value)
         return _Labels(out)
+
+
+def _no_device(_: Record) -> str:
+    return ""
 
 
 @functools.cache
@@ -566,6 +586,7 @@ def _plan(family: Family, scheme: Scheme) -> _Plan:
         identity=frozenset(aliases.get(k, k) for k in family.record.IDENTITY),
         identify=operator.attrgetter(*key_fields) if key_fields else lambda _: (),
         get_value=operator.attrgetter(family.value) if family.value is not None else None,
+        device_of=operator.attrgetter("device_id") if "device_id" in has else _no_device,
         cache=_LabelCache(),
     )
 

@@ -654,8 +654,9 @@ def test_the_series_cache_keeps_only_the_series_of_the_last_rendering() -> None:
     exporter = PrometheusExporter(PrometheusConfig(listen="127.0.0.1:0"), make_context("prometheus", "exporter"))
     exporter.render(with_pid_8)
     cached = exporter._fast._prefixes["kepler_process_gpu_joules_total"]
-    assert sorted('pid="8"' in prefix for _, prefix in cached.values()) == [False, True]
+    assert sorted('pid="8"' in prefix for prefix in cached.values()) == [False, True]
     exporter.render(without)
     cached = exporter._fast._prefixes["kepler_process_gpu_joules_total"]
-    assert ['pid="7"' in prefix for _, prefix in cached.values()] == [True]
+    assert ['pid="7"' in prefix for prefix in cached.values()] == [True]
+    assert len(exporter._fast._held["kepler_process_gpu_joules_total"]) == 1  # the mappings its keys are ids of
     assert b'pid="8"' not in exporter.body

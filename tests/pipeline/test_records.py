@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -225,3 +226,47 @@ def test_field_for_raises_type_error_for_an_unknown_record_type() -> None:
         Batch.field_for(Stray)
     with pytest.raises(TypeError, match="Stray"):
         batch().with_records([Stray(time=T)])
+
+
+RECORD_TYPES = (
+    DeviceSample,
+    GpuProcessSample,
+    MigInstance,
+    MigActivity,
+    DeviceSignals,
+    DeviceAllocation,
+    HostProcess,
+    DevicePower,
+    GpuShare,
+    InstanceEnergy,
+    Workload,
+    Totals,
+    DeviceTotals,
+)
+
+
+@pytest.mark.parametrize("record_class", RECORD_TYPES, ids=lambda t: t.__name__)
+def test_each_record_constructor_sets_every_field_and_default_and_stays_frozen(record_class: type[Record]) -> None:
+    # Record classes get a generated __init__ (slots set through their descriptors, for speed): it must
+    # behave as the dataclass one, field for field. (Any: the values are stand-ins of the wrong types.)
+    record_type: Any = record_class
+    fields = dataclasses.fields(record_type)
+    given = {f.name: f"value-{i}" for i, f in enumerate(fields)}
+    record = record_type(**given)
+    assert {f.name: getattr(record, f.name) for f in fields} == given
+    required = {f.name: given[f.name] for f in fields if f.default is dataclasses.MISSING}
+    minimal = record_type(**required)
+    for f in fields:
+        assert getattr(minimal, f.name) == (given[f.name] if f.name in required else f.default), f.name
+    assert record == record_type(**given)
+    assert hash(record) == hash(record_type(**given))
+    assert dataclasses.replace(record, time="later").time == "later"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        record.time = "changed"
+    with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
+        record_type(**given, bogus=1)
+    if required:
+        with pytest.raises(TypeError, match="missing"):
+            record_type()
+    with pytest.raises(TypeError):
+        record_type(*given.values())  # keyword-only, as declared
