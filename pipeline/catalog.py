@@ -432,9 +432,12 @@ def labelled_values(
     devices = device_attributes(batch) if devices is None else devices
     device_ids = list(map(plan.device_of, records))
     device_token = {device_id: _token(tuple(devices.get(device_id, {}).items())) for device_id in set(device_ids)}
+    # Without label actions, a family that renders none of a record's other attributes is keyed by the fields
+    # its labels come from alone: a device's shares then make one key, not one per process.
+    identify = plan.identify if batch.label_actions or plan.identify_plain is None else plan.identify_plain
     keys = list(
         zip(
-            map(plan.identify, records),
+            map(identify, records),
             map(_EXTRA, records),
             itertools.repeat(_token(batch.label_actions)),
             map(device_token.__getitem__, device_ids),
@@ -446,11 +449,14 @@ def labelled_values(
         for i, labels in enumerate(found):
             if labels is None:
                 key = keys[i]
-                # A series still alive since the last renewal keeps its mapping (exporters key on its identity).
-                labels = older.get(key)
+                labels = cache.get(key)  # an earlier record of this call may have made it
                 if labels is None:
-                    labels = plan.labels(records[i], batch, devices.get(device_ids[i], {}))
-                found[i] = cache[key] = labels
+                    # A series still alive since the last renewal keeps its mapping (exporters key on its identity).
+                    labels = older.get(key)
+                    if labels is None:
+                        labels = plan.labels(records[i], batch, devices.get(device_ids[i], {}))
+                    cache[key] = labels
+                found[i] = labels
     # One point per label set: records that collapse onto one series (a device's many shares, for the
     # attribution mode) would otherwise be duplicate samples, which Prometheus and OTLP both reject. The
     # last record's value wins; the series keeps the place of its first.
@@ -518,6 +524,9 @@ class _Plan:
     aliases: Mapping[str, str]
     identity: frozenset[str]
     identify: Callable[[Record], object]
+    identify_plain: Callable[[Record], object] | None
+    """For a family without extras, when the batch has no label actions: only the fields its labels are
+    read from (``None``: the same as ``identify``)."""
     """The record fields its labels can depend on (identity attributes and label-source fields), as one key."""
     get_value: Callable[[Record], Any] | None
     """The family's value field (``None``: an info family, always 1)."""
@@ -553,6 +562,15 @@ class _Plan:
         return _Labels(out)
 
 
+def _getter(names: list[str]) -> Callable[[Record], object]:
+    """The named fields of a record, as one tuple (or value, for one name): a part of a cache key."""
+    return operator.attrgetter(*names) if names else _nothing
+
+
+def _nothing(_: Record) -> object:
+    return ()
+
+
 def _no_device(_: Record) -> str:
     return ""
 
@@ -575,6 +593,14 @@ def _plan(family: Family, scheme: Scheme) -> _Plan:
         )
         if name in has
     ]
+    # With no label actions and no extras, a label's value is read from the record's field of the same name
+    # (through an alias, for Totals), from ``extra`` (part of every key) or from the device (its token).
+    field_of = {canonical: name for name, canonical in family.aliases}
+    plain_fields = [
+        name
+        for name in dict.fromkeys((*(field_of.get(a, a) for a, _, _ in labels_from), *DEVICE_DERIVED))
+        if name in has
+    ]
     return _Plan(
         family=family,
         scheme=scheme,
@@ -584,18 +610,20 @@ def _plan(family: Family, scheme: Scheme) -> _Plan:
         labels_from=tuple(labels_from),
         aliases=aliases,
         identity=frozenset(aliases.get(k, k) for k in family.record.IDENTITY),
-        identify=operator.attrgetter(*key_fields) if key_fields else lambda _: (),
+        identify=_getter(key_fields),
+        identify_plain=None if family.extras else _getter(plain_fields),
         get_value=operator.attrgetter(family.value) if family.value is not None else None,
         device_of=operator.attrgetter("device_id") if "device_id" in has else _no_device,
         cache=_LabelCache(),
     )
 
 
-# Which records a family selects depends only on the record tuple, which is immutable: grouped once per
-# tuple by the field families test, instead of tested once per family (six families share the Totals).
-# A few recent tuples per grouping are kept, so pipelines that render in turn do not regroup each other's.
-_GROUPED: dict[tuple[str, str], tuple[tuple[tuple[Record, ...], dict[str, list[Record]]], ...]] = {}
-_GROUPED_KEEP = 4
+# Which records a family selects depends only on the record tuple, which is immutable. The tested field's
+# values, as text, are read once per tuple and field (six families test the Totals' scope) and kept for a
+# few recent tuples, so pipelines that render in turn do not redo each other's; each family then picks its
+# records with ``compress`` over them (a loop in C, where grouping was a Python loop per record).
+_TEXTS: dict[tuple[str, str], tuple[tuple[tuple[Record, ...], list[str]], ...]] = {}
+_TEXTS_KEEP = 4
 
 
 def _selected(plan: _Plan, batch: Batch) -> Sequence[Record]:
@@ -608,15 +636,12 @@ def _selected(plan: _Plan, batch: Batch) -> Sequence[Record]:
         return [r for r in records if all(str(getattr(r, k)) == v for k, v in plan.family.where)]
     (name,), (wanted,) = plan.where, plan.wanted
     key = (plan.field, name)
-    recent = _GROUPED.get(key, ())
-    groups = next((g for r, g in recent if r is records), None)
-    if groups is None:
-        groups = {}
-        for record in records:
-            value = getattr(record, name)
-            groups.setdefault(value if type(value) is str else str(value), []).append(record)
-        _GROUPED[key] = ((records, groups), *recent[: _GROUPED_KEEP - 1])  # one assignment: safe across threads
-    return groups.get(wanted, ())
+    recent = _TEXTS.get(key, ())
+    texts = next((t for r, t in recent if r is records), None)
+    if texts is None:
+        texts = list(map(str, map(operator.attrgetter(name), records)))
+        _TEXTS[key] = ((records, texts), *recent[: _TEXTS_KEEP - 1])  # one assignment: safe across threads
+    return list(itertools.compress(records, map(wanted.__eq__, texts)))
 
 
 # Label actions and device attributes take part in every cache key; hashing them once per call, not once

@@ -529,8 +529,9 @@ class Batch:
     def with_records(self, records: Iterable[Record]) -> Batch:
         """A batch with ``records`` appended to the fields their types belong to."""
         grouped: dict[str, list[Record]] = {}
+        known = _FIELD_BY_TYPE.get  # the exact type, most often; a subclass goes through field_for
         for record in records:
-            grouped.setdefault(self.field_for(type(record)), []).append(record)
+            grouped.setdefault(known(type(record)) or self.field_for(type(record)), []).append(record)
         changes: dict[str, Any] = {name: tuple(getattr(self, name)) + tuple(items) for name, items in grouped.items()}
         return self.replace(**changes)
 

@@ -21,6 +21,7 @@ A process is attributed from its first tick.
 from __future__ import annotations
 
 import logging
+import operator
 
 from pipeline.components import ComponentConfig, CreateContext, Factory
 from pipeline.config import Duration
@@ -172,14 +173,14 @@ class AttributionProcessor:
         unique: dict[int, GpuProcessSample] = {}
         for p in procs:
             unique.setdefault(p.pid, p)
-        procs = sorted(unique.values(), key=lambda p: p.pid)
+        procs = sorted(unique.values(), key=_PID)
         mode = self._mode(device, procs)
-        interval_s = power.interval_s
+        time, device_id, interval_s = power.time, power.device_id, power.interval_s
         if mode == "none":
             return [
                 GpuShare(
-                    time=power.time,
-                    device_id=power.device_id,
+                    time=time,
+                    device_id=device_id,
                     pid=None,
                     share=1.0,
                     energy_mj=power.active_energy_mj,
@@ -187,23 +188,22 @@ class AttributionProcessor:
                     mode=mode,
                 )
             ]
+        utilisation = [p.sm_util for p in procs]
         if mode == "exclusive" and len(procs) > 1:
             # EXCLUSIVE_PROCESS yet several listed (a process just exiting as another starts): by utilisation.
-            weights = [p.sm_util or 0.0 for p in procs]
-        elif all(p.sm_util is not None for p in procs):
-            weights = [p.sm_util or 0.0 for p in procs]
+            weights = [u or 0.0 for u in utilisation]
+        elif None not in utilisation:
+            weights = utilisation  # type: ignore[assignment]  # no None in it
         else:
             weights = [1.0] * len(procs)  # utilisation unavailable for some: no basis to weigh them
         frac = fractions(weights)
         parts = apportion(power.active_energy_mj, frac)
         # The remainder is explicit every tick: here the processes carried it all, so it is an observed 0.
-        remainder = GpuShare(
-            time=power.time, device_id=power.device_id, pid=None, share=0.0, energy_mj=0, power_w=0.0, mode=mode
-        )
+        remainder = GpuShare(time=time, device_id=device_id, pid=None, share=0.0, energy_mj=0, power_w=0.0, mode=mode)
         return [remainder] + [
             GpuShare(
-                time=power.time,
-                device_id=power.device_id,
+                time=time,
+                device_id=device_id,
                 pid=p.pid,
                 share=fraction,
                 energy_mj=mj,
@@ -213,6 +213,9 @@ class AttributionProcessor:
             )
             for p, fraction, mj in zip(procs, frac, parts, strict=True)
         ]
+
+
+_PID = operator.attrgetter("pid")
 
 
 def _create(ctx: CreateContext, config: ComponentConfig) -> AttributionProcessor:

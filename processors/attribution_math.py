@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 
 __all__ = ["apportion", "fractions"]
+
+_INF = float("inf")
 
 
 def apportion(total_mj: int, weights: Sequence[float]) -> list[int]:
@@ -20,18 +23,20 @@ def apportion(total_mj: int, weights: Sequence[float]) -> list[int]:
         return []
     if total_mj < 0:
         raise ValueError(f"cannot apportion negative energy ({total_mj} mJ)")
-    clean = [w if math.isfinite(w) and w > 0 else 0.0 for w in weights]
+    clean = [w if 0.0 < w < _INF else 0.0 for w in weights]  # finite and positive (NaN fails both)
     weight_sum = math.fsum(clean)
     if weight_sum <= 0:
         clean, weight_sum = [1.0] * n, float(n)
     exact = [total_mj * w / weight_sum for w in clean]
-    parts = [math.floor(x) for x in exact]
+    parts = list(map(math.floor, exact))
     left = total_mj - sum(parts)
-    # Rounding can leave a part one above its exact share when left < 0; never hand out more than total.
-    order = sorted(range(n), key=lambda i: (-(exact[i] - parts[i]), i))
-    for i in order[: max(0, left)]:
-        parts[i] += 1
-    if left < 0:
+    if left > 0:
+        # Largest fractional part first; a stable sort keeps equal ones in index order, also reversed.
+        remainders = list(map(operator.sub, exact, parts))
+        for i in sorted(range(n), key=remainders.__getitem__, reverse=True)[:left]:
+            parts[i] += 1
+    elif left < 0:
+        # Rounding can leave a part one above its exact share; never hand out more than total.
         for i in sorted(range(n), key=lambda i: (exact[i] - parts[i], i))[:-left]:
             parts[i] -= 1
     return parts
@@ -39,7 +44,7 @@ def apportion(total_mj: int, weights: Sequence[float]) -> list[int]:
 
 def fractions(weights: Sequence[float]) -> list[float]:
     """Weights normalised to sum to 1; all-zero or unusable weights split equally."""
-    clean = [w if math.isfinite(w) and w > 0 else 0.0 for w in weights]
+    clean = [w if 0.0 < w < _INF else 0.0 for w in weights]
     total = math.fsum(clean)
     if total <= 0:
         return [1.0 / len(clean)] * len(clean)

@@ -41,7 +41,7 @@ SeriesKey = tuple[int, str, int]  # pid, device id, process start time (clock ti
 GroupKey = tuple[str, str, str]  # "container" | "pod", container id | pod UID, device id
 
 
-@dataclass
+@dataclass(slots=True)
 class _Series:
     energy_mj: int
     start_wall_s: float
@@ -63,6 +63,24 @@ class _Device:
     last: DevicePower | None = None
 
 
+class _Order:
+    """A table's keys in sorted order, sorted again only when the set of keys changed (Totals come out in a
+    stable order; a node's series rarely change from one tick to the next, so re-sorting every tick was
+    wasted: comparing the key sets is a hash lookup per key, sorting tuples is many comparisons)."""
+
+    __slots__ = ("_keys", "_order")
+
+    def __init__(self) -> None:
+        self._keys: set[Any] = set()
+        self._order: list[Any] = []
+
+    def of(self, table: dict[Any, Any]) -> list[Any]:
+        if table.keys() != self._keys:
+            self._keys = set(table)
+            self._order = sorted(self._keys)
+        return self._order
+
+
 class EnergyProcessor:
     needs = frozenset({"device_power", "shares"})
     provides = frozenset({"totals", "device_totals"})
@@ -75,6 +93,8 @@ class EnergyProcessor:
         self.devices: dict[str, _Device] = {}
         self.instances: dict[tuple[str, int], _Series] = {}  # (device, GPU instance) on MIG GPUs
         self.groups: dict[GroupKey, _Series] = {}  # containers and pods, per device
+        self._series_order = _Order()
+        self._group_order = _Order()
 
     # --- state -------------------------------------------------------------------------------
 
@@ -179,13 +199,14 @@ class EnergyProcessor:
             d.active_energy_mj += power.active_energy_mj
             d.last = power
         hosts = {h.pid: h for h in batch.host_processes}
+        intervals = {device_id: p.interval_s for device_id, p in powers.items()}
         seen: set[SeriesKey] = set()
         for share in batch.shares:
             if share.pid is None:
                 if share.device_id in self.devices:
                     self.devices[share.device_id].unattributed_energy_mj += share.energy_mj
                 continue
-            interval_s = powers[share.device_id].interval_s if share.device_id in powers else batch.interval_s
+            interval_s = intervals.get(share.device_id, batch.interval_s)
             key, series = self._series_for(
                 share.pid, share.device_id, hosts.get(share.pid), share.time.wall_s, interval_s
             )
@@ -321,9 +342,10 @@ class EnergyProcessor:
                 series.ended_wall_s, series.power_w = wall_s, 0.0  # none of its processes ran this tick
 
     def _group_totals(self, now: Timestamp) -> tuple[Totals, ...]:
+        groups = self.groups
         return tuple(
-            self._total(now, scope, key, device, s)  # type: ignore[arg-type]
-            for (scope, key, device), s in sorted(self.groups.items())
+            self._total(now, scope, key, device, groups[(scope, key, device)])
+            for scope, key, device in self._group_order.of(groups)
         )
 
     def _start(self, now: Timestamp, start_wall_s: float) -> Timestamp:
@@ -331,8 +353,9 @@ class EnergyProcessor:
         return Timestamp(monotonic_s=now.monotonic_s - (now.wall_s - start_wall_s), wall_s=start_wall_s)
 
     def _totals(self, now: Timestamp) -> tuple[Totals, ...]:
+        series = self.series
         return tuple(
-            self._total(now, "process", str(pid), device, s) for (pid, device, _), s in sorted(self.series.items())
+            self._total(now, "process", str(key[0]), key[1], series[key]) for key in self._series_order.of(series)
         )
 
     def _total(

@@ -51,12 +51,14 @@ def integrate_utilisation(samples: list[tuple[int, int, float]], window_start_us
 
     Entries with pid 0 (seen from drivers with zombie processes) are dropped; values clamp to 0–100 %.
     """
-    clean = [(pid, ts, max(0.0, min(100.0, sm))) for pid, ts, sm in samples if pid > 0]
     by_pid: dict[int, list[tuple[int, float]]] = {}
-    for pid, ts, sm in clean:
-        by_pid.setdefault(pid, []).append((ts, sm))
-    if any(len(entries) > 1 for entries in by_pid.values()):
-        slots = len({ts for _, ts, _ in clean})
+    count = 0
+    for pid, ts, sm in samples:
+        if pid > 0:
+            by_pid.setdefault(pid, []).append((ts, sm if 0.0 <= sm <= 100.0 else max(0.0, min(100.0, sm))))
+            count += 1
+    if count > len(by_pid):  # some pid has several entries: the buffer shape
+        slots = len({ts for entries in by_pid.values() for ts, _ in entries})
         out_slots: dict[int, float] = {}
         for pid, entries in by_pid.items():
             per_slot: dict[int, list[float]] = {}
@@ -67,9 +69,11 @@ def integrate_utilisation(samples: list[tuple[int, int, float]], window_start_us
     window_us = now_us - window_start_us
     out: dict[int, float] = {}
     for pid, [(ts, sm)] in by_pid.items():
-        coverage = (
-            1.0 if window_us <= 0 else min(1.0, max(0.0, (ts - window_start_us + _LAST_SAMPLE_GRACE_US) / window_us))
-        )
+        if window_us <= 0:
+            coverage = 1.0
+        else:
+            coverage = (ts - window_start_us + _LAST_SAMPLE_GRACE_US) / window_us
+            coverage = 1.0 if coverage > 1.0 else (coverage if coverage > 0.0 else 0.0)
         out[pid] = sm / 100.0 * coverage
     return out
 
@@ -147,19 +151,37 @@ class DeviceReader:
                 )
             )
         uuid = self.uuid
-        for pid, memory, gi, ci in procs:
-            processes.append(
+        if mig_enabled:
+            processes += [
                 GpuProcessSample(
                     time=now,
                     device_id=uuid,
                     pid=pid,
                     used_memory_bytes=memory,
-                    gpu_instance_id=gi if mig_enabled and gi != _NO_INSTANCE else None,
-                    compute_instance_id=ci if mig_enabled and ci != _NO_INSTANCE else None,
+                    gpu_instance_id=gi if gi != _NO_INSTANCE else None,
+                    compute_instance_id=ci if ci != _NO_INSTANCE else None,
                     sm_util=None if util is None else util.get(pid, 0.0),
                     util_window_s=window_s,
                 )
-            )
+                for pid, memory, gi, ci in procs
+            ]
+        elif util is None:
+            processes += [
+                GpuProcessSample(time=now, device_id=uuid, pid=pid, used_memory_bytes=memory, util_window_s=window_s)
+                for pid, memory, _, _ in procs
+            ]
+        else:  # the common case, once per process per tick: its instance ids mean nothing without MIG
+            processes += [
+                GpuProcessSample(
+                    time=now,
+                    device_id=uuid,
+                    pid=pid,
+                    used_memory_bytes=memory,
+                    sm_util=util.get(pid, 0.0),
+                    util_window_s=window_s,
+                )
+                for pid, memory, _, _ in procs
+            ]
         instances: list[MigInstance] = []
         if mig_enabled:
             try:

@@ -13,6 +13,7 @@ reading is NotSupported, as with pynvml's version-mismatch error.
 from __future__ import annotations
 
 import ctypes
+import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -49,6 +50,14 @@ class _UtilisationSample(ctypes.Structure):
     ]
 
 
+# The same layouts as struct formats (native alignment, as the C compiler lays them out): a filled buffer is
+# read in one ``iter_unpack`` instead of a ctypes object and an attribute read per field per entry.
+_PROCESS_INFO = struct.Struct("@IQII")
+_UTILISATION_SAMPLE = struct.Struct("@IQIIII")
+assert _PROCESS_INFO.size == ctypes.sizeof(_ProcessInfo)
+assert _UTILISATION_SAMPLE.size == ctypes.sizeof(_UtilisationSample)
+
+
 class _Buffer:
     """A ctypes array of ``struct`` that only grows, and the count passed to and returned by the driver."""
 
@@ -74,6 +83,10 @@ class _Buffer:
             raise pynvml.NVMLError(ret)
         return min(self.count.value, self.size)
 
+    def entries(self, layout: struct.Struct, filled: int) -> Any:
+        """The first ``filled`` structs as tuples of their fields, in declaration order."""
+        return layout.iter_unpack(memoryview(self.array).cast("B")[: filled * layout.size])
+
 
 def _symbol(name: str) -> Callable[..., int]:
     try:
@@ -96,15 +109,10 @@ class ProcessList:
     def __call__(self, handle: Any) -> list[ProcessEntry]:
         fn = _symbol("nvmlDeviceGetComputeRunningProcesses_v3")
         filled = self._buffer.fill(lambda array, count: fn(handle, count, array))
-        out: list[ProcessEntry] = []
-        array = self._buffer.array
-        for i in range(filled):
-            info = array[i]
-            memory = info.usedGpuMemory
-            out.append(
-                (info.pid, None if memory == _NOT_AVAILABLE else memory, info.gpuInstanceId, info.computeInstanceId)
-            )
-        return out
+        return [
+            (pid, None if memory == _NOT_AVAILABLE else memory, gi, ci)
+            for pid, memory, gi, ci in self._buffer.entries(_PROCESS_INFO, filled)
+        ]
 
 
 class UtilisationSamples:
@@ -120,9 +128,4 @@ class UtilisationSamples:
         since = ctypes.c_ulonglong(last_seen_us)
         # NOT_FOUND raises too: "no sample since then", for the caller to read as zero.
         filled = self._buffer.fill(lambda array, count: fn(handle, array, count, since))
-        array = self._buffer.array
-        out: list[tuple[int, int, float]] = []
-        for i in range(filled):
-            sample = array[i]
-            out.append((sample.pid, sample.timeStamp, float(sample.smUtil)))
-        return out
+        return [(pid, ts, float(sm)) for pid, ts, sm, _, _, _ in self._buffer.entries(_UTILISATION_SAMPLE, filled)]

@@ -173,6 +173,27 @@ def test_points_collapse_records_onto_one_series_and_apply_label_actions() -> No
     assert dict(point.labels) == {"mode": "time_slicing"}
 
 
+def test_a_family_without_extras_is_keyed_by_its_label_fields_alone_unless_actions_may_move_attributes() -> None:
+    # The attribution mode has one series per device: its 65 shares there are one key (one lookup), not 65.
+    mode = next(f for f in FAMILIES if f.kepler == "wattpipe_attribution_mode")
+    shares = [
+        GpuShare(time=T, device_id="GPU-k", pid=pid, share=0.5, energy_mj=1, power_w=1.0, extra=(("comm", "x"),))
+        for pid in range(65)
+    ]
+    batch = Batch(time=T, interval_s=5.0, node="n").with_records(shares)
+    cache = _plan(mode, "otel").cache
+    before = len(cache)
+    (point,) = points(mode, batch, "otel")
+    assert len(cache) - before == 1
+    assert point.record is shares[-1]
+    # A label action could rename a per-process attribute into a rendered label: then every record is keyed
+    # in full, and the action's result is what renders.
+    moved = batch.replace(label_actions=(LabelAction("rename", "pid", new_key="device_id"),))
+    found = list(points(mode, moved, "otel"))
+    assert len(cache) - before == 1 + 65
+    assert sorted(int(p.labels["hw.id"]) for p in found) == list(range(65))
+
+
 def test_metrics_doc_is_current() -> None:
     problem = _gen_metrics_doc().check(ROOT)
     assert problem is None, f"{problem}: run python scripts/gen_metrics_doc.py"
