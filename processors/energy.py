@@ -206,10 +206,13 @@ class EnergyProcessor:
                 if share.device_id in self.devices:
                     self.devices[share.device_id].unattributed_energy_mj += share.energy_mj
                 continue
-            interval_s = intervals.get(share.device_id, batch.interval_s)
-            key, series = self._series_for(
-                share.pid, share.device_id, hosts.get(share.pid), share.time.wall_s, interval_s
-            )
+            host = hosts.get(share.pid)
+            running = None if host is not None else self._running.get((share.pid, share.device_id))
+            if running is not None:  # the common case without procfs: a process already running, as is
+                key, series = running, self.series[running]
+            else:
+                interval_s = intervals.get(share.device_id, batch.interval_s)
+                key, series = self._series_for(share.pid, share.device_id, host, share.time.wall_s, interval_s)
             series.energy_mj += share.energy_mj
             series.power_w = share.power_w
             series.ended_wall_s = None  # back (or still) running
