@@ -151,37 +151,19 @@ class DeviceReader:
                 )
             )
         uuid = self.uuid
-        if mig_enabled:
-            processes += [
-                GpuProcessSample(
-                    time=now,
-                    device_id=uuid,
-                    pid=pid,
-                    used_memory_bytes=memory,
-                    gpu_instance_id=gi if gi != _NO_INSTANCE else None,
-                    compute_instance_id=ci if ci != _NO_INSTANCE else None,
-                    sm_util=None if util is None else util.get(pid, 0.0),
-                    util_window_s=window_s,
-                )
-                for pid, memory, gi, ci in procs
-            ]
-        elif util is None:
-            processes += [
-                GpuProcessSample(time=now, device_id=uuid, pid=pid, used_memory_bytes=memory, util_window_s=window_s)
-                for pid, memory, _, _ in procs
-            ]
-        else:  # the common case, once per process per tick: its instance ids mean nothing without MIG
-            processes += [
-                GpuProcessSample(
-                    time=now,
-                    device_id=uuid,
-                    pid=pid,
-                    used_memory_bytes=memory,
-                    sm_util=util.get(pid, 0.0),
-                    util_window_s=window_s,
-                )
-                for pid, memory, _, _ in procs
-            ]
+        processes += [
+            GpuProcessSample(
+                time=now,
+                device_id=uuid,
+                pid=pid,
+                used_memory_bytes=memory,
+                gpu_instance_id=gi if mig_enabled and gi != _NO_INSTANCE else None,
+                compute_instance_id=ci if mig_enabled and ci != _NO_INSTANCE else None,
+                sm_util=None if util is None else util.get(pid, 0.0),
+                util_window_s=window_s,
+            )
+            for pid, memory, gi, ci in procs
+        ]
         instances: list[MigInstance] = []
         if mig_enabled:
             try:
