@@ -37,6 +37,7 @@ import operator
 import re
 import threading
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -147,7 +148,9 @@ class _FastRenderer:
     Every series' prefix (``name{label="value",…} ``) is remembered for the next tick, keyed by the identity
     of the catalog's label mapping it was made from; the mappings are held alongside, so an identity
     cannot be reused by another mapping meanwhile. Only the series of the last rendering are kept: the
-    cache is exactly as large as the exposition, and a series that ends is forgotten a tick later.
+    cache is exactly as large as the exposition, and a series that ends is forgotten a tick later. A family
+    whose label mappings are the very ones of the last rendering, in the same order (a steady node), takes
+    its prefixes as they were, with no lookup per series.
 
     It works a family at a time, column by column (``map``/``zip``, which loop in C), not series by series:
     this runs for every series on every tick.
@@ -155,40 +158,53 @@ class _FastRenderer:
 
     def __init__(self, exporter: PrometheusExporter) -> None:
         self._exporter = exporter
-        self._prefixes: dict[str, dict[int, str]] = {}
-        self._held: dict[str, list[Mapping[str, str]]] = {}
+        self._families: dict[str, _RenderedFamily] = {}
 
     def render(self) -> bytes:
         exporter = self._exporter
         scheme: Scheme = exporter.config.naming
         drop_terminated = not exporter.config.terminated
-        previous, self._prefixes = self._prefixes, {}
-        self._held = {}
+        previous, self._families = self._families, {}
         out: list[bytes] = []
         for family, sample_name, parts in exporter._family_values():
-            known = previous.get(sample_name, {})
-            kept = self._prefixes[sample_name] = {}
-            held = self._held[sample_name] = []
-            series: dict[str, float] = {}  # prefix → value: the prefix is the label set, so it dedups too
+            part_labels: list[tuple[Mapping[str, str], ...]] = []
+            part_values: list[tuple[float, ...]] = []
             for triples in parts:
                 if drop_terminated:
                     triples = [t for t in triples if getattr(t[2], "state", None) != "terminated"]
-                if not triples:
-                    continue
-                labels, values, _ = zip(*triples, strict=True)
-                ids = list(map(id, labels))
-                prefixes: list[str | None] = list(map(known.get, ids))
-                if None in prefixes:
-                    for i, prefix in enumerate(prefixes):
-                        if prefix is None:
-                            prefixes[i] = self._prefix(sample_name, labels[i])
-                kept.update(zip(ids, prefixes, strict=True))  # type: ignore[arg-type]
-                held.extend(labels)
-                series.update(zip(prefixes, values, strict=True))  # type: ignore[arg-type]
-            if series:
-                out.append(_header(family, scheme))
-                out.append(_lines(series).encode("utf-8"))
+                if triples:
+                    labels, values, _ = zip(*triples, strict=True)
+                    part_labels.append(labels)
+                    part_values.append(values)
+            if not part_labels:
+                continue
+            last = previous.get(sample_name)
+            if last is None or last.labels != part_labels:  # element by element: the same objects compare at once
+                last = self._prefixes(sample_name, part_labels, last)
+            self._families[sample_name] = last
+            series: dict[str, float] = {}  # prefix → value: the prefix is the label set, so it dedups too
+            for prefixes, values in zip(last.prefixes, part_values, strict=True):
+                series.update(zip(prefixes, values, strict=True))
+            out.append(_header(family, scheme))
+            out.append(_lines(series).encode("utf-8"))
         return b"".join(out)
+
+    def _prefixes(
+        self, sample_name: str, part_labels: list[tuple[Mapping[str, str], ...]], last: _RenderedFamily | None
+    ) -> _RenderedFamily:
+        """The family's prefixes for these label mappings: the last rendering's where it had the mapping."""
+        known = last.by_id if last is not None else {}
+        made = _RenderedFamily(part_labels, [], {})
+        for labels in part_labels:
+            ids = list(map(id, labels))
+            prefixes: list[str | None] = list(map(known.get, ids))
+            if None in prefixes:
+                for i, prefix in enumerate(prefixes):
+                    if prefix is None:
+                        prefixes[i] = self._prefix(sample_name, labels[i])
+            made.by_id.update(zip(ids, prefixes, strict=True))  # type: ignore[arg-type]
+            made.prefixes.append(prefixes)  # type: ignore[arg-type]
+        return made
 
     def _prefix(self, sample_name: str, labels: Mapping[str, str]) -> str:
         """What ``generate_latest`` writes before a sample's value (escaping: ``UNDERSCORES``, its default)."""
@@ -201,6 +217,17 @@ class _FastRenderer:
         )
         name = escape_metric_name(sample_name, UNDERSCORES)
         return f"{name}{{{text}}} " if text else f"{name} "
+
+
+@dataclass(slots=True)
+class _RenderedFamily:
+    """One family's prefixes in the last rendering: per part (pipeline), its label mappings in order and
+    their prefixes, and every prefix by its mapping's identity (``labels`` holds the mappings, so their
+    identities stay theirs)."""
+
+    labels: list[tuple[Mapping[str, str], ...]]
+    prefixes: list[list[str]]
+    by_id: dict[int, str]
 
 
 def _lines(series: dict[str, float]) -> str:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 from pipeline.records import (
+    Attrs,
     Batch,
     DevicePower,
     DeviceSample,
@@ -435,14 +436,44 @@ def labelled_values(
     # Without label actions, a family that renders none of a record's other attributes is keyed by the fields
     # its labels come from alone: a device's shares then make one key, not one per process.
     identify = plan.identify if batch.label_actions or plan.identify_plain is None else plan.identify_plain
-    keys = list(
-        zip(
-            map(identify, records),
-            map(_EXTRA, records),
-            itertools.repeat(_token(batch.label_actions)),
-            map(device_token.__getitem__, device_ids),
-        )
-    )
+    identities = list(map(identify, records))
+    extras = list(map(_EXTRA, records))
+    actions = _token(batch.label_actions)
+    last = plan.cache.last
+    if (
+        last is not None
+        and last.actions == actions
+        and last.device_token == device_token
+        and last.device_ids == device_ids
+        and last.identities == identities
+        and last.extras == extras
+    ):
+        # The same records, in the same order, as the last call (a steady node, tick after tick): the same
+        # labels, found without a key per record (comparing the lists is a loop in C).
+        found = last.found
+        if last.distinct:
+            return list(zip(found, values, records, strict=True))
+    else:
+        keys = list(zip(identities, extras, itertools.repeat(actions), map(device_token.__getitem__, device_ids)))
+        found = _find(plan, keys, records, batch, devices, device_ids)
+    # One point per label set: records that collapse onto one series (a device's many shares, for the
+    # attribution mode) would otherwise be duplicate samples, which Prometheus and OTLP both reject. The
+    # last record's value wins; the series keeps the place of its first.
+    out = dict(zip(map(_SERIES, found), zip(found, values, records, strict=True), strict=True))
+    plan.cache.used = len(out)
+    plan.cache.last = _LastCall(actions, device_token, device_ids, identities, extras, found, len(out) == len(found))
+    return out.values()
+
+
+def _find(
+    plan: _Plan,
+    keys: Sequence[tuple[object, ...]],
+    records: Sequence[Record],
+    batch: Batch,
+    devices: Mapping[str, Mapping[str, str]],
+    device_ids: list[str],
+) -> list[_Labels]:
+    """The labels of each key, from the family's cache, made where it has none."""
     cache, older = plan.cache.renewed()
     found: list[_Labels | None] = list(map(cache.get, keys))
     if None in found:
@@ -457,12 +488,21 @@ def labelled_values(
                         labels = plan.labels(records[i], batch, devices.get(device_ids[i], {}))
                     cache[key] = labels
                 found[i] = labels
-    # One point per label set: records that collapse onto one series (a device's many shares, for the
-    # attribution mode) would otherwise be duplicate samples, which Prometheus and OTLP both reject. The
-    # last record's value wins; the series keeps the place of its first.
-    out = dict(zip(map(_SERIES, found), zip(found, values, records, strict=True), strict=True))
-    plan.cache.used = len(out)
-    return out.values()
+    return found  # type: ignore[return-value]  # every None was replaced
+
+
+@dataclass(frozen=True, slots=True)
+class _LastCall:
+    """What a family's last call keyed its records by, and the labels it found (see labelled_values)."""
+
+    actions: int
+    device_token: dict[str, int]
+    device_ids: list[str]
+    identities: list[object]
+    extras: list[Attrs]
+    found: list[_Labels]
+    distinct: bool
+    """No two records shared a series."""
 
 
 _EXTRA = operator.attrgetter("extra")
@@ -479,12 +519,13 @@ class _LabelCache:
     its mapping object through any number of them.
     """
 
-    __slots__ = ("current", "older", "used")
+    __slots__ = ("current", "last", "older", "used")
 
     def __init__(self) -> None:
         self.current: dict[tuple[object, ...], _Labels] = {}
         self.older: dict[tuple[object, ...], _Labels] = {}
         self.used = 0
+        self.last: _LastCall | None = None  # replaced whole, in one assignment: safe across threads
 
     def renewed(self) -> tuple[dict[tuple[object, ...], _Labels], dict[tuple[object, ...], _Labels]]:
         if len(self.current) > max(_LABEL_CACHE_MIN, 2 * self.used):

@@ -653,10 +653,27 @@ def test_the_series_cache_keeps_only_the_series_of_the_last_rendering() -> None:
     with_pid_8, without = full_batch(), full_batch().replace(totals=(process(7),))
     exporter = PrometheusExporter(PrometheusConfig(listen="127.0.0.1:0"), make_context("prometheus", "exporter"))
     exporter.render(with_pid_8)
-    cached = exporter._fast._prefixes["kepler_process_gpu_joules_total"]
-    assert sorted('pid="8"' in prefix for prefix in cached.values()) == [False, True]
+    cached = exporter._fast._families["kepler_process_gpu_joules_total"]
+    assert sorted('pid="8"' in prefix for prefix in cached.by_id.values()) == [False, True]
     exporter.render(without)
-    cached = exporter._fast._prefixes["kepler_process_gpu_joules_total"]
-    assert ['pid="7"' in prefix for prefix in cached.values()] == [True]
-    assert len(exporter._fast._held["kepler_process_gpu_joules_total"]) == 1  # the mappings its keys are ids of
+    cached = exporter._fast._families["kepler_process_gpu_joules_total"]
+    assert ['pid="7"' in prefix for prefix in cached.by_id.values()] == [True]
+    assert [len(labels) for labels in cached.labels] == [1]  # the mappings its keys are ids of
     assert b'pid="8"' not in exporter.body
+
+
+def test_a_steady_family_reuses_its_prefixes_and_a_changed_one_is_rendered_afresh() -> None:
+    exporter = PrometheusExporter(PrometheusConfig(listen="127.0.0.1:0"), make_context("prometheus", "exporter"))
+    exporter.render(full_batch().replace(totals=(process(7, mj=1_000), process(8, mj=2_000))))
+    first = exporter._fast._families["kepler_process_gpu_joules_total"]
+    exporter.render(full_batch().replace(totals=(process(7, mj=3_000), process(8, mj=4_000))))
+    assert exporter._fast._families["kepler_process_gpu_joules_total"] is first  # same series, same order
+    text = exporter.body.decode()
+    assert [one(text, "kepler_process_gpu_joules_total", pid=pid)[1] for pid in ("7", "8")] == [3.0, 4.0]
+    # A new process and another order: the family is worked out again, and its text follows the records.
+    exporter.render(full_batch().replace(totals=(process(9, mj=5_000), process(8, mj=6_000), process(7, mj=7_000))))
+    assert exporter._fast._families["kepler_process_gpu_joules_total"] is not first
+    text = exporter.body.decode()
+    assert [one(text, "kepler_process_gpu_joules_total", pid=pid)[1] for pid in ("7", "8", "9")] == [7.0, 6.0, 5.0]
+    lines = [line for line in text.splitlines() if line.startswith("kepler_process_gpu_joules_total{")]
+    assert ['pid="9"' in lines[0], 'pid="8"' in lines[1], 'pid="7"' in lines[2]] == [True, True, True]

@@ -12,6 +12,8 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipeline.catalog import (
     _LABEL_CACHE_MIN,
@@ -24,6 +26,7 @@ from pipeline.catalog import (
     _plan,
     device_attributes,
     label_name,
+    labelled_values,
     points,
     prometheus_name,
 )
@@ -283,6 +286,8 @@ def test_label_cache_forgets_gone_series_and_keeps_live_ones_through_churn() -> 
     family = FAMILY["kepler_process_gpu_joules_total"]
     device = DeviceSample(time=T, device_id="GPU-x", device_index=0)
     plan = _plan(family, "kepler")
+    plan.cache.current.clear()  # what earlier tests left would shift the generations by a tick
+    plan.cache.older.clear()
     first: dict[str, Mapping[str, str]] = {}
     sizes = []
     for tick in range(500):
@@ -297,3 +302,95 @@ def test_label_cache_forgets_gone_series_and_keeps_live_ones_through_churn() -> 
     assert len(first) == 3
     assert max(sizes) <= 2 * (_LABEL_CACHE_MIN + 1) + 2 * 23  # two generations, each bounded
     assert max(sizes[250:]) == max(sizes[:250])  # flat, not growing with the pids ever seen
+
+
+def _uncached(family: Family, batch: Batch, scheme: Scheme) -> list[tuple[dict[str, str], float, Record]]:
+    """What labelled_values must give, worked out record by record with no cache: each record's labels made
+    afresh, one point per label set (first place, last value), records without a value left out."""
+    plan = _plan(family, scheme)
+    devices = device_attributes(batch)
+    out: dict[str, tuple[dict[str, str], float, Record]] = {}
+    for record in getattr(batch, plan.field):
+        if any(str(getattr(record, name)) != wanted for name, wanted in family.where):
+            continue
+        raw = 1.0 if family.value is None else getattr(record, family.value)
+        if raw is None:
+            continue
+        labels = plan.labels(record, batch, devices.get(getattr(record, "device_id", ""), {}))
+        out[labels.series] = (dict(labels), float(raw) / family.divisor, record)
+    return list(out.values())
+
+
+_DEVICE_NAMES = st.sampled_from(["NVIDIA H100", "NVIDIA A100"])
+_EXTRA_VALUES = st.sampled_from([(), (("comm", "python"),), (("comm", "trainer"), ("container_id", "c1"))])
+
+
+@st.composite
+def _ticks(draw: st.DrawFn) -> list[Batch]:
+    """Batches a node might give tick after tick: mostly the same processes, sometimes a change (a process
+    starts, exits or is renamed, the GPU is renamed, a label action appears, records come in another order,
+    a value goes absent)."""
+    batches = []
+    pids = draw(st.lists(st.integers(1, 6), min_size=1, max_size=5, unique=True))
+    for _ in range(draw(st.integers(2, 6))):
+        if draw(st.booleans()):
+            pids = draw(st.lists(st.integers(1, 6), min_size=1, max_size=5, unique=True))
+        devices = tuple(
+            DeviceSample(
+                time=T,
+                device_id=f"GPU-{i}",
+                device_index=draw(st.sampled_from([i, i + 4])),  # renumbered: labels from the device change
+                device_name=draw(_DEVICE_NAMES),
+                vendor="nvidia",
+            )
+            for i in range(2)
+        )
+        totals = tuple(
+            Totals(
+                time=T,
+                scope="process",
+                key=str(pid),
+                device_id=f"GPU-{pid % 2}",
+                energy_mj=draw(st.integers(0, 10**6)),
+                power_w=draw(st.none() | st.floats(0, 500)),
+                state=draw(st.sampled_from(["running", "terminated"])),
+                extra=draw(_EXTRA_VALUES),
+            )
+            for pid in pids
+        )
+        shares = tuple(
+            GpuShare(time=T, device_id=f"GPU-{pid % 2}", pid=pid if pid != 6 else None, share=0.5, energy_mj=1,
+                     power_w=1.0, mode=draw(st.sampled_from(["time_slicing", "exclusive"])))
+            for pid in pids
+        )  # fmt: skip
+        actions = draw(st.sampled_from([(), (LabelAction("insert", "team", "ml"),), (LabelAction("drop", "comm"),)]))
+        batch = Batch(time=T, interval_s=5.0, node="n").with_records((*devices, *totals, *shares))
+        batches.append(batch.replace(label_actions=actions))
+    return batches
+
+
+_CACHED_FAMILIES = [
+    f
+    for f in FAMILIES
+    if f.kepler
+    in (
+        "kepler_process_gpu_joules_total",
+        "kepler_process_gpu_watts",
+        "wattpipe_attribution_mode",
+        "kepler_node_gpu_info",
+    )
+]
+
+
+@settings(max_examples=150, deadline=None)
+@given(_ticks())
+def test_labelled_values_equal_the_uncached_answer_tick_after_tick(batches: list[Batch]) -> None:
+    # The caches (labels by key, and the last call's keys for a node whose records did not change) must never
+    # give a label, value or record that a fresh computation would not.
+    for batch in batches:
+        for family in _CACHED_FAMILIES:
+            for scheme in SCHEMES:
+                got = [
+                    (dict(labels), value, record) for labels, value, record in labelled_values(family, batch, scheme)
+                ]
+                assert got == _uncached(family, batch, scheme), family.kepler
