@@ -197,13 +197,13 @@ class _FastRenderer:
         made = _RenderedFamily(part_labels, [], {})
         for labels in part_labels:
             ids = list(map(id, labels))
-            prefixes: list[str | None] = list(map(known.get, ids))
-            if None in prefixes:
-                for i, prefix in enumerate(prefixes):
-                    if prefix is None:
-                        prefixes[i] = self._prefix(sample_name, labels[i])
-            made.by_id.update(zip(ids, prefixes, strict=True))  # type: ignore[arg-type]
-            made.prefixes.append(prefixes)  # type: ignore[arg-type]
+            entries: list[tuple[Mapping[str, str], str] | None] = list(map(known.get, ids))
+            if None in entries:
+                for i, entry in enumerate(entries):
+                    if entry is None:
+                        entries[i] = (labels[i], self._prefix(sample_name, labels[i]))
+            made.by_id.update(zip(ids, entries, strict=True))  # type: ignore[arg-type]
+            made.prefixes.append([entry[1] for entry in entries])  # type: ignore[index]
         return made
 
     def _prefix(self, sample_name: str, labels: Mapping[str, str]) -> str:
@@ -222,12 +222,13 @@ class _FastRenderer:
 @dataclass(slots=True)
 class _RenderedFamily:
     """One family's prefixes in the last rendering: per part (pipeline), its label mappings in order and
-    their prefixes, and every prefix by its mapping's identity (``labels`` holds the mappings, so their
-    identities stay theirs)."""
+    their prefixes, and every (mapping, prefix) by the mapping's identity. The entry holds the mapping, so
+    no other mapping can be born at its address while the entry exists: a hit by identity is always the
+    same mapping, even when the catalog's cache frees mappings in the middle of a render."""
 
     labels: list[tuple[Mapping[str, str], ...]]
     prefixes: list[list[str]]
-    by_id: dict[int, str]
+    by_id: dict[int, tuple[Mapping[str, str], str]]
 
 
 def _lines(series: dict[str, float]) -> str:

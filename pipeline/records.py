@@ -463,7 +463,9 @@ def _quick_init(cls: type[Record]) -> None:
     exec(source, namespace)  # generated from the class's own field names, as dataclasses does
     init = namespace["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__module__ = cls.__module__
     init.__doc__ = cls.__init__.__doc__
+    init.__annotations__ = dict(cls.__init__.__annotations__)  # inspect.signature shows the field types
     cls.__init__ = init  # type: ignore[method-assign]
 
 

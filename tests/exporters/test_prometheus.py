@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -654,10 +655,11 @@ def test_the_series_cache_keeps_only_the_series_of_the_last_rendering() -> None:
     exporter = PrometheusExporter(PrometheusConfig(listen="127.0.0.1:0"), make_context("prometheus", "exporter"))
     exporter.render(with_pid_8)
     cached = exporter._fast._families["kepler_process_gpu_joules_total"]
-    assert sorted('pid="8"' in prefix for prefix in cached.by_id.values()) == [False, True]
+    assert sorted('pid="8"' in prefix for _, prefix in cached.by_id.values()) == [False, True]
+    assert all(id(mapping) == key for key, (mapping, _) in cached.by_id.items())  # each entry holds its mapping
     exporter.render(without)
     cached = exporter._fast._families["kepler_process_gpu_joules_total"]
-    assert ['pid="7"' in prefix for prefix in cached.by_id.values()] == [True]
+    assert ['pid="7"' in prefix for _, prefix in cached.by_id.values()] == [True]
     assert [len(labels) for labels in cached.labels] == [1]  # the mappings its keys are ids of
     assert b'pid="8"' not in exporter.body
 
@@ -677,3 +679,48 @@ def test_a_steady_family_reuses_its_prefixes_and_a_changed_one_is_rendered_afres
     assert [one(text, "kepler_process_gpu_joules_total", pid=pid)[1] for pid in ("7", "8", "9")] == [7.0, 6.0, 5.0]
     lines = [line for line in text.splitlines() if line.startswith("kepler_process_gpu_joules_total{")]
     assert ['pid="9"' in lines[0], 'pid="8"' in lines[1], 'pid="7"' in lines[2]] == [True, True, True]
+
+
+def _mode_batch(pipeline: str, groups: list[tuple[str, int, str]]) -> Batch:
+    """Shares of ``n`` processes per (device, count, mode), with a label action that changes nothing the mode
+    family renders but keys every record in full (so the catalog's label cache turns over)."""
+    shares = [
+        GpuShare(time=T, device_id=device, pid=1 + i, share=0.1, energy_mj=1, power_w=1.0, mode=mode)
+        for device, n, mode in groups
+        for i in range(n)
+    ]
+    actions = (LabelAction("insert", "site", value="x", kinds=frozenset({"pod"})),)
+    return Batch(time=T, interval_s=5.0, node="n", pipeline=pipeline, label_actions=actions).with_records(shares)
+
+
+def test_a_prefix_is_never_taken_from_a_mapping_freed_during_the_render() -> None:
+    # The prefix cache is keyed by the label mappings' identities. Here the catalog's cache turns over twice
+    # within one render (two pipelines, 1,100 keys each), freeing mappings the last render used; a new
+    # mapping born at a freed address must not get the old prefix (it once printed mode="time_slicing" for
+    # GPU-a's "exclusive"). The last rendering's mappings stay referenced until the render is done.
+    rendered = {}
+    for renderer in ("fast", "prometheus_client"):
+        exporter = PrometheusExporter(
+            PrometheusConfig(listen="127.0.0.1:0", renderer=renderer), make_context("prometheus", "exporter")
+        )
+        exporter.render(_mode_batch("b", [("GPU-b", 1100, "time_slicing")]))
+        exporter.render(_mode_batch("a", [("GPU-a", 1100, "time_slicing")]))
+        exporter.render(_mode_batch("a", [("GPU-a", 1, "exclusive"), ("GPU-c", 3, "time_slicing")]))
+        rendered[renderer] = exporter.body
+    assert rendered["fast"] == rendered["prometheus_client"]
+    assert b'wattpipe_attribution_mode{gpu_uuid="GPU-a",mode="exclusive"' in rendered["fast"]
+
+
+def test_the_fast_renderer_equals_the_reference_over_random_pipelines_and_turnover() -> None:
+    rng = random.Random(3)
+    fast, reference = (
+        PrometheusExporter(PrometheusConfig(listen="127.0.0.1:0", renderer=r), make_context(r, "exporter"))
+        for r in ("fast", "prometheus_client")
+    )
+    for _ in range(60):
+        pipeline = rng.choice("abc")
+        groups = [(f"GPU-{pipeline}", rng.choice([1, 2, 5, 1100, 1300]), rng.choice(["time_slicing", "exclusive"]))]
+        batch = _mode_batch(pipeline, groups)
+        fast.render(batch)
+        reference.render(batch)
+        assert fast.body == reference.body

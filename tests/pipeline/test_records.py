@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -270,3 +271,8 @@ def test_each_record_constructor_sets_every_field_and_default_and_stays_frozen(r
             record_type()
     with pytest.raises(TypeError):
         record_type(*given.values())  # keyword-only, as declared
+    signature = inspect.signature(record_class)
+    assert [(p.name, p.kind, p.annotation) for p in signature.parameters.values()] == [
+        (f.name, inspect.Parameter.KEYWORD_ONLY, f.type) for f in fields
+    ]
+    assert record_class.__init__.__module__ == "pipeline.records"
