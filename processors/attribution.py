@@ -20,6 +20,7 @@ A process is attributed from its first tick.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import operator
 
@@ -67,8 +68,9 @@ class AttributionProcessor:
     def process(self, batch: Batch) -> Batch:
         devices = {d.device_id: d for d in batch.devices}
         by_device: dict[str, list[GpuProcessSample]] = {}
-        for p in batch.gpu_processes:
-            by_device.setdefault(p.device_id, []).append(p)
+        # A receiver lists a device's processes together: grouped by runs (in C), then merged per device.
+        for device_id, run in itertools.groupby(batch.gpu_processes, key=_DEVICE):
+            by_device.setdefault(device_id, []).extend(run)
         instances: dict[str, dict[int, MigInstance]] = {}
         for inst in batch.mig_instances:
             instances.setdefault(inst.device_id, {})[inst.gpu_instance_id] = inst
@@ -170,9 +172,8 @@ class AttributionProcessor:
 
     def _device(self, power: DevicePower, device: DeviceSample | None, procs: list[GpuProcessSample]) -> list[GpuShare]:
         # One record per pid: a driver listing a pid twice (two contexts) must not double its weight.
-        unique: dict[int, GpuProcessSample] = {}
-        for p in procs:
-            unique.setdefault(p.pid, p)
+        # (Built from the end, so the first record of a pid is the one that stays.)
+        unique = dict(zip(map(_PID, reversed(procs)), reversed(procs), strict=True))
         procs = sorted(unique.values(), key=_PID)
         mode = self._mode(device, procs)
         time, device_id, interval_s = power.time, power.device_id, power.interval_s
@@ -188,12 +189,12 @@ class AttributionProcessor:
                     mode=mode,
                 )
             ]
-        utilisation = [p.sm_util for p in procs]
+        utilisation = list(map(_SM_UTIL, procs))
         if mode == "exclusive" and len(procs) > 1:
             # EXCLUSIVE_PROCESS yet several listed (a process just exiting as another starts): by utilisation.
             weights = [u or 0.0 for u in utilisation]
         elif None not in utilisation:
-            weights = utilisation  # type: ignore[assignment]  # no None in it
+            weights = utilisation  # no None in it
         else:
             weights = [1.0] * len(procs)  # utilisation unavailable for some: no basis to weigh them
         frac = fractions(weights)
@@ -216,6 +217,8 @@ class AttributionProcessor:
 
 
 _PID = operator.attrgetter("pid")
+_DEVICE = operator.attrgetter("device_id")
+_SM_UTIL = operator.attrgetter("sm_util")
 
 
 def _create(ctx: CreateContext, config: ComponentConfig) -> AttributionProcessor:

@@ -144,6 +144,22 @@ def test_a_pid_listed_twice_counts_once() -> None:
     assert [(s.pid, s.energy_mj) for s in batch.shares if s.pid is not None] == [(1, 50), (2, 50)]
 
 
+def test_the_first_record_of_a_pid_listed_twice_is_the_one_used_and_interleaved_devices_are_grouped() -> None:
+    # Two receivers may list one device's processes apart (G, H, G): each device gets all of its own.
+    batch = _run(
+        [_power("G", 100), _power("H", 90)],
+        [
+            GpuProcessSample(time=T, device_id="G", pid=1, sm_util=0.75),
+            GpuProcessSample(time=T, device_id="H", pid=7, sm_util=0.5),
+            GpuProcessSample(time=T, device_id="G", pid=1, sm_util=0.0),  # the same pid again: ignored
+            GpuProcessSample(time=T, device_id="G", pid=2, sm_util=0.25),
+            GpuProcessSample(time=T, device_id="H", pid=8, sm_util=0.25),
+        ],
+    )
+    split = {(s.device_id, s.pid): s.energy_mj for s in batch.shares if s.pid is not None}
+    assert split == {("G", 1): 75, ("G", 2): 25, ("H", 7): 60, ("H", 8): 30}
+
+
 @given(
     st.lists(st.integers(min_value=0, max_value=10**9), min_size=1, max_size=6),
     st.lists(st.lists(st.floats(min_value=0, max_value=1, allow_nan=False), max_size=20), min_size=6, max_size=6),
