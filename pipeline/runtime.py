@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
 import logging
 from collections.abc import Callable, Sequence
 
@@ -100,7 +101,7 @@ class PipelineRunner:
         timeout_s = p.config.effective_receiver_timeout
         results = await asyncio.gather(*(self._poll(cid, r, timeout_s) for cid, r in p.receivers))
         batch = Batch(time=started, interval_s=interval_s, node=self.graph.config.service.node_name, pipeline=p.name)
-        batch = batch.with_records(r for records in results if records for r in records)
+        batch = batch.with_records(itertools.chain.from_iterable(records for records in results if records))
         # A field is present when a receiver that fills it answered (even with nothing): "no process"
         # is then an observation. A receiver that failed leaves its fields absent, not empty.
         answered = [r for (_, r), records in zip(p.receivers, results, strict=True) if records is not None]
