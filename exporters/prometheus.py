@@ -178,9 +178,12 @@ class _FastRenderer:
                     part_values.append(values)
             if not part_labels:
                 continue
+            ids = [list(map(id, labels)) for labels in part_labels]
             last = previous.get(sample_name)
-            if last is None or last.labels != part_labels:  # element by element: the same objects compare at once
-                last = self._prefixes(sample_name, part_labels, last)
+            # The very mappings of the last rendering (by identity: two mappings equal as dicts may still
+            # order their labels differently, and where two names clash once escaped, the first one wins).
+            if last is None or last.ids != ids:
+                last = self._prefixes(sample_name, part_labels, ids, last)
             self._families[sample_name] = last
             series: dict[str, float] = {}  # prefix → value: the prefix is the label set, so it dedups too
             for prefixes, values in zip(last.prefixes, part_values, strict=True):
@@ -190,13 +193,16 @@ class _FastRenderer:
         return b"".join(out)
 
     def _prefixes(
-        self, sample_name: str, part_labels: list[tuple[Mapping[str, str], ...]], last: _RenderedFamily | None
+        self,
+        sample_name: str,
+        part_labels: list[tuple[Mapping[str, str], ...]],
+        part_ids: list[list[int]],
+        last: _RenderedFamily | None,
     ) -> _RenderedFamily:
         """The family's prefixes for these label mappings: the last rendering's where it had the mapping."""
         known = last.by_id if last is not None else {}
-        made = _RenderedFamily(part_labels, [], {})
-        for labels in part_labels:
-            ids = list(map(id, labels))
+        made = _RenderedFamily(part_labels, part_ids, [], {})
+        for labels, ids in zip(part_labels, part_ids, strict=True):
             entries: list[tuple[Mapping[str, str], str] | None] = list(map(known.get, ids))
             if None in entries:
                 for i, entry in enumerate(entries):
@@ -227,6 +233,8 @@ class _RenderedFamily:
     same mapping, even when the catalog's cache frees mappings in the middle of a render."""
 
     labels: list[tuple[Mapping[str, str], ...]]
+    ids: list[list[int]]
+    """The identities of ``labels`` (which it holds, so they stay theirs while this exists)."""
     prefixes: list[list[str]]
     by_id: dict[int, tuple[Mapping[str, str], str]]
 

@@ -724,3 +724,24 @@ def test_the_fast_renderer_equals_the_reference_over_random_pipelines_and_turnov
         fast.render(batch)
         reference.render(batch)
         assert fast.body == reference.body
+
+
+def test_prefixes_are_reused_only_for_the_same_mappings_not_equal_ones_in_another_order() -> None:
+    # "x.y" and "x_y" are one Prometheus name: the first label wins. An upsert appends "x.y" when the record
+    # lacks it, so the second tick's mapping equals the first's as a dict but lists its labels the other
+    # way round, and the value of x_y changes with it.
+    def tick(extra: tuple[tuple[str, str], ...]) -> Batch:
+        record = Totals(time=T, scope="process", key="7", device_id=A, energy_mj=1000, extra=extra)
+        actions = (LabelAction("upsert", "x.y", value="v"),)
+        return Batch(time=T, interval_s=5.0, node="n", pipeline="p", label_actions=actions).with_records([record])
+
+    rendered = {}
+    for renderer in ("fast", "prometheus_client"):
+        exporter = PrometheusExporter(
+            PrometheusConfig(listen="127.0.0.1:0", renderer=renderer), make_context("prometheus", "exporter")
+        )
+        for extra in ((("x.y", "old"), ("x_y", "2")), (("x_y", "2"),)):
+            exporter.render(tick(extra))
+        rendered[renderer] = exporter.body
+    assert rendered["fast"] == rendered["prometheus_client"]
+    assert b'x_y="2"' in rendered["fast"]
