@@ -33,10 +33,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import gzip
+import itertools
 import operator
 import re
 import threading
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -51,18 +52,19 @@ from pydantic import Field, field_validator
 from pipeline.catalog import (
     FAMILIES,
     NODE,
+    Columns,
     Family,
     Point,
     Scheme,
     label_name,
-    labelled_values,
+    labelled_columns,
     prometheus_label,
     prometheus_name,
     remember_devices,
 )
 from pipeline.components import ComponentConfig, CreateContext, Factory
 from pipeline.httpserver import HttpServer, parse_listen
-from pipeline.records import Batch, Record
+from pipeline.records import Batch
 from pipeline.webconfig import WebConfig, load_web_config, serve
 
 __all__ = ["PrometheusConfig", "PrometheusExporter", "factory"]
@@ -167,13 +169,14 @@ class _FastRenderer:
         previous, self._families = self._families, {}
         out: list[bytes] = []
         for family, sample_name, parts in exporter._family_values():
-            part_labels: list[tuple[Mapping[str, str], ...]] = []
-            part_values: list[tuple[float, ...]] = []
-            for triples in parts:
+            part_labels: list[Sequence[Mapping[str, str]]] = []
+            part_values: list[Sequence[float]] = []
+            for labels, values, records in parts:
                 if drop_terminated:
-                    triples = [t for t in triples if getattr(t[2], "state", None) != "terminated"]
-                if triples:
-                    labels, values, _ = zip(*triples, strict=True)
+                    running = [getattr(record, "state", None) != "terminated" for record in records]
+                    labels = list(itertools.compress(labels, running))
+                    values = list(itertools.compress(values, running))
+                if labels:
                     part_labels.append(labels)
                     part_values.append(values)
             if not part_labels:
@@ -195,7 +198,7 @@ class _FastRenderer:
     def _prefixes(
         self,
         sample_name: str,
-        part_labels: list[tuple[Mapping[str, str], ...]],
+        part_labels: list[Sequence[Mapping[str, str]]],
         part_ids: list[list[int]],
         last: _RenderedFamily | None,
     ) -> _RenderedFamily:
@@ -232,7 +235,7 @@ class _RenderedFamily:
     no other mapping can be born at its address while the entry exists: a hit by identity is always the
     same mapping, even when the catalog's cache frees mappings in the middle of a render."""
 
-    labels: list[tuple[Mapping[str, str], ...]]
+    labels: list[Sequence[Mapping[str, str]]]
     ids: list[list[int]]
     """The identities of ``labels`` (which it holds, so they stay theirs while this exists)."""
     prefixes: list[list[str]]
@@ -372,7 +375,9 @@ class PrometheusExporter:
         where two pipelines give one series, the last wins), after ``per_process`` and ``terminated``."""
         for family, sample_name, parts in self._family_values():
             family_points: Iterator[Point] = (
-                Point(labels, value, record) for triples in parts for labels, value, record in triples
+                Point(labels, value, record)
+                for columns in parts
+                for labels, value, record in zip(*columns, strict=True)
             )
             if not self.config.terminated:
                 family_points = (p for p in family_points if getattr(p.record, "state", None) != "terminated")
@@ -380,15 +385,15 @@ class PrometheusExporter:
 
     def _family_values(
         self,
-    ) -> Iterator[tuple[Family, str, list[Collection[tuple[Mapping[str, str], float, Record]]]]]:
-        """Each family to render (after ``per_process``), its sample name, and its labelled values from
+    ) -> Iterator[tuple[Family, str, list[Columns]]]:
+        """Each family to render (after ``per_process``), its sample name, and its labelled columns from
         every batch, in pipeline order; ``terminated`` is left to the caller."""
         config = self.config
         batches = [self.batches[name] for name in sorted(self.batches)]
         for family in FAMILIES:
             if family.kind == "process" and not config.per_process:
                 continue
-            parts = [labelled_values(family, batch, config.naming, self.devices) for batch in batches]
+            parts = [labelled_columns(family, batch, config.naming, self.devices) for batch in batches]
             yield family, prometheus_name(family, config.naming), parts
 
     @property

@@ -28,7 +28,7 @@ import operator
 import re
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pipeline.records import (
     Attrs,
@@ -50,12 +50,15 @@ __all__ = [
     "FAMILIES",
     "NODE",
     "Attribute",
+    "Columns",
     "Family",
     "Instrument",
     "Point",
     "Scheme",
     "device_attributes",
     "label_name",
+    "labelled_columns",
+    "labelled_values",
     "points",
     "prometheus_label",
     "prometheus_name",
@@ -407,13 +410,31 @@ def labelled_values(
     family: Family, batch: Batch, scheme: Scheme, devices: Mapping[str, Mapping[str, str]] | None = None
 ) -> Collection[tuple[Mapping[str, str], float, Record]]:
     """What :func:`points` yields, as ``(labels, value, record)`` triples: for exporters that render
-    thousands of series per tick and need no :class:`Point` for each (the labels are the same mappings).
+    thousands of series per tick and need no :class:`Point` for each (the labels are the same mappings)."""
+    return list(zip(*labelled_columns(family, batch, scheme, devices), strict=True))
+
+
+class Columns(NamedTuple):
+    """A family's points as three parallel sequences (what :func:`labelled_values` zips into triples)."""
+
+    labels: Sequence[Mapping[str, str]]
+    values: Sequence[float]
+    records: Sequence[Record]
+
+
+_NO_COLUMNS = Columns((), (), ())
+
+
+def labelled_columns(
+    family: Family, batch: Batch, scheme: Scheme, devices: Mapping[str, Mapping[str, str]] | None = None
+) -> Columns:
+    """:func:`labelled_values` as columns, for a renderer that takes the labels and the values apart anyway.
 
     Written column by column (``map``/``zip`` over the records, which run in C) rather than as one loop
     over the records: it runs for every series on every tick, and this halves its cost."""
     records: Sequence[Record] = _selected(_plan(family, scheme), batch)
     if not records:
-        return ()
+        return _NO_COLUMNS
     plan = _plan(family, scheme)
     # The family's value (1 for an info family), scaled by its divisor; records without one have no point.
     if plan.get_value is None:
@@ -452,7 +473,7 @@ def labelled_values(
         # labels, found without a key per record (comparing the lists is a loop in C).
         found = last.found
         if last.distinct:
-            return list(zip(found, values, records, strict=True))
+            return Columns(found, values, records)
     else:
         keys = list(zip(identities, extras, itertools.repeat(actions), map(device_token.__getitem__, device_ids)))
         found = _find(plan, keys, records, batch, devices, device_ids)
@@ -462,7 +483,10 @@ def labelled_values(
     out = dict(zip(map(_SERIES, found), zip(found, values, records, strict=True), strict=True))
     plan.cache.used = len(out)
     plan.cache.last = _LastCall(actions, device_token, device_ids, identities, extras, found, len(out) == len(found))
-    return out.values()
+    if len(out) == len(found):
+        return Columns(found, values, records)
+    kept_labels, kept_values, kept_records = zip(*out.values(), strict=True)
+    return Columns(kept_labels, kept_values, kept_records)
 
 
 def _find(
