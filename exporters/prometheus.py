@@ -12,8 +12,8 @@ Two renderers make the same bytes (a test holds them to it, and to golden files)
   once and reused for as long as the series lasts (its labels come from the catalog's label cache, so
   the same mapping object arrives tick after tick), each family's ``# HELP``/``# TYPE`` lines once per
   process, and only the values are formatted per tick: Python's ``repr`` below a million (where it equals
-  Go's format), ``prometheus_client``'s ``floatToGoString`` above. The catalog hands it ``(labels, value,
-  record)`` triples, not a ``Point`` per series.
+  Go's format), ``prometheus_client``'s ``floatToGoString`` above. The catalog hands it a family's labels,
+  values and records as columns (``labelled_columns``), not a ``Point`` per series.
   Label names go through ``prometheus_client``'s own escaping; label values are escaped here the way
   ``prometheus_client`` does it (backslash, newline and double quote as ``\\``, ``\n``, ``\"``; UTF-8
   otherwise as is).
