@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import platform
 import statistics
 import textwrap
 import threading
 import time
+import timeit
 from collections.abc import Callable
 from typing import Any
 
@@ -240,11 +242,20 @@ def latency(delay_s: float = 0.020) -> dict[str, float]:
     return out  # type: ignore[no-any-return]
 
 
+def _yardstick_ms() -> float:
+    """The best of five ``sum(range(10**6))``: how fast this machine runs plain Python, so that tick costs
+    measured on two machines can be compared (docs/benchmarks.md quotes it)."""
+    return min(timeit.repeat("sum(range(10**6))", number=1, repeat=5)) * 1000
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ticks", type=int, default=1000)
     args = parser.parse_args()
-    print(f"machine: {platform.machine()}, python {platform.python_version()}")
+    print(
+        f"machine: {platform.machine()}, python {platform.python_version()}, {os.cpu_count()} CPUs; "
+        f"a yardstick for comparing machines: sum(range(10**6)) takes {_yardstick_ms():.1f} ms here"
+    )
     a = cpu_and_memory(args.ticks)
     print(
         f"1. CPU per tick, 8 GPUs × 64 processes ({a['series']:.0f} series), everything in this process: "
