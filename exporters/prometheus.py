@@ -148,8 +148,8 @@ class _FastRenderer:
     """The text format written directly: per tick, only the values are formatted (see the module docstring).
 
     Every series' prefix (``name{label="value",…} ``) is remembered for the next tick, keyed by the identity
-    of the catalog's label mapping it was made from; the mappings are held alongside, so an identity
-    cannot be reused by another mapping meanwhile. Only the series of the last rendering are kept: the
+    of the catalog's label mapping it was made from; each entry holds its mapping, so an identity cannot be
+    reused by another mapping meanwhile. Only the series of the last rendering are kept: the
     cache is exactly as large as the exposition, and a series that ends is forgotten a tick later. A family
     whose label mappings are the very ones of the last rendering, in the same order (a steady node), takes
     its prefixes as they were, with no lookup per series.
@@ -204,7 +204,7 @@ class _FastRenderer:
     ) -> _RenderedFamily:
         """The family's prefixes for these label mappings: the last rendering's where it had the mapping."""
         known = last.by_id if last is not None else {}
-        made = _RenderedFamily(part_labels, part_ids, [], {})
+        made = _RenderedFamily(part_ids, [], {})
         for labels, ids in zip(part_labels, part_ids, strict=True):
             entries: list[tuple[Mapping[str, str], str] | None] = list(map(known.get, ids))
             if None in entries:
@@ -230,14 +230,13 @@ class _FastRenderer:
 
 @dataclass(slots=True)
 class _RenderedFamily:
-    """One family's prefixes in the last rendering: per part (pipeline), its label mappings in order and
-    their prefixes, and every (mapping, prefix) by the mapping's identity. The entry holds the mapping, so
-    no other mapping can be born at its address while the entry exists: a hit by identity is always the
-    same mapping, even when the catalog's cache frees mappings in the middle of a render."""
+    """One family's prefixes in the last rendering: per part (pipeline), the identities of its label
+    mappings in order and their prefixes, and every (mapping, prefix) by the mapping's identity. The entry
+    holds the mapping, so no other mapping can be born at its address while the entry exists: a hit by
+    identity is always the same mapping, even when the catalog's cache frees mappings in the middle of a
+    render, and ``ids`` stay the identities of those mappings."""
 
-    labels: list[Sequence[Mapping[str, str]]]
     ids: list[list[int]]
-    """The identities of ``labels`` (which it holds, so they stay theirs while this exists)."""
     prefixes: list[list[str]]
     by_id: dict[int, tuple[Mapping[str, str], str]]
 
@@ -249,7 +248,7 @@ def _lines(series: dict[str, float]) -> str:
     # values below a million print the same as Python's ``repr``: the common case, checked for the whole
     # family at once (a NaN or an infinity makes the sum NaN or infinite).
     total = sum(values)
-    if -_INF < total < _INF and max(values) < 1e6 and min(values) > -_INF:
+    if -_INF < total < _INF and max(values) < 1e6:
         texts = list(map(repr, values))
     else:
         texts = list(map(_value_text, values))

@@ -432,10 +432,10 @@ def labelled_columns(
 
     Written column by column (``map``/``zip`` over the records, which run in C) rather than as one loop
     over the records: it runs for every series on every tick, and this halves its cost."""
-    records: Sequence[Record] = _selected(_plan(family, scheme), batch)
+    plan = _plan(family, scheme)
+    records: Sequence[Record] = _selected(plan, batch)
     if not records:
         return _NO_COLUMNS
-    plan = _plan(family, scheme)
     # The family's value (1 for an info family), scaled by its divisor; records without one have no point.
     if plan.get_value is None:
         values: list[float] = [1.0] * len(records)
@@ -589,10 +589,10 @@ class _Plan:
     aliases: Mapping[str, str]
     identity: frozenset[str]
     identify: Callable[[Record], object]
+    """The record fields its labels can depend on (identity attributes and label-source fields), as one key."""
     identify_plain: Callable[[Record], object] | None
     """For a family without extras, when the batch has no label actions: only the fields its labels are
     read from (``None``: the same as ``identify``)."""
-    """The record fields its labels can depend on (identity attributes and label-source fields), as one key."""
     get_value: Callable[[Record], Any] | None
     """The family's value field (``None``: an info family, always 1)."""
     device_of: Callable[[Record], str]

@@ -660,7 +660,7 @@ def test_the_series_cache_keeps_only_the_series_of_the_last_rendering() -> None:
     exporter.render(without)
     cached = exporter._fast._families["kepler_process_gpu_joules_total"]
     assert ['pid="7"' in prefix for _, prefix in cached.by_id.values()] == [True]
-    assert [len(labels) for labels in cached.labels] == [1]  # the mappings its keys are ids of
+    assert [len(ids) for ids in cached.ids] == [1]  # the mappings its keys are ids of
     assert b'pid="8"' not in exporter.body
 
 
