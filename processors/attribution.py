@@ -35,6 +35,7 @@ from pipeline.records import (
     InstanceEnergy,
     MigInstance,
     SharingMode,
+    new_share,
 )
 from processors._mig_shares import split_mig
 from processors.attribution_math import apportion, fractions
@@ -202,16 +203,7 @@ class AttributionProcessor:
         # The remainder is explicit every tick: here the processes carried it all, so it is an observed 0.
         remainder = GpuShare(time=time, device_id=device_id, pid=None, share=0.0, energy_mj=0, power_w=0.0, mode=mode)
         return [remainder] + [
-            GpuShare(
-                time=time,
-                device_id=device_id,
-                pid=p.pid,
-                share=fraction,
-                energy_mj=mj,
-                power_w=mj / 1000.0 / interval_s,
-                mode=mode,
-                gpu_instance_id=p.gpu_instance_id,
-            )
+            new_share(time, device_id, p.pid, fraction, mj, mj / 1000.0 / interval_s, mode, p.gpu_instance_id, ())
             for p, fraction, mj in zip(procs, frac, parts, strict=True)
         ]
 

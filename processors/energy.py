@@ -22,7 +22,7 @@ from pydantic import Field
 from pipeline.clock import Timestamp
 from pipeline.components import ComponentConfig, CreateContext, Factory
 from pipeline.config import Duration
-from pipeline.records import Batch, DevicePower, DeviceTotals, HostProcess, Totals, Workload
+from pipeline.records import Batch, DevicePower, DeviceTotals, HostProcess, Totals, Workload, new_totals
 from processors.attribution_math import apportion
 
 __all__ = ["EnergyConfig", "EnergyProcessor", "factory"]
@@ -371,19 +371,21 @@ class EnergyProcessor:
     ) -> Totals:
         if s.start is None:
             s.start = self._start(now, s.start_wall_s)
-        items = tuple(s.attrs.items())
-        if items != s.extra[0]:
-            s.extra = (items, tuple(sorted(items)))
-        return Totals(
-            time=now,
-            scope=scope,
-            key=key,
-            device_id=device_id,
-            energy_mj=s.energy_mj,
-            power_w=s.power_w,
-            extra=s.extra[1],
-            state="running" if s.ended_wall_s is None else "terminated",
-            start=s.start,
+        if s.attrs or s.extra[0]:  # (most series have no attributes: nothing to compare)
+            items = tuple(s.attrs.items())
+            if items != s.extra[0]:
+                s.extra = (items, tuple(sorted(items)))
+        # Positional (new_totals): one record per series per tick.
+        return new_totals(
+            now,
+            scope,
+            key,
+            device_id,
+            s.energy_mj,
+            s.power_w,
+            s.extra[1],
+            "running" if s.ended_wall_s is None else "terminated",
+            s.start,
         )
 
     def _device_totals(self, now: Timestamp) -> tuple[DeviceTotals, ...]:

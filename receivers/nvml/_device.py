@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 import pynvml
 
 from pipeline.clock import Timestamp
-from pipeline.records import DeviceSample, GpuProcessSample, MigInstance
+from pipeline.records import DeviceSample, GpuProcessSample, MigInstance, new_process_sample
 from receivers.nvml._errors import DeviceLost, NotFound, NotSupported, NvmlFailure, nvml_call
 from receivers.nvml._mig import MigLayout
 from receivers.nvml._raw import ProcessList, UtilisationSamples
@@ -151,19 +151,33 @@ class DeviceReader:
                 )
             )
         uuid = self.uuid
-        processes += [
-            GpuProcessSample(
-                time=now,
-                device_id=uuid,
-                pid=pid,
-                used_memory_bytes=memory,
-                gpu_instance_id=gi if mig_enabled and gi != _NO_INSTANCE else None,
-                compute_instance_id=ci if mig_enabled and ci != _NO_INSTANCE else None,
-                sm_util=None if util is None else util.get(pid, 0.0),
-                util_window_s=window_s,
-            )
-            for pid, memory, gi, ci in procs
-        ]
+        if mig_enabled:
+            processes += [
+                new_process_sample(
+                    now,
+                    uuid,
+                    pid,
+                    memory,
+                    None if gi == _NO_INSTANCE else gi,
+                    None if ci == _NO_INSTANCE else ci,
+                    None if util is None else util.get(pid, 0.0),
+                    window_s,
+                    (),
+                )
+                for pid, memory, gi, ci in procs
+            ]
+        elif util is None:
+            processes += [
+                new_process_sample(now, uuid, pid, memory, None, None, None, window_s, ())
+                for pid, memory, _, _ in procs
+            ]
+        else:
+            # The common case, one record per process per tick: positional (see new_process_sample).
+            util_of = util.get
+            processes += [
+                new_process_sample(now, uuid, pid, memory, None, None, util_of(pid, 0.0), window_s, ())
+                for pid, memory, _, _ in procs
+            ]
         instances: list[MigInstance] = []
         if mig_enabled:
             try:

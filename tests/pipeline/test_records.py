@@ -27,6 +27,10 @@ from pipeline.records import (
     Record,
     Totals,
     Workload,
+    _positional,
+    new_process_sample,
+    new_share,
+    new_totals,
     record_kind,
 )
 
@@ -276,3 +280,43 @@ def test_each_record_constructor_sets_every_field_and_default_and_stays_frozen(r
         (f.name, inspect.Parameter.KEYWORD_ONLY, f.type) for f in fields
     ]
     assert record_class.__init__.__module__ == "pipeline.records"
+
+
+POSITIONAL = ((new_process_sample, GpuProcessSample), (new_share, GpuShare), (new_totals, Totals))
+
+
+@pytest.mark.parametrize(("make", "record_class"), POSITIONAL, ids=lambda x: getattr(x, "__name__", ""))
+def test_positional_constructor_makes_the_record_the_keyword_one_makes(make: Any, record_class: type[Record]) -> None:
+    # The hot paths' constructors take every field by position, in their stub's order (not the class's).
+    names = list(inspect.signature(make).parameters)
+    assert sorted(names) == sorted(f.name for f in dataclasses.fields(record_class))
+    assert names != [f.name for f in dataclasses.fields(record_class)]  # so the order really is the stub's
+    given = {name: f"value-{i}" for i, name in enumerate(names)}
+    record = make(*given.values())
+    assert type(record) is record_class
+    assert {name: getattr(record, name) for name in names} == given
+    assert record == record_class(**given)  # type: ignore[arg-type]
+    assert hash(record) == hash(record_class(**given))  # type: ignore[arg-type]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        record.time = "changed"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        make(*list(given.values())[:-1])  # every field is required
+    assert make.__module__ == "pipeline.records"
+    assert record_class.__name__ in make.__doc__
+    # The stub's annotations are kept (inspect and documentation tools show the typed signature).
+    assert inspect.signature(make).return_annotation == record_class.__name__
+
+
+def test_positional_refuses_a_stub_that_is_not_the_fields() -> None:
+    def missing(time: Timestamp, device_id: str) -> GpuShare:
+        raise NotImplementedError
+
+    with pytest.raises(TypeError, match=r"missing: parameters \['time', 'device_id'\] are not the fields of GpuShare"):
+        _positional(GpuShare)(missing)
+
+    def extra(time: Timestamp, extra: tuple[()], scope: str, key: str, device_id: str, energy_mj: int,
+              power_w: float, state: str, start: None, bogus: int) -> Totals:  # fmt: skip
+        raise NotImplementedError
+
+    with pytest.raises(TypeError, match="bogus"):
+        _positional(Totals)(extra)
