@@ -686,8 +686,10 @@ def _plan(family: Family, scheme: Scheme) -> _Plan:
 # Which records a family selects depends only on the record tuple, which is immutable. The tested field's
 # values, as text, are read once per tuple and field (six families test the Totals' scope) and kept for a
 # few recent tuples, so pipelines that render in turn do not redo each other's; each family then picks its
-# records with ``compress`` over them (a loop in C, where grouping was a Python loop per record).
-_TEXTS: dict[tuple[str, str], tuple[tuple[tuple[Record, ...], list[str]], ...]] = {}
+# records with ``compress`` over them (a loop in C, where grouping was a Python loop per record). The set of
+# the texts is kept with them: a family whose value is not among them (the container, pod and MIG instance
+# families on a node without them) selects nothing at once.
+_TEXTS: dict[tuple[str, str], tuple[tuple[tuple[Record, ...], list[str], frozenset[str]], ...]] = {}
 _TEXTS_KEEP = 4
 
 
@@ -702,10 +704,14 @@ def _selected(plan: _Plan, batch: Batch) -> Sequence[Record]:
     (name,), (wanted,) = plan.where, plan.wanted
     key = (plan.field, name)
     recent = _TEXTS.get(key, ())
-    texts = next((t for r, t in recent if r is records), None)
-    if texts is None:
+    found = next(((t, distinct) for r, t, distinct in recent if r is records), None)
+    if found is None:
         texts = list(map(str, map(operator.attrgetter(name), records)))
-        _TEXTS[key] = ((records, texts), *recent[: _TEXTS_KEEP - 1])  # one assignment: safe across threads
+        found = texts, frozenset(texts)
+        _TEXTS[key] = ((records, *found), *recent[: _TEXTS_KEEP - 1])  # one assignment: safe across threads
+    texts, distinct = found
+    if wanted not in distinct:
+        return ()
     return list(itertools.compress(records, map(wanted.__eq__, texts)))
 
 

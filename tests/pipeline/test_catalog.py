@@ -394,3 +394,18 @@ def test_labelled_values_equal_the_uncached_answer_tick_after_tick(batches: list
                     (dict(labels), value, record) for labels, value, record in labelled_values(family, batch, scheme)
                 ]
                 assert got == _uncached(family, batch, scheme), family.kepler
+
+
+def test_a_where_value_absent_from_the_batch_selects_nothing_and_a_present_one_selects_its_records() -> None:
+    # The tested field's texts are kept per record tuple with their set: a value not among them is answered
+    # from the set, so the same tuple must still give the records of a value that is there.
+    def total(scope: str, key: str) -> Totals:
+        return Totals(time=T, scope=scope, key=key, device_id="GPU-a", energy_mj=1000)  # type: ignore[arg-type]
+
+    by_name = {f.kepler: f for f in FAMILIES}
+    batch = Batch(time=T, interval_s=5.0, node="n").with_records([total("process", "1"), total("process", "2")])
+    assert list(points(by_name["kepler_container_gpu_joules_total"], batch, "kepler")) == []
+    assert [p.record.key for p in points(by_name["kepler_process_gpu_joules_total"], batch, "kepler")] == ["1", "2"]
+    mixed = batch.with_records([total("container", "c1")])
+    assert [p.record.key for p in points(by_name["kepler_container_gpu_joules_total"], mixed, "kepler")] == ["c1"]
+    assert [p.record.key for p in points(by_name["kepler_process_gpu_joules_total"], mixed, "kepler")] == ["1", "2"]
