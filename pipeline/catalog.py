@@ -471,22 +471,25 @@ def labelled_columns(
     ):
         # The same records, in the same order, as the last call (a steady node, tick after tick): the same
         # labels, found without a key per record (comparing the lists is a loop in C).
-        found = last.found
-        if last.distinct:
-            return Columns(found, values, records)
-    else:
-        keys = list(zip(identities, extras, itertools.repeat(actions), map(device_token.__getitem__, device_ids)))
-        found = _find(plan, keys, records, batch, devices, device_ids)
+        return _kept(last.found, values, records, last.kept)
+    keys = list(zip(identities, extras, itertools.repeat(actions), map(device_token.__getitem__, device_ids)))
+    found = _find(plan, keys, records, batch, devices, device_ids)
     # One point per label set: records that collapse onto one series (a device's many shares, for the
     # attribution mode) would otherwise be duplicate samples, which Prometheus and OTLP both reject. The
-    # last record's value wins; the series keeps the place of its first.
-    out = dict(zip(map(_SERIES, found), zip(found, values, records, strict=True), strict=True))
-    plan.cache.used = len(out)
-    plan.cache.last = _LastCall(actions, device_token, device_ids, identities, extras, found, len(out) == len(found))
-    if len(out) == len(found):
+    # last record's value wins; the series keeps the place of its first. Which positions are kept depends on
+    # the labels alone, so a steady node reuses them (above) with the labels.
+    last_of_series = dict(zip(map(_SERIES, found), itertools.count()))  # in first-seen order: the last position
+    kept = None if len(last_of_series) == len(found) else list(last_of_series.values())
+    plan.cache.used = len(last_of_series)
+    plan.cache.last = _LastCall(actions, device_token, device_ids, identities, extras, found, kept)
+    return _kept(found, values, records, kept)
+
+
+def _kept(found: list[_Labels], values: list[float], records: Sequence[Record], kept: list[int] | None) -> Columns:
+    """The columns at the ``kept`` positions (``None``: all of them, no two records shared a series)."""
+    if kept is None:
         return Columns(found, values, records)
-    kept_labels, kept_values, kept_records = zip(*out.values(), strict=True)
-    return Columns(kept_labels, kept_values, kept_records)
+    return Columns([found[i] for i in kept], [values[i] for i in kept], [records[i] for i in kept])
 
 
 def _find(
@@ -525,8 +528,9 @@ class _LastCall:
     identities: list[object]
     extras: list[Attrs]
     found: list[_Labels]
-    distinct: bool
-    """No two records shared a series."""
+    kept: list[int] | None
+    """The position of each series' last record, in the order the series first appear; ``None`` where no
+    two records shared a series (every position is kept)."""
 
 
 _EXTRA = operator.attrgetter("extra")
