@@ -31,7 +31,16 @@ from pipeline.catalog import (
     prometheus_name,
 )
 from pipeline.clock import Timestamp
-from pipeline.records import Batch, DevicePower, DeviceSample, GpuShare, LabelAction, Record, Totals
+from pipeline.records import (
+    Batch,
+    DevicePower,
+    DeviceSample,
+    GpuShare,
+    LabelAction,
+    Record,
+    SharingMode,
+    Totals,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 T = Timestamp(monotonic_s=10.0, wall_s=1_767_225_600.0)
@@ -402,10 +411,28 @@ def test_a_where_value_absent_from_the_batch_selects_nothing_and_a_present_one_s
     def total(scope: str, key: str) -> Totals:
         return Totals(time=T, scope=scope, key=key, device_id="GPU-a", energy_mj=1000)  # type: ignore[arg-type]
 
-    by_name = {f.kepler: f for f in FAMILIES}
+    def keys(family: str, batch: Batch) -> list[str]:
+        family_ = next(f for f in FAMILIES if f.kepler == family)
+        return [p.record.key for p in points(family_, batch, "kepler") if isinstance(p.record, Totals)]
+
     batch = Batch(time=T, interval_s=5.0, node="n").with_records([total("process", "1"), total("process", "2")])
-    assert list(points(by_name["kepler_container_gpu_joules_total"], batch, "kepler")) == []
-    assert [p.record.key for p in points(by_name["kepler_process_gpu_joules_total"], batch, "kepler")] == ["1", "2"]
+    assert keys("kepler_container_gpu_joules_total", batch) == []
+    assert keys("kepler_process_gpu_joules_total", batch) == ["1", "2"]
     mixed = batch.with_records([total("container", "c1")])
-    assert [p.record.key for p in points(by_name["kepler_container_gpu_joules_total"], mixed, "kepler")] == ["c1"]
-    assert [p.record.key for p in points(by_name["kepler_process_gpu_joules_total"], mixed, "kepler")] == ["1", "2"]
+    assert keys("kepler_container_gpu_joules_total", mixed) == ["c1"]
+    assert keys("kepler_process_gpu_joules_total", mixed) == ["1", "2"]
+
+
+def test_a_steady_call_picks_the_same_series_positions_as_the_call_before() -> None:
+    # The attribution mode: a device's shares collapse onto one series per mode. A second call with the same
+    # records takes the last call's labels and kept positions: one point per series, the last record's value.
+    mode = next(f for f in FAMILIES if f.kepler == "wattpipe_attribution_mode")
+    modes: list[tuple[int, SharingMode]] = [(1, "time_slicing"), (2, "exclusive"), (3, "time_slicing")]
+    shares = [
+        GpuShare(time=T, device_id="GPU-s", pid=pid, share=0.5, energy_mj=1, power_w=1.0, mode=mode_)
+        for pid, mode_ in modes
+    ]
+    batch = Batch(time=T, interval_s=5.0, node="n").with_records(shares)
+    first = [(dict(p.labels)["mode"], p.record) for p in points(mode, batch, "kepler")]
+    again = [(dict(p.labels)["mode"], p.record) for p in points(mode, batch, "kepler")]  # the steady path
+    assert first == again == [("time_slicing", shares[2]), ("exclusive", shares[1])]

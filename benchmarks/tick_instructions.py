@@ -1,0 +1,120 @@
+"""Benchmark: the instructions one wattpipe tick executes, counted by valgrind (free of the machine's noise).
+
+    .venv/bin/python benchmarks/tick_instructions.py [--parts]
+
+Timings on a shared or virtual machine swing by half from one minute to the next (docs/benchmarks.md);
+an instruction count does not, so two versions of the code can be compared with one run each. The tick
+is issue 4's benchmark tick (``tick_cost.py``: nvml → idle → attribution → energy → prometheus, 8 GPUs ×
+64 time-sliced processes on the simulator), with every GPU read and the render run inline on one thread,
+so that ``valgrind --tool=callgrind`` sees it all. The count per tick is (instructions of 25 ticks −
+instructions of 5 ticks) / 20, which leaves out the start-up (imports, building the simulated node). The
+simulated driver's instructions are in it: compare two versions of wattpipe, not wattpipe with a real
+driver. ``--parts`` also counts the tick without the render and without the processors, to split it.
+
+Needs ``valgrind`` (Debian package ``valgrind``); each count takes a minute or two.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import re
+import shutil
+import subprocess
+import sys
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+FEW, MANY = 5, 25
+
+
+class _Inline:
+    """An executor that runs what it is given at once, on the calling thread (no worker threads to follow)."""
+
+    def submit(self, fn: Any, *args: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        future.set_result(fn(*args))
+        return future
+
+    def shutdown(self, **_: Any) -> None:
+        pass
+
+
+def run_ticks(ticks: int, without: frozenset[str]) -> None:
+    """The child: ``ticks`` ticks of the benchmark pipeline, all on this thread."""
+    import tick_cost
+
+    clock, graph, runner = tick_cost.make(64)
+    exporter: Any = graph.exporters["prometheus"]
+    receiver: Any = graph.receivers["nvml"]
+    if "processors" in without:
+        runner.pipeline = dataclasses.replace(runner.pipeline, processors=())
+
+    async def export(batch: Any) -> None:
+        if "render" not in without:
+            exporter.render(batch)
+
+    exporter.export = export
+
+    async def body() -> None:
+        for slot in receiver.slots:
+            slot.executor = _Inline()
+        for i in range(ticks):
+            clock.advance(700.0 if i == 0 else 5.0)
+            await runner.tick()
+
+    asyncio.run(tick_cost.lifecycle(graph, body))
+
+
+def count(ticks: int, without: frozenset[str]) -> int:
+    """Instructions of a whole child run under callgrind."""
+    command = [
+        "valgrind",
+        "--tool=callgrind",
+        "--callgrind-out-file=/dev/null",
+        sys.executable,
+        __file__,
+        "--child",
+        str(ticks),
+        "--without",
+        ",".join(sorted(without)),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    found = re.search(r"Collected : (\d+)", done.stderr)
+    if done.returncode != 0 or found is None:
+        raise SystemExit(f"valgrind failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def per_tick(without: frozenset[str] = frozenset()) -> float:
+    return (count(MANY, without) - count(FEW, without)) / (MANY - FEW)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--parts", action="store_true", help="also count without the render and the processors")
+    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--without", default="", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child is not None:
+        run_ticks(args.child, frozenset(filter(None, args.without.split(","))))
+        return
+    if shutil.which("valgrind") is None:
+        raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind); nothing was counted")
+    whole = per_tick()
+    print(f"instructions per tick, 8 GPUs × 64 processes (simulated driver included): {whole / 1e6:.1f} M")
+    if args.parts:
+        no_render = per_tick(frozenset({"render"}))
+        receivers = per_tick(frozenset({"render", "processors"}))
+        print(f"  receivers, the simulated driver and the runtime: {receivers / 1e6:.1f} M")
+        print(f"  processors (idle, attribution, energy): {(no_render - receivers) / 1e6:.1f} M")
+        print(f"  Prometheus render: {(whole - no_render) / 1e6:.1f} M")
+
+
+if __name__ == "__main__":
+    main()
