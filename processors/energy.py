@@ -199,7 +199,6 @@ class EnergyProcessor:
             d.active_energy_mj += power.active_energy_mj
             d.last = power
         hosts = {h.pid: h for h in batch.host_processes}
-        intervals = {device_id: p.interval_s for device_id, p in powers.items()}
         seen: set[SeriesKey] = set()
         for share in batch.shares:
             if share.pid is None:
@@ -211,7 +210,7 @@ class EnergyProcessor:
             if running is not None:  # the common case without procfs: a process already running, as is
                 key, series = running, self.series[running]
             else:
-                interval_s = intervals.get(share.device_id, batch.interval_s)
+                interval_s = powers[share.device_id].interval_s if share.device_id in powers else batch.interval_s
                 key, series = self._series_for(share.pid, share.device_id, host, share.time.wall_s, interval_s)
             series.energy_mj += share.energy_mj
             series.power_w = share.power_w

@@ -151,33 +151,21 @@ class DeviceReader:
                 )
             )
         uuid = self.uuid
-        if mig_enabled:
-            processes += [
-                new_process_sample(
-                    now,
-                    uuid,
-                    pid,
-                    memory,
-                    None if gi == _NO_INSTANCE else gi,
-                    None if ci == _NO_INSTANCE else ci,
-                    None if util is None else util.get(pid, 0.0),
-                    window_s,
-                    (),
-                )
-                for pid, memory, gi, ci in procs
-            ]
-        elif util is None:
-            processes += [
-                new_process_sample(now, uuid, pid, memory, None, None, None, window_s, ())
-                for pid, memory, _, _ in procs
-            ]
-        else:
-            # The common case, one record per process per tick: positional (see new_process_sample).
-            util_of = util.get
-            processes += [
-                new_process_sample(now, uuid, pid, memory, None, None, util_of(pid, 0.0), window_s, ())
-                for pid, memory, _, _ in procs
-            ]
+        # One record per process per tick: made positionally (see new_process_sample).
+        processes += [
+            new_process_sample(
+                now,
+                uuid,
+                pid,
+                memory,
+                gi if mig_enabled and gi != _NO_INSTANCE else None,
+                ci if mig_enabled and ci != _NO_INSTANCE else None,
+                None if util is None else util.get(pid, 0.0),
+                window_s,
+                (),
+            )
+            for pid, memory, gi, ci in procs
+        ]
         instances: list[MigInstance] = []
         if mig_enabled:
             try:

@@ -93,6 +93,10 @@ class Pki:
     def key(self, name: str) -> str:
         return str(self.root / f"{name}.key")
 
+    def client(self) -> dict[str, Any]:
+        """The exporter options of a client that trusts the CA and presents its certificate (mutual TLS)."""
+        return {"ca_file": self.crt("ca"), "cert_file": self.crt("client"), "key_file": self.key("client")}
+
     def server(self, name: str = "server", client_ca: str | None = None) -> ServerTls:
         return ServerTls(self.crt(name), self.key(name), self.crt(client_ca) if client_ca else None)
 
@@ -277,9 +281,7 @@ def test_grpc_with_ca_file_delivers_over_tls(receiver: OtlpReceiver, pki: Pki) -
 
 
 def test_grpc_mutual_tls_delivers_with_a_client_certificate(mtls_receiver: OtlpReceiver, pki: Pki) -> None:
-    exporter = make_exporter(
-        mtls_receiver.grpc_endpoint, ca_file=pki.crt("ca"), cert_file=pki.crt("client"), key_file=pki.key("client")
-    )
+    exporter = make_exporter(mtls_receiver.grpc_endpoint, **pki.client())
     received = delivered(mtls_receiver, exporter, "grpc")
     assert received.tls
     assert received.client_cn == "wattpipe-client"
@@ -294,9 +296,7 @@ def test_grpc_mutual_tls_without_a_client_certificate_fails_counted_and_logged_o
     # The server refuses the handshake; gRPC tells the client only that the connection closed.
     assert "StatusCode.UNAVAILABLE" in reason
     # Nothing crashed: the same receiver takes the same batch from an exporter with the client certificate.
-    again = make_exporter(
-        mtls_receiver.grpc_endpoint, ca_file=pki.crt("ca"), cert_file=pki.crt("client"), key_file=pki.key("client")
-    )
+    again = make_exporter(mtls_receiver.grpc_endpoint, **pki.client())
     assert delivered(mtls_receiver, again, "grpc").client_cn == "wattpipe-client"
 
 
@@ -355,13 +355,7 @@ def test_http_with_ca_file_delivers_over_https_whatever_the_environment_says(
 
 
 def test_http_mutual_tls_delivers_with_a_client_certificate(mtls_receiver: OtlpReceiver, pki: Pki) -> None:
-    exporter = make_exporter(
-        mtls_receiver.http_endpoint,
-        protocol="http/protobuf",
-        ca_file=pki.crt("ca"),
-        cert_file=pki.crt("client"),
-        key_file=pki.key("client"),
-    )
+    exporter = make_exporter(mtls_receiver.http_endpoint, protocol="http/protobuf", **pki.client())
     received = delivered(mtls_receiver, exporter, "http/protobuf")
     assert received.tls
     assert received.client_cn == "wattpipe-client"
