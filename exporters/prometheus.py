@@ -188,11 +188,14 @@ class _FastRenderer:
             if last is None or last.ids != ids:
                 last = self._prefixes(sample_name, part_labels, ids, last)
             self._families[sample_name] = last
+            out.append(_header(family, scheme))
+            if last.distinct:  # one part, no two series with one prefix: the lines as they are
+                out.append(_lines(last.prefixes[0], part_values[0]).encode("utf-8"))
+                continue
             series: dict[str, float] = {}  # prefix → value: the prefix is the label set, so it dedups too
             for prefixes, values in zip(last.prefixes, part_values, strict=True):
                 series.update(zip(prefixes, values, strict=True))
-            out.append(_header(family, scheme))
-            out.append(_lines(series).encode("utf-8"))
+            out.append(_lines(list(series), list(series.values())).encode("utf-8"))
         return b"".join(out)
 
     def _prefixes(
@@ -213,6 +216,7 @@ class _FastRenderer:
                         entries[i] = (labels[i], self._prefix(sample_name, labels[i]))
             made.by_id.update(zip(ids, entries, strict=True))  # type: ignore[arg-type]
             made.prefixes.append([entry[1] for entry in entries])  # type: ignore[index]
+        made.distinct = len(made.prefixes) == 1 and len(set(made.prefixes[0])) == len(made.prefixes[0])
         return made
 
     def _prefix(self, sample_name: str, labels: Mapping[str, str]) -> str:
@@ -239,11 +243,13 @@ class _RenderedFamily:
     ids: list[list[int]]
     prefixes: list[list[str]]
     by_id: dict[int, tuple[Mapping[str, str], str]]
+    distinct: bool = False
+    """One part whose prefixes are all different: its lines need no dict to drop repeated series (labels
+    that differ only in characters Prometheus escapes alike, where the first one wins)."""
 
 
-def _lines(series: dict[str, float]) -> str:
+def _lines(prefixes: Sequence[str], values: Sequence[float]) -> str:
     """One line per series, ``prefix`` + value, each ending in a newline."""
-    values = list(series.values())
     # Values are written as prometheus_client writes them (Go's float format: 1e+06, NaN, +Inf). Finite
     # values below a million print the same as Python's ``repr``: the common case, checked for the whole
     # family at once (a NaN or an infinity makes the sum NaN or infinite).
@@ -252,7 +258,7 @@ def _lines(series: dict[str, float]) -> str:
         texts = list(map(repr, values))
     else:
         texts = list(map(_value_text, values))
-    return "\n".join(map(operator.add, series, texts)) + "\n"
+    return "\n".join(map(operator.add, prefixes, texts)) + "\n"
 
 
 def _value_text(value: float) -> str:

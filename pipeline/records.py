@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeVar
@@ -624,8 +625,8 @@ class Batch:
         """A batch with ``records`` appended to the fields their types belong to."""
         grouped: dict[str, list[Record]] = {}
         known = _FIELD_BY_TYPE.get  # the exact type, most often; a subclass goes through field_for
-        for record in records:
-            grouped.setdefault(known(type(record)) or self.field_for(type(record)), []).append(record)
+        for record_type, run in itertools.groupby(records, type):  # receivers give their records in runs
+            grouped.setdefault(known(record_type) or self.field_for(record_type), []).extend(run)
         changes: dict[str, Any] = {name: tuple(getattr(self, name)) + tuple(items) for name, items in grouped.items()}
         return self.replace(**changes)
 

@@ -51,13 +51,11 @@ def integrate_utilisation(samples: list[tuple[int, int, float]], window_start_us
 
     Entries with pid 0 (seen from drivers with zombie processes) are dropped; values clamp to 0–100 %.
     """
-    by_pid: dict[int, list[tuple[int, float]]] = {}
-    count = 0
-    for pid, ts, sm in samples:
-        if pid > 0:
-            by_pid.setdefault(pid, []).append((ts, sm if 0.0 <= sm <= 100.0 else max(0.0, min(100.0, sm))))
-            count += 1
-    if count > len(by_pid):  # some pid has several entries: the buffer shape
+    kept = [entry for entry in samples if entry[0] > 0]
+    if len({pid for pid, _, _ in kept}) < len(kept):  # some pid has several entries: the buffer shape
+        by_pid: dict[int, list[tuple[int, float]]] = {}
+        for pid, ts, sm in kept:
+            by_pid.setdefault(pid, []).append((ts, _clamp(sm)))
         slots = len({ts for entries in by_pid.values() for ts, _ in entries})
         out_slots: dict[int, float] = {}
         for pid, entries in by_pid.items():
@@ -67,15 +65,19 @@ def integrate_utilisation(samples: list[tuple[int, int, float]], window_start_us
             out_slots[pid] = sum(sum(v) / len(v) for v in per_slot.values()) / 100.0 / slots
         return out_slots
     window_us = now_us - window_start_us
+    if window_us <= 0:
+        return {pid: _clamp(sm) / 100.0 for pid, _, sm in kept}
+    since_us = window_start_us - _LAST_SAMPLE_GRACE_US  # (integers: exact)
     out: dict[int, float] = {}
-    for pid, [(ts, sm)] in by_pid.items():
-        if window_us <= 0:
-            coverage = 1.0
-        else:
-            coverage = (ts - window_start_us + _LAST_SAMPLE_GRACE_US) / window_us
-            coverage = 1.0 if coverage > 1.0 else (coverage if coverage > 0.0 else 0.0)
-        out[pid] = sm / 100.0 * coverage
+    for pid, ts, sm in kept:
+        coverage = (ts - since_us) / window_us
+        coverage = 1.0 if coverage > 1.0 else (coverage if coverage > 0.0 else 0.0)
+        out[pid] = (sm if 0.0 <= sm <= 100.0 else _clamp(sm)) / 100.0 * coverage
     return out
+
+
+def _clamp(sm: float) -> float:
+    return sm if 0.0 <= sm <= 100.0 else max(0.0, min(100.0, sm))
 
 
 @dataclass

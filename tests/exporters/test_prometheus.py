@@ -745,3 +745,17 @@ def test_prefixes_are_reused_only_for_the_same_mappings_not_equal_ones_in_anothe
         rendered[renderer] = exporter.body
     assert rendered["fast"] == rendered["prometheus_client"]
     assert b'x_y="2"' in rendered["fast"]
+
+
+def test_two_series_escaped_alike_are_written_once_the_first_labels_and_the_last_value() -> None:
+    # "x.y" and "x_y" are one Prometheus label: two records that differ only there are one series in the text
+    # (a duplicate sample would make Prometheus reject the scrape).
+    records = [
+        Totals(time=T, scope="process", key="7", device_id=A, energy_mj=mj, extra=(name,))
+        for mj, name in ((1000, ("x.y", "v")), (2000, ("x_y", "v")), (3000, ("x_y", "w")))
+    ]
+    exporter = PrometheusExporter(PrometheusConfig(listen="127.0.0.1:0"), make_context("prometheus", "exporter"))
+    exporter.render(Batch(time=T, interval_s=5.0, node="n", pipeline="p").with_records(records))
+    lines = [line for line in exporter.body.decode().splitlines() if line.startswith("kepler_process_gpu_joules_total")]
+    assert [line.rsplit(" ", 1)[1] for line in lines] == ["2.0", "3.0"]
+    assert ['x_y="v"' in lines[0], 'x_y="w"' in lines[1]] == [True, True]
