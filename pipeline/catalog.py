@@ -127,8 +127,9 @@ class Family:
 
     ``value`` is the record field (``None``: the constant 1 of an info or state family), divided by
     ``divisor`` (1000 for the ``*_mj`` fields: exported in joules). ``where`` keeps only records whose
-    fields have those values; ``aliases`` renames record attributes to canonical ones for this family
-    (a Totals ``key`` is a pid, a container ID or a pod UID by scope).
+    fields have those values, as text (``"None"``: the field is absent); ``aliases`` renames record
+    attributes to canonical ones for this family (a Totals ``key`` is a pid, a container ID or a pod UID
+    by scope).
     """
 
     kepler: str
@@ -695,6 +696,7 @@ def _plan(family: Family, scheme: Scheme) -> _Plan:
 # families on a node without them) selects nothing at once.
 _TEXTS: dict[tuple[str, str], tuple[tuple[tuple[Record, ...], list[str], frozenset[str]], ...]] = {}
 _TEXTS_KEEP = 4
+_NONES = itertools.repeat(None)
 
 
 def _selected(plan: _Plan, batch: Batch) -> Sequence[Record]:
@@ -706,6 +708,8 @@ def _selected(plan: _Plan, batch: Batch) -> Sequence[Record]:
     if len(plan.where) > 1:
         return [r for r in records if all(str(getattr(r, k)) == v for k, v in plan.family.where)]
     (name,), (wanted,) = plan.where, plan.wanted
+    if wanted == "None":  # absent: tested as such, no text made for every value that is not
+        return list(itertools.compress(records, map(operator.is_, map(operator.attrgetter(name), records), _NONES)))
     key = (plan.field, name)
     recent = _TEXTS.get(key, ())
     found = next(((t, distinct) for r, t, distinct in recent if r is records), None)

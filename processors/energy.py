@@ -51,6 +51,7 @@ class _Series:
     # Made once and reused while unchanged: every series gives a Totals record every tick.
     start: Timestamp | None = None
     extra: tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]] = ((), ())  # (attrs as read, sorted)
+    seen: int = -1  # the last tick (the processor's count) that had a share for it
 
 
 @dataclass
@@ -94,6 +95,7 @@ class EnergyProcessor:
         self.instances: dict[tuple[str, int], _Series] = {}  # (device, GPU instance) on MIG GPUs
         self.groups: dict[GroupKey, _Series] = {}  # containers and pods, per device
         self._series_order = _Order()
+        self._ticks = 0
         self._group_order = _Order()
 
     # --- state -------------------------------------------------------------------------------
@@ -199,7 +201,8 @@ class EnergyProcessor:
             d.active_energy_mj += power.active_energy_mj
             d.last = power
         hosts = {h.pid: h for h in batch.host_processes}
-        seen: set[SeriesKey] = set()
+        self._ticks += 1
+        tick = self._ticks
         for share in batch.shares:
             if share.pid is None:
                 if share.device_id in self.devices:
@@ -208,16 +211,16 @@ class EnergyProcessor:
             host = hosts.get(share.pid)
             running = None if host is not None else self._running.get((share.pid, share.device_id))
             if running is not None:  # the common case without procfs: a process already running, as is
-                key, series = running, self.series[running]
+                series = self.series[running]
             else:
                 interval_s = powers[share.device_id].interval_s if share.device_id in powers else batch.interval_s
-                key, series = self._series_for(share.pid, share.device_id, host, share.time.wall_s, interval_s)
+                _, series = self._series_for(share.pid, share.device_id, host, share.time.wall_s, interval_s)
             series.energy_mj += share.energy_mj
             series.power_w = share.power_w
             series.ended_wall_s = None  # back (or still) running
             if share.gpu_instance_id is not None:
                 series.attrs["gpu_instance_id"] = str(share.gpu_instance_id)
-            seen.add(key)
+            series.seen = tick
         self._groups(batch, powers, hosts, now.wall_s)
         for inst in batch.instance_energy:
             ikey = (inst.device_id, inst.gpu_instance_id)
@@ -230,7 +233,7 @@ class EnergyProcessor:
             if inst.profile is not None:
                 instance.attrs["profile"] = inst.profile
         for key, series in self.series.items():
-            if key not in seen and series.ended_wall_s is None and key[1] in observed:
+            if series.seen != tick and series.ended_wall_s is None and key[1] in observed:
                 # Its device was read this tick and it was not on it: it has exited.
                 self._end(key, series, now.wall_s)
         self._prune(now.wall_s)
