@@ -445,9 +445,10 @@ def labelled_columns(
         if None in raw:
             records = [record for record, value in zip(records, raw, strict=True) if value is not None]
             raw = [value for value in raw if value is not None]
-        values = list(map(float, raw))
-        if family.divisor != 1:
-            values = list(map(operator.truediv, values, itertools.repeat(float(family.divisor))))
+        if family.divisor != 1:  # (true division gives a float, as float() would, and the same one)
+            values = list(map(operator.truediv, raw, itertools.repeat(float(family.divisor))))
+        else:
+            values = list(map(float, raw))
     # A record's labels depend only on its identity, extras and label-source fields, the batch's label
     # actions and its device's attributes, never on its values: so they are cached across ticks (a series
     # keeps its labels from tick to tick; only the value is new). Actions and devices enter the key as

@@ -14,7 +14,9 @@ it, series are keyed by (pid, device) alone and a reused pid continues the old s
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any, Literal
 
 from pydantic import Field
@@ -69,17 +71,30 @@ class _Order:
     stable order; a node's series rarely change from one tick to the next, so re-sorting every tick was
     wasted: comparing the key sets is a hash lookup per key, sorting tuples is many comparisons)."""
 
-    __slots__ = ("_keys", "_order")
+    __slots__ = ("_columns", "_keys", "_order", "_split")
 
-    def __init__(self) -> None:
+    def __init__(self, split: Callable[[list[Any]], tuple[list[Any], ...]]) -> None:
+        self._split = split
         self._keys: set[Any] = set()
         self._order: list[Any] = []
+        self._columns: tuple[list[Any], ...] = split([])
 
-    def of(self, table: dict[Any, Any]) -> list[Any]:
+    def of(self, table: dict[Any, Any]) -> tuple[list[Any], tuple[list[Any], ...]]:
+        """The keys in order, and ``split`` of them (the parts of each key a Totals record takes, made
+        with the order: the same text objects tick after tick, which the catalog compares by identity)."""
         if table.keys() != self._keys:
             self._keys = set(table)
             self._order = sorted(self._keys)
-        return self._order
+            self._columns = self._split(self._order)
+        return self._order, self._columns
+
+
+def _process_columns(order: list[SeriesKey]) -> tuple[list[Any], ...]:
+    return [str(pid) for pid, _, _ in order], [device for _, device, _ in order]
+
+
+def _group_columns(order: list[GroupKey]) -> tuple[list[Any], ...]:
+    return [scope for scope, _, _ in order], [key for _, key, _ in order], [device for _, _, device in order]
 
 
 class EnergyProcessor:
@@ -94,9 +109,9 @@ class EnergyProcessor:
         self.devices: dict[str, _Device] = {}
         self.instances: dict[tuple[str, int], _Series] = {}  # (device, GPU instance) on MIG GPUs
         self.groups: dict[GroupKey, _Series] = {}  # containers and pods, per device
-        self._series_order = _Order()
+        self._series_order = _Order(_process_columns)
         self._ticks = 0
-        self._group_order = _Order()
+        self._group_order = _Order(_group_columns)
 
     # --- state -------------------------------------------------------------------------------
 
@@ -347,21 +362,17 @@ class EnergyProcessor:
                 series.ended_wall_s, series.power_w = wall_s, 0.0  # none of its processes ran this tick
 
     def _group_totals(self, now: Timestamp) -> tuple[Totals, ...]:
-        groups = self.groups
-        return tuple(
-            self._total(now, scope, key, device, groups[(scope, key, device)])
-            for scope, key, device in self._group_order.of(groups)
-        )
+        order, (scopes, keys, devices) = self._group_order.of(self.groups)
+        return tuple(map(self._total, repeat(now), scopes, keys, devices, map(self.groups.__getitem__, order)))
 
     def _start(self, now: Timestamp, start_wall_s: float) -> Timestamp:
         # The series began before this process (a restart): place it on this process's monotonic clock.
         return Timestamp(monotonic_s=now.monotonic_s - (now.wall_s - start_wall_s), wall_s=start_wall_s)
 
     def _totals(self, now: Timestamp) -> tuple[Totals, ...]:
-        series = self.series
-        return tuple(
-            self._total(now, "process", str(key[0]), key[1], series[key]) for key in self._series_order.of(series)
-        )
+        order, (pids, devices) = self._series_order.of(self.series)
+        scope: Iterator[Literal["process"]] = repeat("process")
+        return tuple(map(self._total, repeat(now), scope, pids, devices, map(self.series.__getitem__, order)))
 
     def _total(
         self,

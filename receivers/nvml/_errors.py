@@ -62,12 +62,11 @@ _BY_CODE: dict[int, type[NvmlFailure]] = {
 
 def nvml_call(fn: Callable[..., T], *args: Any) -> T:
     """Call a pynvml wrapper, turning its errors into ours."""
-    name = getattr(fn, "__name__", "nvml")
     try:
         return fn(*args)
     except pynvml.NVMLError as exc:
         code = getattr(exc, "value", None)
         klass = _BY_CODE.get(code, NvmlFailure) if isinstance(code, int) else NvmlFailure
-        raise klass(name, code, str(exc)) from None
+        raise klass(getattr(fn, "__name__", "nvml"), code, str(exc)) from None
     except pynvml.NVMLLibraryMismatchError as exc:  # a symbol this driver lacks: not an NVMLError
-        raise NotSupported(name, None, f"this driver lacks the symbol ({exc})") from None
+        raise NotSupported(getattr(fn, "__name__", "nvml"), None, f"this driver lacks the symbol ({exc})") from None
