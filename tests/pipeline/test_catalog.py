@@ -351,6 +351,8 @@ def _ticks(draw: st.DrawFn) -> list[Batch]:
                 device_index=draw(st.sampled_from([i, i + 4])),  # renumbered: labels from the device change
                 device_name=draw(_DEVICE_NAMES),
                 vendor="nvidia",
+                compute_mode=draw(st.sampled_from([None, "default", "exclusive_process"])),
+                up=draw(st.booleans()),
             )
             for i in range(2)
         )
@@ -386,6 +388,8 @@ _CACHED_FAMILIES = [
         "kepler_process_gpu_joules_total",
         "kepler_process_gpu_watts",
         "wattpipe_attribution_mode",
+        "wattpipe_node_gpu_unattributed_watts",
+        "wattpipe_device_up",  # before the info family: the same records, keyed by fewer fields
         "kepler_node_gpu_info",
     )
 ]
