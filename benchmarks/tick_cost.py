@@ -12,6 +12,9 @@
 3. Resident memory after --ticks ticks, and its growth over the second half (target ≤ 80 MB, no growth).
 4. With 20 ms injected into every NVML call, the tick's wall time against the slowest single device's
    calls (target ≤ 1.2×): devices are read in parallel, one worker thread each.
+
+Last, the steal time over the run (Linux ``/proc/stat``): on a shared VM, a run with more than a few %
+measures its neighbours as much as wattpipe.
 """
 
 from __future__ import annotations
@@ -248,10 +251,31 @@ def _yardstick_ms() -> float:
     return min(timeit.repeat("sum(range(10**6))", number=1, repeat=5)) * 1000
 
 
+def _cpu_times() -> list[int] | None:
+    """The machine's CPU time counters (``/proc/stat``: user, nice, system, idle, iowait, irq, softirq,
+    steal), or ``None`` where there is no such file."""
+    try:
+        with open("/proc/stat") as fh:
+            fields = fh.readline().split()
+    except OSError:
+        return None
+    return [int(v) for v in fields[1:9]] if fields[:1] == ["cpu"] and len(fields) >= 9 else None
+
+
+def _steal(before: list[int] | None) -> str:
+    """The share of the run the hypervisor gave this VM's CPUs to others (steal time): above a few % the
+    timings measure the neighbours as much as wattpipe (docs/benchmarks.md)."""
+    after = _cpu_times()
+    if before is None or after is None or sum(after) == sum(before):
+        return "not known here"
+    return f"{(after[7] - before[7]) / (sum(after) - sum(before)) * 100:.1f} % of the machine's CPU time"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ticks", type=int, default=1000)
     args = parser.parse_args()
+    times = _cpu_times()
     print(
         f"machine: {platform.machine()}, python {platform.python_version()}, {os.cpu_count()} CPUs; "
         f"a yardstick for comparing machines: sum(range(10**6)) takes {_yardstick_ms():.1f} ms here"
@@ -281,6 +305,7 @@ def main() -> None:
         f"{c['one_device_ms']:.0f} ms "
         f"({c['tick_wall_ms'] / c['one_device_ms']:.2f}×)"
     )
+    print(f"steal time during the run (a VM's CPUs given to its neighbours): {_steal(times)}")
 
 
 if __name__ == "__main__":
