@@ -13,6 +13,7 @@ reading is NotSupported, as with pynvml's version-mismatch error.
 from __future__ import annotations
 
 import ctypes
+import operator
 import struct
 from collections.abc import Callable
 from typing import Any
@@ -27,6 +28,7 @@ ProcessEntry = tuple[int, int | None, int, int]
 """(pid, used memory in bytes or None, GPU-instance id, compute-instance id), as the driver lists it."""
 
 _NOT_AVAILABLE = 0xFFFFFFFFFFFFFFFF  # usedGpuMemory where the driver cannot say (WDDM)
+_MEMORY = operator.itemgetter(1)
 _RETRIES = 3  # processes may start between the calls; the buffer grows each time
 
 
@@ -109,10 +111,10 @@ class ProcessList:
     def __call__(self, handle: Any) -> list[ProcessEntry]:
         fn = _symbol("nvmlDeviceGetComputeRunningProcesses_v3")
         filled = self._buffer.fill(lambda array, count: fn(handle, count, array))
-        return [
-            (pid, None if memory == _NOT_AVAILABLE else memory, gi, ci)
-            for pid, memory, gi, ci in self._buffer.entries(_PROCESS_INFO, filled)
-        ]
+        entries: list[ProcessEntry] = list(self._buffer.entries(_PROCESS_INFO, filled))
+        if _NOT_AVAILABLE in map(_MEMORY, entries):  # (a test in C; most drivers give every process's memory)
+            return [(pid, None if memory == _NOT_AVAILABLE else memory, gi, ci) for pid, memory, gi, ci in entries]
+        return entries
 
 
 class UtilisationSamples:

@@ -460,6 +460,41 @@ def test_process_list_and_samples_take_one_call_per_tick_once_the_buffer_fits(
         h.close()
 
 
+def test_memory_the_driver_cannot_say_is_absent_for_that_process_only(
+    clock: SteppedClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # usedGpuMemory is all ones where the driver cannot say (WDDM): absent, not 16 EiB.
+    h = Harness(
+        scenario(gpus=[{"model": "NVIDIA H100 80GB HBM3", "idle_w": 100, "max_w": 700}], processes=busy_processes(3)),
+        clock,
+    )
+    try:
+        lib = pynvml.nvmlLib
+
+        class Wddm:
+            def __getattr__(self, name: str) -> Any:
+                fn = getattr(lib, name)
+                if name != "nvmlDeviceGetComputeRunningProcesses_v3":
+                    return fn
+
+                def unknown_memory_for_1001(handle: Any, count: Any, array: Any) -> int:
+                    ret: int = fn(handle, count, array)
+                    for entry in array[: count._obj.value]:
+                        if entry.pid == 1001:
+                            entry.usedGpuMemory = 0xFFFFFFFFFFFFFFFF
+                    return ret
+
+                return unknown_memory_for_1001
+
+        monkeypatch.setattr(pynvml, "nvmlLib", Wddm())
+        monkeypatch.setattr(pynvml, "_nvmlGetFunctionPointer_cache", {})
+        clock.advance(5.0)
+        _, procs = h.poll()
+        assert {p.pid: p.used_memory_bytes for p in procs} == {1000: 10 * 2**20, 1001: None, 1002: 12 * 2**20}
+    finally:
+        h.close()
+
+
 def test_more_processes_than_the_kept_buffer_are_all_read(clock: SteppedClock) -> None:
     # 3 processes first, then 200 more: the buffer sized for 3 grows within the tick, nobody is missed.
     procs = busy_processes(3) + busy_processes(200, first_pid=5000, start_s=7.0)
