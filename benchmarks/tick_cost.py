@@ -135,7 +135,8 @@ def cpu_and_memory(ticks: int) -> dict[str, float]:
     pynvml.nvmlLib = _MeteredLibrary(pynvml.nvmlLib, driver)
     pynvml._nvmlGetFunctionPointer_cache = {}  # re-resolve every symbol through the metered library
     for _, processor in runner.pipeline.processors:
-        processor.process = processors.wrap(processor.process)
+        metered: Any = processor  # its method replaced by a metered one
+        metered.process = processors.wrap(processor.process)
     exporter: Any = graph.exporters["prometheus"]
     exporter.render = render.wrap(exporter.render)  # on a worker thread (asyncio.to_thread): metered there
 
@@ -167,7 +168,7 @@ def cpu_and_memory(ticks: int) -> dict[str, float]:
             out[f"{name}_ms_p10"] = sorted(values[1:])[len(values[1:]) // 10] * 1000  # the machine's quiet ticks
         return out
 
-    return asyncio.run(lifecycle(graph, body))  # type: ignore[no-any-return]
+    return asyncio.run(lifecycle(graph, body))
 
 
 def scrape(processes_per_gpu: int, requests: int = 200) -> dict[str, float]:
@@ -194,7 +195,7 @@ def scrape(processes_per_gpu: int, requests: int = 200) -> dict[str, float]:
         series = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
         return {"series": float(series), "scrape_ms_median": statistics.median(times) * 1000}
 
-    return asyncio.run(lifecycle(graph, body))  # type: ignore[no-any-return]
+    return asyncio.run(lifecycle(graph, body))
 
 
 class _Slow:
