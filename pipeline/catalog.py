@@ -472,10 +472,7 @@ def labelled_columns(
             identities = list(itertools.compress(identities, keep))
             extras = list(itertools.compress(extras, keep))
             raw = list(itertools.compress(raw, keep))
-        if family.divisor != 1:  # (true division gives a float, as float() would, and the same one)
-            values = list(map(operator.truediv, raw, itertools.repeat(float(family.divisor))))
-        else:
-            values = list(map(float, raw))
+        values = _scaled(raw, family.divisor)
     devices = device_attributes(batch) if devices is None else devices
     device_token = {device_id: _token(tuple(devices.get(device_id, {}).items())) for device_id in set(device_ids)}
     actions = _token(batch.label_actions)
@@ -502,6 +499,18 @@ def labelled_columns(
     plan.cache.used = len(last_of_series)
     plan.cache.last = _LastCall(actions, device_token, device_ids, identities, extras, found, kept)
     return _kept(found, values, records, kept)
+
+
+def _scaled(raw: list[Any], divisor: int) -> list[float]:
+    """The values as floats, divided by ``divisor``: an int or float divided by a float is the float that
+    ``float()`` and then the division would give, in one pass; any other number a custom component put in a
+    record (a ``Decimal``, a numeric text) goes through ``float()`` first, as every value once did."""
+    if divisor == 1:
+        return list(map(float, raw))
+    try:
+        return list(map(operator.truediv, raw, itertools.repeat(float(divisor))))
+    except TypeError:
+        return list(map(operator.truediv, map(float, raw), itertools.repeat(float(divisor))))
 
 
 def _kept(found: list[_Labels], values: list[float], records: Sequence[Record], kept: list[int] | None) -> Columns:
@@ -557,7 +566,8 @@ _COLUMNS: dict[
     tuple[object, ...], tuple[tuple[Record, ...], Sequence[Record], list[str], list[object], list[Attrs]]
 ] = {}
 """Per (batch field, where test, key fields): the last batch's record tuple and, from it, the records a
-family selects and their devices, identities and extras (see labelled_columns)."""
+family selects and their devices, identities and extras (see labelled_columns). A Batch's fields are
+tuples, so the same object is the same records; the entry holds it, so its identity is not reused."""
 _SERIES = operator.attrgetter("series")
 
 

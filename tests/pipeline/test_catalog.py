@@ -440,3 +440,15 @@ def test_a_steady_call_picks_the_same_series_positions_as_the_call_before() -> N
     first = [(dict(p.labels)["mode"], p.record) for p in points(mode, batch, "kepler")]
     again = [(dict(p.labels)["mode"], p.record) for p in points(mode, batch, "kepler")]  # the steady path
     assert first == again == [("time_slicing", shares[2]), ("exclusive", shares[1])]
+
+
+def test_values_a_custom_component_gave_as_other_numbers_are_exported_as_floats() -> None:
+    # Records are not type-checked at runtime: a Decimal or a numeric text in an mJ field is exported as its
+    # value in joules, not a failed render.
+    from decimal import Decimal
+
+    records = [_process(1, 1500), _process(2, Decimal(2500)), _process(3, "3500")]  # type: ignore[arg-type]
+    batch = Batch(time=T, interval_s=5.0, node="n").with_records(records)
+    got = [value for _, value, _ in labelled_values(FAMILY["kepler_process_gpu_joules_total"], batch, "kepler")]
+    assert got == [1.5, 2.5, 3.5]
+    assert all(type(value) is float for value in got)
