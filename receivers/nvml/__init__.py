@@ -20,7 +20,7 @@ import logging
 import threading
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pynvml
 from pydantic import Field
@@ -54,10 +54,15 @@ class NvmlConfig(ComponentConfig):
 
 @dataclass
 class _Retry:
-    """When a GPU that could not be opened is tried next, and the backoff that led there."""
+    """When a GPU that failed (could not be opened, or was lost) is tried next, and the backoff that led
+    there: ``reinit_backoff`` after the first failure, doubled after each next one up to the maximum."""
 
-    at_s: float
-    backoff_s: float
+    at_s: float = 0.0
+    backoff_s: float = 0.0  # 0: no failure since the GPU last answered
+
+    def failed(self, now_s: float, config: NvmlConfig) -> None:
+        self.backoff_s = min(self.backoff_s * 2, config.reinit_backoff_max) if self.backoff_s else config.reinit_backoff
+        self.at_s = now_s + self.backoff_s
 
 
 @dataclass
@@ -68,8 +73,7 @@ class _Slot:
     executor: ThreadPoolExecutor
     pending: Future[Reading] | None = None
     down: bool = False
-    retry_at_s: float = 0.0
-    backoff_s: float = 0.0
+    retry: _Retry = field(default_factory=_Retry)
 
 
 class NvmlReceiver:
@@ -123,8 +127,8 @@ class NvmlReceiver:
                 reader = self._open(index)
             except NvmlFailure as exc:
                 # It may come back (a GPU lost at boot, a driver still settling): tried again with backoff.
-                retry = _Retry(at_s=now_s + self.config.reinit_backoff, backoff_s=self.config.reinit_backoff)
-                self._unopened[index] = retry
+                retry = self._unopened[index] = _Retry()
+                retry.failed(now_s, self.config)
                 self.failures.inc(gpu=str(index), reason="open")
                 self.log.error("GPU %d cannot be opened (%s): retrying in %gs", index, exc, retry.backoff_s)
                 continue
@@ -188,9 +192,7 @@ class NvmlReceiver:
         for index, result in opening.result().items():
             if isinstance(result, NvmlFailure):
                 self.failures.inc(gpu=str(index), reason="open")
-                retry = self._unopened[index]
-                retry.backoff_s = min(retry.backoff_s * 2, self.config.reinit_backoff_max)
-                retry.at_s = now.monotonic_s + retry.backoff_s
+                self._unopened[index].failed(now.monotonic_s, self.config)
                 continue
             del self._unopened[index]
             if self._adopt(result):
@@ -222,7 +224,7 @@ class NvmlReceiver:
                     slot, "slow", f"GPU {slot.reader.index} ({slot.reader.uuid}) is still answering the last tick"
                 )
                 continue
-            if slot.down and now.monotonic_s < slot.retry_at_s:
+            if slot.down and now.monotonic_s < slot.retry.at_s:
                 readings[pos] = [self._down_sample(slot, now)]
                 continue
             slot.pending = slot.executor.submit(self._read, slot, now)
@@ -280,10 +282,7 @@ class NvmlReceiver:
         except NvmlFailure as exc:
             self.failures.inc(gpu=str(r.index), reason="lost")
             lost = isinstance(exc, DeviceLost) or slot.down
-            slot.backoff_s = (
-                min(slot.backoff_s * 2, self.config.reinit_backoff_max) if slot.down else self.config.reinit_backoff
-            )
-            slot.retry_at_s = now.monotonic_s + slot.backoff_s
+            slot.retry.failed(now.monotonic_s, self.config)
             if not slot.down:
                 self.log.error(
                     "GPU %d (%s) %s: %s; marked down, retrying in %gs",
@@ -291,14 +290,14 @@ class NvmlReceiver:
                     r.uuid,
                     "lost" if lost else "failed",
                     exc,
-                    slot.backoff_s,
+                    slot.retry.backoff_s,
                 )
             slot.down = True
             return Reading(self._down_sample(slot, now), [])
         if slot.down:
             self.log.warning("GPU %d (%s) is back", r.index, r.uuid)
             slot.down = False
-            slot.backoff_s = 0.0
+            slot.retry = _Retry()
         return reading
 
     def _down_sample(self, slot: _Slot, now: Timestamp) -> DeviceSample:

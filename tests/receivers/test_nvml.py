@@ -201,6 +201,22 @@ def test_lost_gpu_is_marked_down_others_flow_and_it_comes_back(clock: SteppedClo
         h.close()
 
 
+def test_a_gpu_lost_again_after_it_came_back_starts_from_the_first_backoff(clock: SteppedClock) -> None:
+    lost = {"target": "nvml", "gpu": 1, "call": "nvmlDeviceGetPowerUsage", "error": "GPU_IS_LOST"}
+    h = Harness(scenario(faults=[{**lost, "at_s": 5, "for_s": 7}, {**lost, "at_s": 30, "for_s": 3}]), clock,
+                reinit_backoff=5.0)  # fmt: skip
+    try:
+        ups = []
+        for _ in range(7):  # ticks at 5 … 35 s
+            clock.advance(5.0)
+            ups.append(next(d.up for d in h.poll()[0] if d.device_index == 1))
+        # Lost at 5 s; tried at 10 s (backoff 5 s, fails), at 20 s (backoff 10 s): back. Lost again at 30 s:
+        # the backoff starts over at 5 s, so it is back at 35 s (not at 50 s, where a doubled 20 s would put it).
+        assert ups == [False, False, False, True, True, False, True]
+    finally:
+        h.close()
+
+
 def test_mig_processes_carry_instance_ids_and_no_process_utilisation(clock: SteppedClock) -> None:
     data = scenario(
         gpus=[
