@@ -449,15 +449,18 @@ def labelled_columns(
     # share these columns: worked out once per batch.
     source = getattr(batch, plan.field)
     shared_key = (plan.field, plan.where, plan.wanted, plan.plain_names if plain else plan.key_names)
-    shared = _COLUMNS.get(shared_key)
-    if shared is not None and shared[0] is source:
+    recent = _COLUMNS.get(shared_key, ())
+    shared = next((entry for entry in recent if entry[0] is source), None)
+    if shared is not None:
         _, records, device_ids, identities, extras = shared
     else:
         records = _selected(plan, batch)
         device_ids = list(map(plan.device_of, records))
         identities = list(map(identify, records))
         extras = list(map(_EXTRA, records))
-        _COLUMNS[shared_key] = (source, records, device_ids, identities, extras)  # one assignment: thread-safe
+        # Kept for a few batches, so pipelines that render in turn do not undo each other's (one assignment:
+        # safe across threads).
+        _COLUMNS[shared_key] = ((source, records, device_ids, identities, extras), *recent[: _COLUMNS_KEEP - 1])
     if not records:
         return _NO_COLUMNS
     # The family's value (1 for an info family), scaled by its divisor; records without one have no point.
@@ -562,12 +565,13 @@ class _LastCall:
 
 
 _EXTRA = operator.attrgetter("extra")
-_COLUMNS: dict[
-    tuple[object, ...], tuple[tuple[Record, ...], Sequence[Record], list[str], list[object], list[Attrs]]
-] = {}
-"""Per (batch field, where test, key fields): the last batch's record tuple and, from it, the records a
-family selects and their devices, identities and extras (see labelled_columns). A Batch's fields are
-tuples, so the same object is the same records; the entry holds it, so its identity is not reused."""
+_Shared = tuple[tuple[Record, ...], Sequence[Record], list[str], list[object], list[Attrs]]
+_COLUMNS: dict[tuple[object, ...], tuple[_Shared, ...]] = {}
+"""Per (batch field, where test, key fields), for the last few batches: the batch's record tuple and, from
+it, the records a family selects and their devices, identities and extras (see labelled_columns). A
+Batch's fields are tuples, so the same object is the same records; the entry holds it, so its identity
+is not reused."""
+_COLUMNS_KEEP = 4
 _SERIES = operator.attrgetter("series")
 
 
@@ -755,7 +759,7 @@ def _selected(plan: _Plan, batch: Batch) -> Sequence[Record]:
     if found is None:
         texts = list(map(str, map(operator.attrgetter(name), records)))
         found = texts, frozenset(texts)
-        _TEXTS[key] = ((records, *found), *recent[: _TEXTS_KEEP - 1])  # one assignment: safe across threads
+        _TEXTS[key] = ((records, *found), *recent[: _COLUMNS_KEEP - 1])  # one assignment: safe across threads
     texts, distinct = found
     if wanted not in distinct:
         return ()

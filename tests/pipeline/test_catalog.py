@@ -26,6 +26,7 @@ from pipeline.catalog import (
     _plan,
     device_attributes,
     label_name,
+    labelled_columns,
     labelled_values,
     points,
     prometheus_name,
@@ -452,3 +453,20 @@ def test_values_a_custom_component_gave_as_other_numbers_are_exported_as_floats(
     got = [value for _, value, _ in labelled_values(FAMILY["kepler_process_gpu_joules_total"], batch, "kepler")]
     assert got == [1.5, 2.5, 3.5]
     assert all(type(value) is float for value in got)
+
+
+def test_families_over_the_same_records_share_their_columns_across_pipelines_rendered_in_turn() -> None:
+    # A process's joules and watts select the same Totals and key them alike: worked out once per batch, also
+    # when another pipeline's batch is rendered in between (an exporter renders every pipeline's batch).
+    joules, watts = FAMILY["kepler_process_gpu_joules_total"], FAMILY["kepler_process_gpu_watts"]
+    a, b = (
+        Batch(time=T, interval_s=5.0, node="n", pipeline=name).with_records(
+            [_process(pid, 1000 * pid, power_w=1.0) for pid in pids]
+        )
+        for name, pids in (("a", (1, 2, 3)), ("b", (4, 5)))
+    )
+    first = {name: labelled_columns(joules, batch, "kepler") for name, batch in (("a", a), ("b", b))}
+    again = {name: labelled_columns(watts, batch, "kepler") for name, batch in (("a", a), ("b", b))}
+    assert [again[name].records is first[name].records for name in "ab"] == [True, True]
+    assert [r.key for r in again["a"].records] == ["1", "2", "3"]
+    assert list(again["b"].values) == [1.0, 1.0]
