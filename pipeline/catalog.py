@@ -448,19 +448,21 @@ def labelled_columns(
     # Families that select the same records and key them by the same fields (a process's joules and watts)
     # share these columns: worked out once per batch.
     source = getattr(batch, plan.field)
-    shared_key = (plan.field, plan.where, plan.wanted, plan.plain_names if plain else plan.key_names)
-    recent = _COLUMNS.get(shared_key, ())
-    shared = next((entry for entry in recent if entry[0] is source), None)
-    if shared is not None:
+    # Kept per pipeline, so pipelines that render in turn do not undo each other's; only its latest batch,
+    # which its exporters hold anyway (keeping older ones alive cost more in the garbage collector than
+    # the sharing saves).
+    shared_key = (plan.field, plan.where, plan.wanted, plan.plain_names if plain else plan.key_names, batch.pipeline)
+    shared = _COLUMNS.get(shared_key)
+    if shared is not None and shared[0] is source:
         _, records, device_ids, identities, extras = shared
     else:
         records = _selected(plan, batch)
         device_ids = list(map(plan.device_of, records))
         identities = list(map(identify, records))
         extras = list(map(_EXTRA, records))
-        # Kept for a few batches, so pipelines that render in turn do not undo each other's (one assignment:
-        # safe across threads).
-        _COLUMNS[shared_key] = ((source, records, device_ids, identities, extras), *recent[: _COLUMNS_KEEP - 1])
+        if len(_COLUMNS) >= _COLUMNS_MAX:
+            _COLUMNS.clear()
+        _COLUMNS[shared_key] = (source, records, device_ids, identities, extras)  # one assignment: thread-safe
     if not records:
         return _NO_COLUMNS
     # The family's value (1 for an info family), scaled by its divisor; records without one have no point.
@@ -565,13 +567,14 @@ class _LastCall:
 
 
 _EXTRA = operator.attrgetter("extra")
-_Shared = tuple[tuple[Record, ...], Sequence[Record], list[str], list[object], list[Attrs]]
-_COLUMNS: dict[tuple[object, ...], tuple[_Shared, ...]] = {}
-"""Per (batch field, where test, key fields), for the last few batches: the batch's record tuple and, from
+_COLUMNS: dict[
+    tuple[object, ...], tuple[tuple[Record, ...], Sequence[Record], list[str], list[object], list[Attrs]]
+] = {}
+"""Per (batch field, where test, key fields, pipeline): the pipeline's last batch's record tuple and, from
 it, the records a family selects and their devices, identities and extras (see labelled_columns). A
 Batch's fields are tuples, so the same object is the same records; the entry holds it, so its identity
 is not reused."""
-_COLUMNS_KEEP = 4
+_COLUMNS_MAX = 512  # a few dozen per pipeline; past this (many pipeline names over time) it starts over
 _SERIES = operator.attrgetter("series")
 
 
@@ -759,7 +762,7 @@ def _selected(plan: _Plan, batch: Batch) -> Sequence[Record]:
     if found is None:
         texts = list(map(str, map(operator.attrgetter(name), records)))
         found = texts, frozenset(texts)
-        _TEXTS[key] = ((records, *found), *recent[: _COLUMNS_KEEP - 1])  # one assignment: safe across threads
+        _TEXTS[key] = ((records, *found), *recent[: _TEXTS_KEEP - 1])  # one assignment: safe across threads
     texts, distinct = found
     if wanted not in distinct:
         return ()
