@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import textwrap
 import time
@@ -14,7 +15,7 @@ from pipeline.components import Registry
 from pipeline.config import ConfigError, load_config_text
 from pipeline.graph import Graph, build, check_order
 from pipeline.records import Batch
-from pipeline.runtime import PipelineRunner, Service
+from pipeline.runtime import YOUNG_GC_THRESHOLD, PipelineRunner, Service, settle_heap
 from pipeline.telemetry import Telemetry
 
 H = "tests.helpers.components"
@@ -268,3 +269,17 @@ def test_a_failed_receiver_leaves_its_fields_absent_not_empty() -> None:
     assert "gpu_processes" in first.present  # it answered: an observation
     assert "gpu_processes" not in second.present  # it failed: unknown, not "no processes"
     assert "devices" in second.present
+
+
+def test_settling_the_heap_collects_the_young_generation_less_often_and_keeps_a_higher_setting() -> None:
+    saved = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)  # Python's default
+        settle_heap()
+        assert gc.get_threshold() == (YOUNG_GC_THRESHOLD, 10, 10)
+        assert YOUNG_GC_THRESHOLD > 700
+        gc.set_threshold(50_000, 5, 20)  # an operator's own setting, made before
+        settle_heap()
+        assert gc.get_threshold() == (50_000, 5, 20)
+    finally:
+        gc.set_threshold(*saved)
