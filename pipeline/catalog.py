@@ -90,7 +90,12 @@ ATTRIBUTES: tuple[Attribute, ...] = (
     Attribute("mig_enabled", "mig_enabled", "wattpipe.gpu.mig.enabled", "`true` when the GPU is in MIG mode."),
     Attribute("gpu_instance_id", "gpu_instance_id", "wattpipe.gpu.instance.id", "The MIG GPU instance."),
     Attribute("profile", "profile", "wattpipe.gpu.instance.profile", "The MIG instance's profile (`3g.40gb`)."),
-    Attribute("mode", "mode", "wattpipe.attribution.mode", "`exclusive`, `time_slicing`, `mig` or `none`."),
+    Attribute(
+        "mode",
+        "mode",
+        "wattpipe.attribution.mode",
+        "`exclusive`, `time_slicing`, `mig` (`mig_held`, `mig_slices`, `mig_equal`), `none`, or `gap` and `processes_unknown` where the tick could not be split (all unattributed).",
+    ),
     Attribute("pid", "pid", "process.pid", "The process ID."),
     Attribute("comm", "comm", "process.command", "The process's command name."),
     Attribute("exe", "exe", "process.executable.path", "The process's executable."),

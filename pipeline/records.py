@@ -134,6 +134,12 @@ class DeviceSample(Record):
     energy_counter_max_mj: float | None = None  # wrap range, where the counter wraps (RAPL)
     compute_mode: str | None = None  # default | exclusive_process | prohibited
     mig_enabled: bool | None = None
+    # False when the driver could not list this device's processes this tick (an error, not "none"):
+    # nothing may be learned about idle from such a tick, and its active energy goes unattributed.
+    processes_known: bool = True
+    # Changes when the energy counter's continuity is broken (the driver reloaded, the handle had to be
+    # re-acquired): a delta between readings of two epochs is not energy.
+    counter_epoch: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -270,13 +276,19 @@ class DevicePower(Record):
     idle_energy_mj: int
     active_energy_mj: int
     source: Literal["counter", "power"] = "counter"
+    # Why this tick's active energy cannot be split among processes (None: it can): ``gap``, the
+    # interval spans an outage longer than the idle processor's ``max_gap`` (who used the GPU then is not
+    # known); ``processes_unknown``, the process listing failed. Attribution then leaves it unattributed.
+    unattributable: Literal["gap", "processes_unknown"] | None = None
 
     @property
     def energy_j(self) -> float:
         return self.energy_mj / 1000.0
 
 
-SharingMode = Literal["exclusive", "time_slicing", "mig", "mig_held", "mig_slices", "mig_equal", "none"]
+SharingMode = Literal[
+    "exclusive", "time_slicing", "mig", "mig_held", "mig_slices", "mig_equal", "none", "gap", "processes_unknown"
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -10,7 +10,9 @@ How, per device and tick (re-decided every tick, so a change of sharing mode is 
 - **mig**: until the dcgm-exporter receiver brings per-instance activity, an equal split over the GPU's
   processes, with a warning once per device;
 - **none**: no process: the active energy is *unattributed*, carried by an explicit record
-  (``pid=None``) so it is never silently lost. Every device has that record every tick (0 mJ when its
+  (``pid=None``) so it is never silently lost. So is the energy of a tick the idle processor marks
+  unattributable (mode ``gap``: it spans a long outage; ``processes_unknown``: the process listing
+  failed): nobody can say who used it, and guessing would bill someone for it. Every device has that record every tick (0 mJ when its
   processes carried everything), so the remainder is an observed value, never an absent one.
 
 Conservation is exact, in integer millijoules: shares are apportioned by the largest-remainder
@@ -85,7 +87,9 @@ class AttributionProcessor:
         for power in batch.device_power:
             dev = power.device_id
             procs = by_device.get(dev, [])
-            if self._mode(devices.get(dev), procs) == "mig":
+            if power.unattributable is not None:
+                shares.append(_unattributed(power, power.unattributable))
+            elif self._mode(devices.get(dev), procs) == "mig":
                 mig_shares, per_instance = self._mig(power, procs, instances.get(dev, {}), activity.get(dev, {}))
                 shares.extend(mig_shares)
                 instance_energy.extend(per_instance)
@@ -179,17 +183,7 @@ class AttributionProcessor:
         mode = self._mode(device, procs)
         time, device_id, interval_s = power.time, power.device_id, power.interval_s
         if mode == "none":
-            return [
-                GpuShare(
-                    time=time,
-                    device_id=device_id,
-                    pid=None,
-                    share=1.0,
-                    energy_mj=power.active_energy_mj,
-                    power_w=power.active_energy_mj / 1000.0 / interval_s,
-                    mode=mode,
-                )
-            ]
+            return [_unattributed(power, mode)]
         utilisation = list(map(_SM_UTIL, procs))
         if mode == "exclusive" and len(procs) > 1:
             # EXCLUSIVE_PROCESS yet several listed (a process just exiting as another starts): by utilisation.
@@ -206,6 +200,20 @@ class AttributionProcessor:
             new_share(time, device_id, p.pid, fraction, mj, mj / 1000.0 / interval_s, mode, p.gpu_instance_id, ())
             for p, fraction, mj in zip(procs, frac, parts, strict=True)
         ]
+
+
+def _unattributed(power: DevicePower, mode: SharingMode) -> GpuShare:
+    """The device's whole active energy as the explicit remainder: no process to carry it (``none``), or
+    no basis to tell which did (``gap``, ``processes_unknown``; see DevicePower.unattributable)."""
+    return GpuShare(
+        time=power.time,
+        device_id=power.device_id,
+        pid=None,
+        share=1.0,
+        energy_mj=power.active_energy_mj,
+        power_w=power.active_energy_mj / 1000.0 / power.interval_s,
+        mode=mode,
+    )
 
 
 _PID = operator.attrgetter("pid")
