@@ -284,6 +284,9 @@ class NvmlReceiver:
             lost = isinstance(exc, DeviceLost) or slot.down
             slot.retry.failed(now.monotonic_s, self.config)
             if not slot.down:
+                # What answers next comes through a new handle, maybe a reloaded driver's whose energy
+                # counter started again from 0: the readings after the outage are of a new counter epoch.
+                r.epoch += 1
                 self.log.error(
                     "GPU %d (%s) %s: %s; marked down, retrying in %gs",
                     r.index,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -100,6 +101,7 @@ class DeviceReader:
     last_seen_us: int = 0  # newest utilisation sample already consumed (driver's µs CPU clock)
     mig_layout: MigLayout = field(default_factory=lambda: MigLayout(refresh_s=60.0))
     prev_read_wall_s: float | None = None
+    epoch: int = 0  # the energy counter's continuity: one more each time the handle is re-acquired
     list_processes: ProcessList = field(default_factory=ProcessList)
     utilisation_samples: UtilisationSamples = field(default_factory=UtilisationSamples)
 
@@ -134,10 +136,12 @@ class DeviceReader:
             energy_mj=float(energy_mj) if energy_mj is not None else None,
             compute_mode=COMPUTE_MODES.get(mode) if mode is not None else None,
             mig_enabled=mig_enabled,
+            counter_epoch=self.epoch,
         )
         procs = optional(self.list_processes, self.handle)
         if procs is None:
-            return Reading(device, [], problems)
+            # Unknown, not empty: "nobody on it" would let idle learn busy power and bill no one.
+            return Reading(dataclasses.replace(device, processes_known=False), [], problems)
 
         util: dict[int, float] | None = None
         window_s: float | None = None
@@ -197,8 +201,14 @@ class DeviceReader:
         return Reading(device, processes, problems, instances)
 
     def _utilisation(self, now: Timestamp, problems: list[str]) -> tuple[dict[int, float] | None, float | None]:
+        # The window is the tick: from the previous read, or from the newest sample already used if that
+        # is later. The newest sample alone is not enough: after quiet ticks (no samples at all) it lies
+        # far back, and a process busy for one second of this tick would weigh as if busy all along.
         since_us = self.last_seen_us
-        window_s = now.wall_s - self.prev_read_wall_s if self.prev_read_wall_s is not None else None
+        window_s = None
+        if self.prev_read_wall_s is not None:
+            since_us = max(since_us, int(self.prev_read_wall_s * 1e6))
+            window_s = now.wall_s - self.prev_read_wall_s
         self.prev_read_wall_s = now.wall_s
         try:
             raw = nvml_call(self.utilisation_samples, self.handle, since_us)

@@ -172,7 +172,7 @@ def test_label_action_with_kinds_skips_other_kinds_and_uses_totals_scope() -> No
 def test_values_omit_absent_measurements_and_identity_fields() -> None:
     sample = DeviceSample(time=T, device_id="GPU-0", device_index=0, power_w=250.5, energy_mj=None)
 
-    assert sample.values() == {"up": True, "power_w": 250.5}
+    assert sample.values() == {"up": True, "power_w": 250.5, "processes_known": True, "counter_epoch": 0}
 
 
 def test_values_render_timestamps_and_pairs_as_json_ready_objects() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -290,3 +291,14 @@ def test_mig_split_is_exact(active: int, procs: list[tuple[int, int | None]], ac
     assert sum(split.by_pid.values()) + split.unattributed_mj == active
     assert all(v >= 0 for v in split.by_pid.values())
     assert split.unattributed_mj >= 0
+
+
+@pytest.mark.parametrize("reason", ["gap", "processes_unknown"])
+def test_an_unattributable_tick_bills_nobody_and_keeps_its_energy_visible(reason: str) -> None:
+    # Who used the GPU over a long outage, or while its process list failed, is not known: the active
+    # energy stays unattributed (explicit, with the reason as its mode) instead of going to whoever is
+    # listed now (14.1, 14.7).
+    power = dataclasses.replace(_power("G", 1_000_000, idle_mj=350_000), unattributable=reason)
+    procs = [GpuProcessSample(time=T, device_id="G", pid=p, sm_util=0.5) for p in (1, 2)]
+    batch = _run([power], procs)
+    assert [(s.pid, s.energy_mj, s.mode) for s in batch.shares] == [(None, 1_000_000, reason)]

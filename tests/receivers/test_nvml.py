@@ -673,3 +673,62 @@ def test_each_gpu_is_stamped_when_it_is_read_not_when_the_tick_began() -> None:
             assert p.time == device.time
     finally:
         h.close()
+
+
+def test_a_failing_process_list_marks_the_device_processes_unknown_not_empty(clock: SteppedClock) -> None:
+    # A failed listing is *unknown*: reported as "no process" it let idle learn busy power (issue 14.1).
+    fault = {"at_s": 4, "for_s": 3, "target": "nvml", "gpu": 0, "call": "nvmlDeviceGetComputeRunningProcesses",
+             "error": "NO_PERMISSION"}  # fmt: skip
+    h = Harness(scenario(faults=[fault]), clock)
+    try:
+        known = []
+        for _ in range(3):  # ticks at 5 (failing), 10 and 15 s
+            clock.advance(5.0)
+            devices, _ = h.poll()
+            known.append([d.processes_known for d in devices])
+        assert known == [[False, True], [True, True], [True, True]]
+    finally:
+        h.close()
+
+
+def test_utilisation_window_is_the_tick_even_after_quiet_ticks(clock: SteppedClock) -> None:
+    # A quiet minute (no samples at all), then a tick in which pid 10 is busy for its first second and
+    # pid 11 throughout at 0.4: the window is that tick, not everything since the last sample (14.3).
+    data = scenario(
+        processes=[
+            {"pid": 10, "comm": "a", "gpu": 0, "dynamic_w": 400, "util": [[0, 0.0], [60, 1.0], [61, 0.0]]},
+            {"pid": 11, "comm": "b", "gpu": 0, "dynamic_w": 400, "util": [[0, 0.0], [60, 0.4]]},
+        ]
+    )
+    h = Harness(data, clock)
+    try:
+        for _ in range(13):  # ticks at 5 … 65 s
+            clock.advance(5.0)
+            _, procs = h.poll()
+        util = {p.pid: p.sm_util for p in procs}
+        assert util[10] == pytest.approx(0.3, abs=0.03)  # busy 1 s of 5 (+0.5 s grace)
+        assert util[11] == pytest.approx(0.4, abs=0.03)
+    finally:
+        h.close()
+
+
+def test_a_gpu_that_comes_back_starts_a_new_counter_epoch(clock: SteppedClock) -> None:
+    # Its handle was re-acquired: the driver may have reloaded and the counter restarted (14.7).
+    lost = {
+        "at_s": 5,
+        "for_s": 7,
+        "target": "nvml",
+        "gpu": 1,
+        "call": "nvmlDeviceGetPowerUsage",
+        "error": "GPU_IS_LOST",
+    }
+    h = Harness(scenario(faults=[lost]), clock, reinit_backoff=5.0)
+    try:
+        epochs = []
+        for _ in range(4):  # 5 (lost), 10 (retry fails), 15 (waiting), 20 (back)
+            clock.advance(5.0)
+            epochs.append([(d.up, d.counter_epoch) for d in h.poll()[0]])
+        assert [e[0] for e in epochs] == [(True, 0)] * 4
+        assert [e[1] for e in epochs] == [(False, 0), (False, 0), (False, 0), (True, 1)]
+    finally:
+        h.close()
