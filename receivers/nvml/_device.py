@@ -30,9 +30,12 @@ COMPUTE_MODES = {
 _NO_INSTANCE = 0xFFFFFFFF
 
 
-# After a process's last sample, how long before "now" it may still count as busy: a few of the
-# driver's sample periods (1/6 s on current GPUs), so a process busy to the end is not underweighted.
-_LAST_SAMPLE_GRACE_US = 500_000
+# How old a process's newest sample may be at the end of the window for the process to count as busy
+# to the end: the driver samples every 1/6 s on current GPUs (and a sample may be published a little
+# late), so a process busy throughout has its newest sample within this of "now". A sample older than
+# that marks when the process stopped: it counts up to the sample, not a moment more (a fixed grace
+# after every last sample once overweighted a one-second burst in a two-second tick by half).
+_BUSY_TO_THE_END_US = 250_000
 
 
 def integrate_utilisation(samples: list[tuple[int, int, float]], window_start_us: int, now_us: int) -> dict[int, float]:
@@ -46,9 +49,10 @@ def integrate_utilisation(samples: list[tuple[int, int, float]], window_start_us
       so it counts 0 there: the mean over all slots;
     - one entry per process (current drivers; nvtop#110, go-nvml#51): the mean over that process's
       busy samples since the window start, stamped with its newest sample. The process was idle after
-      that sample, so its value is scaled by the part of the window up to it: a process that stopped
-      (or exited) halfway through weighs half. A process that only *started* mid-window cannot be told
-      apart from one busy throughout: a known limit of this API, smaller with shorter ticks.
+      that sample (unless the sample is within a sample period or so of the window's end), so its value
+      is scaled by the part of the window up to it: a process that stopped (or exited) halfway through
+      weighs half. A process that only *started* mid-window cannot be told apart from one busy from the
+      window's start: a known limit of this API, smaller with shorter ticks.
 
     Entries with pid 0 (seen from drivers with zombie processes) are dropped; values clamp to 0–100 %.
     """
@@ -68,10 +72,10 @@ def integrate_utilisation(samples: list[tuple[int, int, float]], window_start_us
     window_us = now_us - window_start_us
     if window_us <= 0:
         return {pid: _clamp(sm) / 100.0 for pid, _, sm in kept}
-    since_us = window_start_us - _LAST_SAMPLE_GRACE_US  # (integers: exact)
+    busy_to_the_end_us = now_us - _BUSY_TO_THE_END_US  # (integers: exact)
     out: dict[int, float] = {}
     for pid, ts, sm in kept:
-        coverage = (ts - since_us) / window_us
+        coverage = 1.0 if ts >= busy_to_the_end_us else (ts - window_start_us) / window_us
         coverage = 1.0 if coverage > 1.0 else (coverage if coverage > 0.0 else 0.0)
         out[pid] = (sm if 0.0 <= sm <= 100.0 else _clamp(sm)) / 100.0 * coverage
     return out

@@ -57,3 +57,14 @@ def test_demo_scenario_processes_within_2_percent_and_idle_within_1_watt(
     }
     for pod in report["pods"]:
         assert pod["attributed_j"] == pytest.approx(pod["true_j"], rel=0.02)
+
+
+def test_bursts_after_quiet_spells_are_weighed_over_their_own_tick(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Issue 14.3: the window reached back over quiet ticks (and a half-second grace overweighted every
+    # burst's end): the one-second bursts of pid 5101 came out 26 % too high.
+    report = simulate(tmp_path, "bursts.yaml", "5m", monkeypatch)
+    assert {p["pid"] for p in report["processes"]} == {5101, 5102, 5201, 5202}
+    for p in report["processes"]:
+        assert p["attributed_j"] == pytest.approx(p["true_j"], rel=0.02), p
