@@ -355,6 +355,11 @@ class Workload(Record):
     pod_uid: str | None = None
     pod_name: str | None = None
     pod_namespace: str | None = None
+    listed: Literal["api", "allocations"] | None = None
+    """Set on a roster entry (``pid`` None), not a process's membership: this container (or pod, with no
+    container fields) exists on the node this tick, as the Kubernetes API lists it, or the kubelet's
+    allocations (names only). Whenever the k8s processor knows the node's pods it lists them all, plus one
+    entry naming nothing (the list is complete); with no entries at all it cannot tell which pods exist."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
