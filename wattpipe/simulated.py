@@ -43,6 +43,9 @@ class TruthCollector:
         self.process_mj: dict[tuple[int, str], int] = {}
         self.device: dict[str, dict[str, int]] = {}
         self.idle_w: dict[str, float | None] = {}
+        # Per device, the (start, end) wall times of the intervals wattpipe declared it could not split
+        # (an outage's gap, a failed process listing): their energy is unattributed by design.
+        self.unattributable: dict[str, list[tuple[float, float]]] = {}
 
     async def export(self, batch: Batch) -> None:
         self.ticks += 1
@@ -51,6 +54,8 @@ class TruthCollector:
             d["counter"] += p.energy_mj
             d["idle"] += p.idle_energy_mj
             self.idle_w[p.device_id] = p.idle_w
+            if p.unattributable is not None:
+                self.unattributable.setdefault(p.device_id, []).append((p.time.wall_s - p.interval_s, p.time.wall_s))
         for s in batch.shares:
             d = self.device.setdefault(s.device_id, {"counter": 0, "idle": 0, "attributed": 0, "unattributed": 0})
             if s.pid is None:
@@ -85,15 +90,32 @@ def truth_report(collector: TruthCollector, node: simulator.SimulatedNode) -> di
     by_container: dict[str, list[float]] = {}
     by_pod: dict[tuple[str, str], list[float]] = {}
     specs = {p.pid: p for p in node.scenario.processes}
-    for (pid, uuid), mj in sorted(collector.process_mj.items()):
+    attributed_mj = dict(collector.process_mj)
+    for gpu_process in node.scenario.processes:  # a GPU process billed nothing at all is in the report too
+        if gpu_process.gpu is not None and node.truth.process_energy_j(gpu_process.pid, t_s) > 0:
+            attributed_mj.setdefault((gpu_process.pid, uuids[gpu_process.gpu]), 0)
+    for (pid, uuid), mj in sorted(attributed_mj.items()):
         true_j = node.truth.process_energy_j(pid, t_s)
-        processes.append({"pid": pid, "gpu_uuid": uuid, "true_j": true_j, "attributed_j": mj / 1000})
+        unattributable_j = _true_in(collector.unattributable.get(uuid, []), pid, node)
+        processes.append(
+            {
+                "pid": pid,
+                "gpu_uuid": uuid,
+                "true_j": true_j,
+                "true_unattributable_j": unattributable_j,
+                "attributed_j": mj / 1000,
+            }
+        )
         spec = specs.get(pid)
         if spec is not None and spec.container:
             # Grouped by the scenario's own membership: what the Kubernetes processors will have to find.
             namespace, pod, _ = spec.container.split("/")
-            by_container.setdefault(spec.container, [0.0, 0.0])[1] += mj / 1000
-            by_pod.setdefault((namespace, pod), [0.0, 0.0])[1] += mj / 1000
+            for sums in (
+                by_container.setdefault(spec.container, [0.0] * 3),
+                by_pod.setdefault((namespace, pod), [0.0] * 3),
+            ):
+                sums[1] += mj / 1000
+                sums[2] += unattributable_j
     for container, sums in by_container.items():
         sums[0] = node.truth.container_energy_j(container, t_s)
     for (namespace, pod), sums in by_pod.items():
@@ -109,15 +131,25 @@ def truth_report(collector: TruthCollector, node: simulator.SimulatedNode) -> di
                 "pod": c.split("/")[1],
                 "name": c.split("/")[2],
                 "true_j": s[0],
+                "true_unattributable_j": s[2],
                 "attributed_j": s[1],
             }
             for c, s in sorted(by_container.items())
         ],
         "pods": [
-            {"namespace": ns, "name": pod, "true_j": s[0], "attributed_j": s[1]}
+            {"namespace": ns, "name": pod, "true_j": s[0], "true_unattributable_j": s[2], "attributed_j": s[1]}
             for (ns, pod), s in sorted(by_pod.items())
         ],
     }
+
+
+def _true_in(windows: list[tuple[float, float]], pid: int, node: simulator.SimulatedNode) -> float:
+    """A process's true energy inside the intervals its device's energy could not be split (J)."""
+    total_j = 0.0
+    for start_wall_s, end_wall_s in windows:
+        t0_s, t1_s = start_wall_s - node.start_wall_s, end_wall_s - node.start_wall_s
+        total_j += node.truth.process_energy_j(pid, t1_s) - node.truth.process_energy_j(pid, max(0.0, t0_s))
+    return total_j
 
 
 def print_report(report: dict[str, Any], err: TextIO) -> None:
@@ -135,19 +167,23 @@ def print_report(report: dict[str, Any], err: TextIO) -> None:
             file=err,
         )
     for p in report["processes"]:
-        _row(f"pid {p['pid']}", p["attributed_j"], p["true_j"], err)
+        _row(f"pid {p['pid']}", p, err)
     for pod in report["pods"]:
-        _row(f"pod {pod['namespace']}/{pod['name']}", pod["attributed_j"], pod["true_j"], err)
+        _row(f"pod {pod['namespace']}/{pod['name']}", pod, err)
     print(
         "  (a process's true energy is its own dynamic power; until an idle baseline is known, idle energy\n"
-        "   counts as active and goes to the processes: see docs/attribution.md)",
+        "   counts as active and goes to the processes: see docs/attribution.md. The error is against the\n"
+        "   true energy outside the ticks wattpipe left unattributed on purpose (outages, failed process\n"
+        "   listings), which is shown apart.)",
         file=err,
     )
 
 
-def _row(what: str, attributed_j: float, true_j: float, err: TextIO) -> None:
+def _row(what: str, row: dict[str, Any], err: TextIO) -> None:
+    attributed_j, true_j = row["attributed_j"], row["true_j"] - row["true_unattributable_j"]
     error = f"{(attributed_j - true_j) / true_j * 100:+.2f}%" if true_j else "—"
-    print(f"  {what:<40} {attributed_j:>12.1f} {true_j:>12.1f} {error:>8}", file=err)
+    apart = f"  ({row['true_unattributable_j']:.1f} J left unattributed)" if row["true_unattributable_j"] else ""
+    print(f"  {what:<40} {attributed_j:>12.1f} {true_j:>12.1f} {error:>8}{apart}", file=err)
 
 
 # --- commands -------------------------------------------------------------------------------------

@@ -143,7 +143,7 @@ def test_json_writes_one_object_per_record_with_labels_after_actions_and_values(
         "type": "DeviceSample",
         "kind": "device",
         "attributes": {"cluster": "prod", "device_id": "GPU-0", "device_index": "0"},
-        "values": {"up": True, "power_w": 251.25, "energy_mj": 1234.5678},
+        "values": {"up": True, "power_w": 251.25, "energy_mj": 1234.5678, "processes_known": True, "counter_epoch": 0},
     }
     assert "power_w" not in objects[1]["values"]  # absent, not 0
     process = next(o for o in objects if o["type"] == "GpuProcessSample")
