@@ -314,6 +314,33 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
+def _shared_receiver_intervals(pipelines: Mapping[str, PipelineConfig], source: YamlSource) -> list[str]:
+    """Pipelines that share a receiver must share an interval.
+
+    Receivers report what happened since their previous read (NVML's per-process utilisation, counter
+    deltas), so one instance read by two pipelines would split its data between them. The runtime
+    therefore reads a shared receiver once per tick for every pipeline that lists it, which needs one
+    tick, hence one interval, for all of them.
+    """
+    problems: list[str] = []
+    items = list(pipelines.items())
+    for i, (name, pipe) in enumerate(items):
+        for other, earlier in items[:i]:
+            shared = [cid for cid in earlier.receivers if cid in pipe.receivers]
+            if not shared or earlier.interval == pipe.interval:
+                continue
+            path: KeyPath = ("service", "pipelines", name, "interval")
+            noun = "receivers" if len(shared) > 1 else "receiver"
+            names = ", ".join(f"'{cid}'" for cid in sorted(shared))
+            problems.append(
+                f"{source.where(path)} {format_path(path)}: pipelines '{other}' (interval "
+                f"{format_duration(earlier.interval)}) and '{name}' (interval {format_duration(pipe.interval)}) "
+                f"share {noun} {names}: a shared receiver is read once per tick for every pipeline that lists it, "
+                "so give them the same interval (or give one of them another receiver of the same type)"
+            )
+    return problems
+
+
 def _validate(source: YamlSource, registry: Registry, environ: Mapping[str, str] | None) -> Config:
     errors: list[str] = []
     data = source.data
@@ -385,6 +412,7 @@ def _validate(source: YamlSource, registry: Registry, environ: Mapping[str, str]
                     f"{source.where(path)} {format_path(path)}: defined but not used in any pipeline "
                     f"(add it to a pipeline's {section} or remove it)"
                 )
+    errors.extend(_shared_receiver_intervals(top.service.pipelines, source))
 
     if errors:
         raise ConfigError(errors)

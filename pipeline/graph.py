@@ -1,8 +1,9 @@
 """Configuration → built (not started) components wired into pipelines.
 
 Receivers and exporters are built once per ID and shared by the pipelines that list them; processors
-are built once per pipeline, since many keep per-pipeline state. Building does no I/O, so
-``wattpipe validate`` builds everything and starts nothing.
+are built once per pipeline, since many keep per-pipeline state. Pipelines that share a receiver form
+one tick group (:meth:`Graph.tick_groups`): the runtime reads the receiver once per tick for all of them.
+Building does no I/O, so ``wattpipe validate`` builds everything and starts nothing.
 """
 
 from __future__ import annotations
@@ -50,6 +51,23 @@ class Graph:
         out: list[tuple[str, object]] = [*self.receivers.items(), *self.exporters.items()]
         out += [(f"{p.name}/{cid}", proc) for p in self.pipelines for cid, proc in p.processors]
         return out
+
+    def tick_groups(self) -> list[tuple[BuiltPipeline, ...]]:
+        """The pipelines, grouped so that any two sharing a receiver (directly or through a third) tick
+        together, in config order; a pipeline that shares nothing is a group of its own.
+
+        A receiver reports what happened since its previous read, so two pipelines reading one instance
+        on their own would split its data; a group reads it once and gives every member the records.
+        The configuration guarantees one interval per group (checked when it is loaded)."""
+        groups: list[list[BuiltPipeline]] = []
+        for p in self.pipelines:
+            mine = {cid for cid, _ in p.receivers}
+            joined = [g for g in groups if any(mine & {cid for cid, _ in q.receivers} for q in g)]
+            groups = [g for g in groups if all(g is not j for j in joined)]
+            groups.append([q for g in joined for q in g] + [p])
+        order = {p.name: i for i, p in enumerate(self.pipelines)}
+        ordered = [tuple(sorted(g, key=lambda q: order[q.name])) for g in groups]
+        return sorted(ordered, key=lambda g: order[g[0].name])
 
 
 def _fields(obj: object, attr: str) -> frozenset[str]:

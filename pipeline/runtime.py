@@ -3,7 +3,8 @@
 Every ``interval`` a pipeline polls all its receivers concurrently (each with a timeout), merges what
 arrived into one Batch, runs the processors in config order and hands the finished Batch to every
 exporter. A receiver that fails or times out is counted and logged (once per distinct error per
-minute) and the tick goes on without it; so does a failing processor or exporter.
+minute) and the tick goes on without it; so does a failing processor or exporter. Pipelines that share a
+receiver tick together: it is read once per tick and every one of them gets its records.
 
 Lifecycle (the Collector's): exporters start first, receivers stop first. On stop, the tick in flight
 finishes, then receivers stop, processors shut down (saving state) and exporters flush, all within
@@ -16,14 +17,16 @@ import asyncio
 import gc
 import itertools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
+from pipeline.clock import Timestamp
 from pipeline.components import Exporter, Receiver, call_optional
 from pipeline.graph import BuiltPipeline, Graph
 from pipeline.records import Batch, Record
 from pipeline.telemetry import RateLimitedLog
 
-__all__ = ["YOUNG_GC_THRESHOLD", "PipelineRunner", "Service", "settle_heap"]
+__all__ = ["YOUNG_GC_THRESHOLD", "PipelineGroup", "PipelineRunner", "Service", "settle_heap"]
 
 log = logging.getLogger("wattpipe.runtime")
 
@@ -46,6 +49,20 @@ def checkpoint(graph: Graph) -> bool:
     return graph.state.save()
 
 
+@dataclass(frozen=True, slots=True)
+class _Read:
+    """One receiver as a tick group reads it: once per tick, for every pipeline that lists it."""
+
+    cid: str
+    receiver: Receiver
+    timeout_s: float
+    pipelines: tuple[str, ...]
+
+    @property
+    def who(self) -> str:
+        return f"pipeline {self.pipelines[0]}" if len(self.pipelines) == 1 else f"pipelines {', '.join(self.pipelines)}"
+
+
 class PipelineRunner:
     """Runs one pipeline's ticks.
 
@@ -63,43 +80,23 @@ class PipelineRunner:
         self.last_batch: Batch | None = None
         self._log = RateLimitedLog(log, self.clock)
         self._last_tick_s: float | None = None
-
-    async def _poll(self, cid: str, receiver: Receiver, timeout_s: float) -> Sequence[Record] | None:
-        """The receiver's records, or None if it failed or timed out (so its fields stay absent, not empty)."""
-        name = self.pipeline.name
-        try:
-            records = await asyncio.wait_for(receiver.collect(), timeout=timeout_s)
-        except TimeoutError:
-            self.telemetry.receiver_errors.labels(pipeline=name, component=cid).inc()
-            self._log.log(
-                logging.WARNING,
-                f"{name}/{cid}/timeout",
-                f"pipeline {name}: receiver {cid} did not answer within {timeout_s:g}s; this tick goes on without it",
-            )
-            return None
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            self.telemetry.receiver_errors.labels(pipeline=name, component=cid).inc()
-            self._log.log(
-                logging.WARNING,
-                f"{name}/{cid}/{_describe(exc)}",
-                f"pipeline {name}: receiver {cid} failed: {_describe(exc)}; this tick goes on without it",
-            )
-            return None
-        self.telemetry.receiver_records.labels(pipeline=name, component=cid).inc(len(records))
-        return records
+        self._alone = PipelineGroup(graph, [self], before_tick)
 
     async def tick(self) -> Batch:
-        """Run one tick now and return the finished batch."""
+        """Run one tick of this pipeline on its own (its receivers read for it alone) and return the batch.
+
+        A :class:`Service` ticks pipelines through their :class:`PipelineGroup` instead, so that a receiver
+        shared with another pipeline is read once for both."""
+        (batch,) = await self._alone.tick()
+        return batch
+
+    async def finish(self, started: Timestamp, polled: Mapping[str, Sequence[Record] | None]) -> Batch:
+        """The rest of a tick that started at ``started``: the batch from what this pipeline's receivers
+        answered (``polled`` by receiver ID; None: failed or timed out), then processors and exporters."""
         p = self.pipeline
-        if self.before_tick is not None:
-            await asyncio.to_thread(self.before_tick)
-        started = self.clock.now()
         interval_s = p.config.interval if self._last_tick_s is None else started.monotonic_s - self._last_tick_s
         self._last_tick_s = started.monotonic_s
-        timeout_s = p.config.effective_receiver_timeout
-        results = await asyncio.gather(*(self._poll(cid, r, timeout_s) for cid, r in p.receivers))
+        results = [polled[cid] for cid, _ in p.receivers]
         batch = Batch(time=started, interval_s=interval_s, node=self.graph.config.service.node_name, pipeline=p.name)
         batch = batch.with_records(itertools.chain.from_iterable(records for records in results if records))
         # A field is present when a receiver that fills it answered (even with nothing): "no process"
@@ -141,8 +138,81 @@ class PipelineRunner:
         self.telemetry.exporter_sent.labels(**labels).inc(batch.count())
 
     async def run(self, stop: asyncio.Event, max_ticks: int | None = None) -> None:
+        """Tick on its own every interval until ``stop`` is set (or ``max_ticks`` ran)."""
+        await self._alone.run(stop, max_ticks)
+
+
+class PipelineGroup:
+    """Pipelines that tick together because they share receivers (a pipeline that shares none is a
+    group of one).
+
+    Receivers report what happened since their previous read (NVML integrates per-process utilisation
+    over it), so two pipelines reading one instance on their own would each get part of the data. A group
+    reads every receiver once per tick, concurrently, and gives every pipeline that lists it the same
+    records (the OpenTelemetry Collector's fan-out); each pipeline then builds its own batch and runs its
+    own processors and exporters. The configuration gives a group one interval.
+    """
+
+    def __init__(
+        self, graph: Graph, runners: Sequence[PipelineRunner], before_tick: Callable[[], None] | None = None
+    ) -> None:
+        self.runners = tuple(runners)
+        intervals = {r.pipeline.config.interval for r in self.runners}
+        if len(intervals) != 1:
+            names = ", ".join(r.pipeline.name for r in self.runners)
+            raise ValueError(f"pipelines {names} share receivers but not an interval ({sorted(intervals)})")
+        self.interval_s = intervals.pop()
+        self.before_tick = before_tick
+        self.clock = graph.telemetry.clock
+        self.telemetry = graph.telemetry
+        self.ticks = 0
+        self._log = RateLimitedLog(log, self.clock)
+        self._reads = _reads(self.runners)
+
+    async def tick(self) -> list[Batch]:
+        """Run one tick now: read every receiver once, then finish every pipeline; their batches, in order."""
+        if self.before_tick is not None:
+            await asyncio.to_thread(self.before_tick)
+        started = self.clock.now()
+        answers = await asyncio.gather(*(self._poll(read) for read in self._reads))
+        polled = {read.cid: records for read, records in zip(self._reads, answers, strict=True)}
+        if len(self.runners) == 1:  # the usual case: no task to wrap the one pipeline's rest of the tick in
+            batches = [await self.runners[0].finish(started, polled)]
+        else:
+            batches = list(await asyncio.gather(*(r.finish(started, polled) for r in self.runners)))
+        self.ticks += 1
+        return batches
+
+    async def _poll(self, read: _Read) -> Sequence[Record] | None:
+        """The receiver's records, or None if it failed or timed out (so its fields stay absent, not empty).
+        Counted for every pipeline that lists it: each of them got these records, or went without."""
+        cid = read.cid
+        try:
+            records = await asyncio.wait_for(read.receiver.collect(), timeout=read.timeout_s)
+        except TimeoutError:
+            self._failed(read, "timeout", f"did not answer within {read.timeout_s:g}s")
+            return None
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._failed(read, _describe(exc), f"failed: {_describe(exc)}")
+            return None
+        for name in read.pipelines:
+            self.telemetry.receiver_records.labels(pipeline=name, component=cid).inc(len(records))
+        return records
+
+    def _failed(self, read: _Read, key: str, what: str) -> None:
+        for name in read.pipelines:
+            self.telemetry.receiver_errors.labels(pipeline=name, component=read.cid).inc()
+        self._log.log(
+            logging.WARNING,
+            f"{','.join(read.pipelines)}/{read.cid}/{key}",
+            f"{read.who}: receiver {read.cid} {what}; this tick goes on without it",
+        )
+
+    async def run(self, stop: asyncio.Event, max_ticks: int | None = None) -> None:
         """Tick every interval until ``stop`` is set (or ``max_ticks`` ran); the tick in flight finishes."""
-        interval = self.pipeline.config.interval
+        interval = self.interval_s
         next_s = self.clock.monotonic()
         while not stop.is_set() and (max_ticks is None or self.ticks < max_ticks):
             if not await self._wait(stop, next_s):
@@ -170,12 +240,38 @@ class PipelineRunner:
         return not stop.is_set()
 
 
+def _reads(runners: Sequence[PipelineRunner]) -> tuple[_Read, ...]:
+    """Each distinct receiver of the runners once, with the pipelines that list it. Its timeout is the
+    longest any of them gives it: the group's tick waits for its slowest read anyway, and a shorter one
+    would cost a pipeline data its own setting waits for."""
+    users: dict[str, list[BuiltPipeline]] = {}
+    found: dict[str, Receiver] = {}
+    for runner in runners:
+        for cid, receiver in runner.pipeline.receivers:
+            users.setdefault(cid, []).append(runner.pipeline)
+            found[cid] = receiver
+    return tuple(
+        _Read(
+            cid=cid,
+            receiver=found[cid],
+            timeout_s=max(p.config.effective_receiver_timeout for p in pipes),
+            pipelines=tuple(p.name for p in pipes),
+        )
+        for cid, pipes in users.items()
+    )
+
+
 class Service:
-    """All pipelines of a graph, started and stopped in the right order."""
+    """All pipelines of a graph, started and stopped in the right order; pipelines that share a receiver
+    tick together as one :class:`PipelineGroup`."""
 
     def __init__(self, graph: Graph, before_tick: Callable[[], None] | None = None) -> None:
         self.graph = graph
         self.runners = [PipelineRunner(graph, p, before_tick) for p in graph.pipelines]
+        by_name = {r.pipeline.name: r for r in self.runners}
+        self.groups = [
+            PipelineGroup(graph, [by_name[p.name] for p in group], before_tick) for group in graph.tick_groups()
+        ]
         self.stop_event = asyncio.Event()
         self._started: list[tuple[str, object]] = []
 
@@ -227,7 +323,7 @@ class Service:
         """Start, tick until stopped (or ``max_ticks`` per pipeline), then shut down cleanly."""
         await self.start()
         try:
-            await asyncio.gather(*(r.run(self.stop_event, max_ticks) for r in self.runners))
+            await asyncio.gather(*(g.run(self.stop_event, max_ticks) for g in self.groups))
         finally:
             await self.shutdown()
 
