@@ -1,10 +1,21 @@
-"""Processor ``energy``: monotonic energy totals per (process, device) and per device.
+"""Processor ``energy``: monotonic energy totals per (process, device), container, pod, MIG instance and device.
 
 Totals are integer millijoules and only grow: across process exit (a process that has left stays
 exported with ``state="terminated"`` for ``terminated_retention``, at most ``max_terminated`` of them,
-the ones that used the most energy kept), across a receiver outage (a device that was not observed in a
-tick ends nobody's series), and across a restart (the totals and each series' start time are kept in
-the state file; see ``service.state``).
+the ones that used the most energy kept), across a receiver outage, and across a restart (the totals and
+each series' start time are kept in the state file; see ``service.state``).
+
+A device *answered* in a tick when it has a DevicePower record. The series on a device that did not answer
+keep their totals and running state, and their watts are absent (``None``: not known, neither repeated nor
+0). A device unanswered for longer than ``device_gone_after`` is gone: its series end, and they and its
+device totals stop being exported ``terminated_retention`` later. Its device totals are kept, so a device
+that comes back goes on counting from where it was, from the same start (no counter reset).
+
+Container and pod series (with a ``k8s`` processor in the pipeline) live as long as their pod, not as
+long as their processes: while none of its processes is on the GPU a series runs on at 0 W; it ends when
+the k8s processor's list of the node's pods (``Workload.listed``) lacks it, never while nobody can say
+which pods exist. A pod first seen by name (no UID yet) keeps that key and its labels when its UID becomes
+known, and a container first seen by name likewise when its id does, so the exported series does not fork.
 
 With a ``procfs`` receiver in the pipeline, each process series also carries the process's ``comm``,
 ``exe``, ``container_id`` and ``pod_uid`` (as extra attributes), and series are keyed by (pid, device,
@@ -32,9 +43,13 @@ __all__ = ["EnergyConfig", "EnergyProcessor", "factory"]
 
 class EnergyConfig(ComponentConfig):
     terminated_retention: Duration = 60.0
-    """How long an exited process's totals stay exported."""
+    """How long an ended series (an exited process, a deleted pod, a gone device's) stays exported."""
     max_terminated: int = Field(default=500, ge=0)
-    """At most this many exited processes are kept (those with the most energy)."""
+    """At most this many ended series are kept per scope (those with the most energy)."""
+    device_gone_after: Duration = Field(default=600.0, gt=0)
+    """A device unanswered for longer than this is gone: its series end, and they and its device totals stop
+    being exported ``terminated_retention`` later. Counted from this start: wattpipe's own downtime is not
+    the device's."""
 
 
 _UNKNOWN_START = -1  # no procfs source: the process's start time is not known
@@ -64,6 +79,29 @@ class _Device:
     unattributed_energy_mj: int = 0
     start_wall_s: float = 0.0
     last: DevicePower | None = None
+    seen_s: float | None = None  # monotonic time it last answered (or this start's first tick); not saved
+    gone_wall_s: float | None = None  # when it was found gone (its series ended then); None: not gone
+
+
+class _Roster:
+    """The containers and pods that exist on the node this tick, as the k8s processor listed them."""
+
+    __slots__ = ("by_name", "keys")
+
+    def __init__(self) -> None:
+        self.keys: set[tuple[str, str]] = set()  # (scope, key) under every identity an entry has
+        self.by_name = False  # some entries have names only (the kubelet's allocations)
+
+    def add(self, w: Workload) -> None:
+        self.keys.update(_identities(w))
+        self.by_name = self.by_name or w.listed == "allocations"
+
+    def lists(self, key: GroupKey, series: _Series) -> bool:
+        scope, group, _ = key
+        if (scope, group) in self.keys:
+            return True
+        # A series keyed by its cgroup's ids, against a list of names: it is listed if its names are.
+        return self.by_name and (scope, _name(scope, series.attrs)) in self.keys
 
 
 class _Order:
@@ -109,6 +147,10 @@ class EnergyProcessor:
         self.devices: dict[str, _Device] = {}
         self.instances: dict[tuple[str, int], _Series] = {}  # (device, GPU instance) on MIG GPUs
         self.groups: dict[GroupKey, _Series] = {}  # containers and pods, per device
+        # A group first keyed by name, whose UID (container id) became known later: later key → first key,
+        # and first key → the later one that took it (one only: a pod recreated under the name is another).
+        self.aliases: dict[GroupKey, GroupKey] = {}
+        self._claimed: dict[GroupKey, GroupKey] = {}
         self._series_order = _Order(_process_columns)
         self._ticks = 0
         self._group_order = _Order(_group_columns)
@@ -136,10 +178,16 @@ class EnergyProcessor:
                 ended_wall_s=None if row.get("ended_wall_s") is None else float(row["ended_wall_s"]),
                 attrs={str(k): str(v) for k, v in dict(row.get("attrs", {})).items()},
             )
+        for row in saved.get("aliases", []):
+            later = (str(row["scope"]), str(row["key"]), str(row["device_id"]))
+            first = (str(row["scope"]), str(row["first_key"]), str(row["device_id"]))
+            if first in self.groups:
+                self.aliases[later], self._claimed[first] = first, later
         for row in saved.get("instances", []):
             self.instances[(str(row["device_id"]), int(row["gpu_instance_id"]))] = _Series(
                 energy_mj=int(row["energy_mj"]),
                 start_wall_s=float(row["start_wall_s"]),
+                ended_wall_s=None if row.get("ended_wall_s") is None else float(row["ended_wall_s"]),
                 attrs={str(k): str(v) for k, v in dict(row.get("attrs", {})).items()},
             )
         for device_id, row in dict(saved.get("devices", {})).items():
@@ -180,12 +228,17 @@ class EnergyProcessor:
                 }
                 for (scope, key, device_id), s in sorted(self.groups.items())
             ],
+            "aliases": [
+                {"scope": scope, "key": key, "device_id": device_id, "first_key": first[1]}
+                for (scope, key, device_id), first in sorted(self.aliases.items())
+            ],
             "instances": [
                 {
                     "device_id": device_id,
                     "gpu_instance_id": gi,
                     "energy_mj": s.energy_mj,
                     "start_wall_s": s.start_wall_s,
+                    "ended_wall_s": s.ended_wall_s,
                     "attrs": s.attrs,
                 }
                 for (device_id, gi), s in sorted(self.instances.items())
@@ -207,7 +260,6 @@ class EnergyProcessor:
     def process(self, batch: Batch) -> Batch:
         now = batch.time
         powers = {p.device_id: p for p in batch.device_power}
-        observed = set(powers)
         for power in batch.device_power:
             # A series starts where the energy it counts starts: the beginning of its first interval.
             d = self.devices.setdefault(power.device_id, _Device(start_wall_s=power.time.wall_s - power.interval_s))
@@ -215,6 +267,8 @@ class EnergyProcessor:
             d.idle_energy_mj += power.idle_energy_mj
             d.active_energy_mj += power.active_energy_mj
             d.last = power
+            d.seen_s, d.gone_wall_s = now.monotonic_s, None
+        gone = self._gone(now)
         hosts = {h.pid: h for h in batch.host_processes}
         self._ticks += 1
         tick = self._ticks
@@ -236,7 +290,39 @@ class EnergyProcessor:
             if share.gpu_instance_id is not None:
                 series.attrs["gpu_instance_id"] = str(share.gpu_instance_id)
             series.seen = tick
-        self._groups(batch, powers, hosts, now.wall_s)
+        self._groups(batch, powers, hosts, now.wall_s, gone)
+        self._instances(batch, powers, gone, now.wall_s)
+        for key, series in self.series.items():
+            if series.seen == tick:
+                continue
+            if key[1] in powers:
+                series.power_w = 0.0
+                if series.ended_wall_s is None:
+                    self._end(key, series, now.wall_s)  # its device was read and it was not on it: it has exited
+            else:
+                series.power_w = None  # its device did not answer: how much it drew is not known
+                if series.ended_wall_s is None and key[1] in gone:
+                    self._end(key, series, now.wall_s)
+        self._prune(now.wall_s)
+        return batch.replace(
+            totals=batch.totals + self._totals(now) + self._group_totals(now) + self._instance_totals(now),
+            device_totals=batch.device_totals + self._device_totals(now),
+        )
+
+    def _gone(self, now: Timestamp) -> set[str]:
+        """The devices unanswered for longer than ``device_gone_after`` (a device restored from the state file
+        counts from this start's first tick: its first tick may bring a counter baseline and no power)."""
+        gone = set()
+        for device_id, d in self.devices.items():
+            if d.seen_s is None:
+                d.seen_s = now.monotonic_s
+            elif now.monotonic_s - d.seen_s > self.config.device_gone_after:
+                gone.add(device_id)
+                if d.gone_wall_s is None:
+                    d.gone_wall_s = now.wall_s
+        return gone
+
+    def _instances(self, batch: Batch, powers: dict[str, DevicePower], gone: set[str], wall_s: float) -> None:
         for inst in batch.instance_energy:
             ikey = (inst.device_id, inst.gpu_instance_id)
             interval_s = powers[inst.device_id].interval_s if inst.device_id in powers else batch.interval_s
@@ -245,20 +331,17 @@ class EnergyProcessor:
                 instance = self.instances[ikey] = _Series(energy_mj=0, start_wall_s=inst.time.wall_s - interval_s)
             instance.energy_mj += inst.energy_mj
             instance.power_w = inst.power_w
+            instance.ended_wall_s = None
             if inst.profile is not None:
                 instance.attrs["profile"] = inst.profile
-        for key, series in self.series.items():
-            if series.seen != tick and series.ended_wall_s is None and key[1] in observed:
-                # Its device was read this tick and it was not on it: it has exited.
-                self._end(key, series, now.wall_s)
-        self._prune(now.wall_s)
-        return batch.replace(
-            totals=batch.totals + self._totals(now) + self._group_totals(now) + self._instance_totals(now),
-            device_totals=batch.device_totals + self._device_totals(now),
-        )
+        for (device_id, _), instance in self.instances.items():
+            if device_id not in powers:
+                instance.power_w = None
+                if instance.ended_wall_s is None and device_id in gone:
+                    instance.ended_wall_s = wall_s
 
     def _instance_totals(self, now: Timestamp) -> tuple[Totals, ...]:
-        # Kept while wattpipe runs (a handful per GPU); a repartition's old instances stop growing.
+        # Kept while their device is there (a handful per GPU); a repartition's old instances stop growing.
         return tuple(
             self._total(now, "instance", str(gi), device, s) for (device, gi), s in sorted(self.instances.items())
         )
@@ -299,35 +382,81 @@ class EnergyProcessor:
 
     def _end(self, key: SeriesKey, series: _Series, wall_s: float) -> None:
         series.ended_wall_s = wall_s
-        series.power_w = 0.0
         if self._running.get(key[:2]) == key:
             del self._running[key[:2]]
 
     def _prune(self, now_wall_s: float) -> None:
-        for table in (self.series, self.groups):
-            _prune(table, now_wall_s, self.config.terminated_retention, self.config.max_terminated)
+        retention_s, most = self.config.terminated_retention, self.config.max_terminated
+        _prune(self.series, now_wall_s, retention_s, most)
+        _prune(self.instances, now_wall_s, retention_s, most)
+        for first in _prune(self.groups, now_wall_s, retention_s, most):
+            later = self._claimed.pop(first, None)
+            if later is not None:
+                del self.aliases[later]
+        # A device gone past the retention is no longer exported (_device_totals), but its totals are kept:
+        # should it come back, its counters go on instead of starting again from 0.
 
     def _groups(
-        self, batch: Batch, powers: dict[str, DevicePower], hosts: dict[int, HostProcess], wall_s: float
+        self,
+        batch: Batch,
+        powers: dict[str, DevicePower],
+        hosts: dict[int, HostProcess],
+        wall_s: float,
+        gone: set[str],
     ) -> None:
-        """Container and pod totals from the Workload records (pid → container → pod) of this tick."""
+        """Container and pod totals from the Workload records (pid → container → pod) of this tick. A series
+        runs while its pod exists, at 0 W while none of its processes does; it ends when the k8s processor's
+        list lacks it (nothing ends when there is no list: unknown is not gone), or when its device is gone."""
         if "workloads" not in batch.present:
-            return  # no Kubernetes processor in the pipeline: no container or pod series at all
+            for unknown in self.groups.values():
+                unknown.power_w = None  # the k8s processor failed this tick (or there is none, and no groups)
+            return
+        tick, roster = self._group_tick(batch, hosts)
+        for key, (mj, watts, attrs) in tick.items():
+            series = self.groups.get(key)
+            if series is None:
+                interval_s = powers[key[2]].interval_s if key[2] in powers else batch.interval_s
+                series = self.groups[key] = _Series(energy_mj=0, start_wall_s=wall_s - interval_s)
+            series.energy_mj += mj
+            series.power_w = watts
+            series.ended_wall_s = None
+            if attrs is not None:
+                series.attrs.update(attrs)
+        for key, series in self.groups.items():
+            if key in tick:
+                continue
+            series.power_w = 0.0 if key[2] in powers else None  # none of its processes ran; or not known
+            if series.ended_wall_s is None and (
+                key[2] in gone or (roster is not None and not roster.lists(key, series))
+            ):
+                series.ended_wall_s = wall_s
+
+    def _group_tick(
+        self, batch: Batch, hosts: dict[int, HostProcess]
+    ) -> tuple[dict[GroupKey, tuple[int, float, dict[str, str] | None]], _Roster | None]:
+        """This tick's energy and watts per group (with the attributes to give it: None, keep its own), and
+        the k8s processor's list of what exists (None: it could not say)."""
         workloads = {w.pid: w for w in batch.workloads if w.pid is not None}
         # Degraded mode (no host pid view): per device or MIG instance, the containers pod-resources says own it.
         owners: dict[tuple[str, str | None], list[Workload]] = {}
+        roster: _Roster | None = None
         for w in batch.workloads:
             if w.pid is not None:
+                continue
+            if w.listed is not None:
+                roster = roster or _Roster()
+                roster.add(w)
                 continue
             extra = dict(w.extra)
             if extra.get("degraded") and "device_id" in extra:
                 owners.setdefault((extra["device_id"], extra.get("gpu_instance_id")), []).append(w)
-        tick: dict[GroupKey, tuple[int, float, dict[str, str]]] = {}
+        tick: dict[GroupKey, tuple[int, float, dict[str, str] | None]] = {}
 
         def add(w: Workload, device_id: str, mj: int, watts: float, runtime: str | None = None) -> None:
-            for key, attrs in _memberships(w, device_id, runtime):
-                old_mj, old_w, _ = tick.get(key, (0, 0.0, attrs))
-                tick[key] = (old_mj + mj, old_w + watts, attrs)
+            for key, fallback, attrs in _memberships(w, device_id, runtime):
+                key, given = self._canonical(key, fallback, attrs)
+                old_mj, old_w, _ = tick.get(key, (0, 0.0, given))
+                tick[key] = (old_mj + mj, old_w + watts, given)
 
         pooled: dict[tuple[str, str | None], tuple[int, float]] = {}
         for share in batch.shares:
@@ -348,18 +477,23 @@ class EnergyProcessor:
             members = owners[(device_id, gi)]
             for w, part in zip(members, apportion(mj, [1.0] * len(members)), strict=True):
                 add(w, device_id, part, watts / len(members))
-        for key, (mj, watts, attrs) in tick.items():
-            series = self.groups.get(key)
-            if series is None:
-                interval_s = powers[key[2]].interval_s if key[2] in powers else batch.interval_s
-                series = self.groups[key] = _Series(energy_mj=0, start_wall_s=wall_s - interval_s)
-            series.energy_mj += mj
-            series.power_w = watts
-            series.ended_wall_s = None
-            series.attrs.update(attrs)
-        for key, series in self.groups.items():
-            if key not in tick and series.ended_wall_s is None and key[2] in powers:
-                series.ended_wall_s, series.power_w = wall_s, 0.0  # none of its processes ran this tick
+        return tick, roster
+
+    def _canonical(
+        self, key: GroupKey, fallback: GroupKey | None, attrs: dict[str, str]
+    ) -> tuple[GroupKey, dict[str, str] | None]:
+        """The key a group's series is filed under, and the attributes to give it (None: keep its own).
+
+        A pod first seen by name (no UID yet: before the API cache synced, or without /proc) and by UID later
+        keeps its first key and labels, so that its exported series does not fork; the same for a container
+        first seen by name and later by id."""
+        first = self.aliases.get(key) if self.aliases else None
+        if first is not None:
+            return first, None
+        if fallback is None or key in self.groups or fallback not in self.groups or fallback in self._claimed:
+            return key, attrs
+        self.aliases[key], self._claimed[fallback] = fallback, key
+        return fallback, None
 
     def _group_totals(self, now: Timestamp) -> tuple[Totals, ...]:
         order, (scopes, keys, devices) = self._group_order.of(self.groups)
@@ -404,6 +538,8 @@ class EnergyProcessor:
     def _device_totals(self, now: Timestamp) -> tuple[DeviceTotals, ...]:
         out = []
         for device_id, d in sorted(self.devices.items()):
+            if d.gone_wall_s is not None and now.wall_s - d.gone_wall_s > self.config.terminated_retention:
+                continue  # gone, past the retention as its series: not exported (kept, should it come back)
             last = d.last
             out.append(
                 DeviceTotals(
@@ -424,17 +560,19 @@ class EnergyProcessor:
         return tuple(out)
 
 
-def _memberships(w: Workload, device_id: str, runtime: str | None = None) -> list[tuple[GroupKey, dict[str, str]]]:
-    """The container and pod a process belongs to, as group keys with their descriptive attributes
-    (``runtime``: the container runtime /proc showed for the process, when it is in that container)."""
+Membership = tuple[GroupKey, GroupKey | None, dict[str, str]]  # key, its name key where it is an id, attributes
+
+
+def _memberships(w: Workload, device_id: str, runtime: str | None = None) -> list[Membership]:
+    """The container and pod a process belongs to, as group keys (by id, else by name; with the name key
+    too where the key is an id) and their descriptive attributes (``runtime``: the container runtime /proc
+    showed for the process, when it is in that container)."""
     pod = {k: v for k, v in (("pod_name", w.pod_name), ("pod_namespace", w.pod_namespace)) if v is not None}
     pod.update({k: v for k, v in w.extra if k.startswith(("label_", "annotation_"))})
-    out: list[tuple[GroupKey, dict[str, str]]] = []
-    container_key = w.container_id or (
-        f"{w.pod_namespace}/{w.pod_name}/{w.container_name}"
-        if w.pod_name and w.pod_namespace and w.container_name
-        else None
-    )
+    out: list[Membership] = []
+    pod_name = f"{w.pod_namespace}/{w.pod_name}" if w.pod_name and w.pod_namespace else None
+    container_name = f"{pod_name}/{w.container_name}" if pod_name and w.container_name else None
+    container_key = w.container_id or container_name
     if container_key is not None:
         attrs = {**pod, **({"container_name": w.container_name} if w.container_name else {})}
         attrs.update({k: v for k, v in w.extra if k == "runtime"})
@@ -442,25 +580,49 @@ def _memberships(w: Workload, device_id: str, runtime: str | None = None) -> lis
             attrs["runtime"] = runtime
         if w.pod_uid is not None:
             attrs["pod_uid"] = w.pod_uid
-        out.append((("container", container_key, device_id), attrs))
-    pod_key = w.pod_uid or (f"{w.pod_namespace}/{w.pod_name}" if w.pod_name and w.pod_namespace else None)
+        by_name = ("container", container_name, device_id) if w.container_id and container_name else None
+        out.append((("container", container_key, device_id), by_name, attrs))
+    pod_key = w.pod_uid or pod_name
     if pod_key is not None:
-        out.append((("pod", pod_key, device_id), pod))
+        by_name = ("pod", pod_name, device_id) if w.pod_uid and pod_name else None
+        out.append((("pod", pod_key, device_id), by_name, pod))
     return out
 
 
-def _prune(table: dict[Any, _Series], now_wall_s: float, retention_s: float, max_terminated: int) -> None:
-    """Drop ended series past the retention, and beyond ``max_terminated`` the ones with least energy."""
+def _identities(w: Workload) -> list[tuple[str, str]]:
+    """Every (scope, key) a roster entry's container and pod may have been filed under: ids and names."""
+    out = [("pod", key) for key in (w.pod_uid,) if key]
+    out += [("container", key) for key in (w.container_id,) if key]
+    if w.pod_name and w.pod_namespace:
+        out.append(("pod", f"{w.pod_namespace}/{w.pod_name}"))
+        if w.container_name:
+            out.append(("container", f"{w.pod_namespace}/{w.pod_name}/{w.container_name}"))
+    return out
+
+
+def _name(scope: str, attrs: dict[str, str]) -> str | None:
+    """A group series' name key from its attributes (``namespace/pod[/container]``), where they have it."""
+    namespace, pod = attrs.get("pod_namespace"), attrs.get("pod_name")
+    if namespace is None or pod is None:
+        return None
+    return f"{namespace}/{pod}" if scope == "pod" else f"{namespace}/{pod}/{attrs.get('container_name')}"
+
+
+def _prune(table: dict[Any, _Series], now_wall_s: float, retention_s: float, max_terminated: int) -> list[Any]:
+    """Drop ended series past the retention, and beyond ``max_terminated`` the ones with least energy; returns
+    the keys dropped."""
     ended = [(k, s) for k, s in table.items() if s.ended_wall_s is not None]
-    expired = {k for k, s in ended if now_wall_s - (s.ended_wall_s or now_wall_s) > retention_s}
+    expired = [k for k, s in ended if now_wall_s - (s.ended_wall_s or now_wall_s) > retention_s]
     for key in expired:
         del table[key]
-    ended = [(k, s) for k, s in ended if k not in expired]
+    ended = [(k, s) for k, s in ended if k in table]
     if len(ended) > max_terminated:
         # Bounded memory and cardinality: keep the exited ones that used the most energy.
         ended.sort(key=lambda ks: (-ks[1].energy_mj, ks[0]))
         for key, _ in ended[max_terminated:]:
             del table[key]
+            expired.append(key)
+    return expired
 
 
 def _create(ctx: CreateContext, config: ComponentConfig) -> EnergyProcessor:

@@ -10,6 +10,11 @@ device's energy goes to its owning containers, equally: see :mod:`processors.k8s
 
 Allow-listed pod labels and annotations are copied into ``Workload.extra`` as ``label_<name>`` and
 ``annotation_<name>``.
+
+Besides each process's record, the processor lists the pods and containers that exist on the node
+(``Workload.listed`` entries, :mod:`processors.k8s._roster`), so that the energy processor ends a container
+or pod series when its pod is gone rather than when its processes pause. The API's list is made again only
+when the cache changes: its entries carry the time of the tick that made them.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from pipeline.config import Duration
 from pipeline.records import Batch, Workload
 from processors.k8s._cache import PodCache, PodInfo, PodView, pod_info, strip_runtime
 from processors.k8s._resolve import DEGRADED, resolve
+from processors.k8s._roster import from_allocations, from_api
 from processors.k8s._watch import PodWatcher, api_client
 
 if TYPE_CHECKING:  # the kubernetes client costs ~20 MB to import: only when it is used
@@ -92,6 +98,8 @@ class K8sProcessor:
         self.node_name = ""
         self._dropped_logged = 0
         self._seen: dict[int, Workload] = {}  # pid → how it resolved while /proc still had it
+        self._cgroup_uids: dict[str, str] = {}  # a static pod's API UID → the UID its cgroup shows
+        self._listed: tuple[PodView | None, tuple[Workload, ...]] = (None, ())  # the API list, for its view
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -157,8 +165,34 @@ class K8sProcessor:
                 f"processor {self.component_id}: pod cache full ({self.config.max_pods} pods): "
                 f"{self.cache.dropped} pod(s) not cached; raise max_pods",
             )
-        workloads, self._seen = resolve(batch, self.cache.view, self._seen)
-        return batch.replace(workloads=batch.workloads + tuple(workloads))
+        view = self.cache.view  # once: the watch thread may publish another meanwhile
+        workloads, self._seen = resolve(batch, view, self._seen)
+        self._learn_cgroup_uids(workloads, view)
+        return batch.replace(workloads=batch.workloads + tuple(workloads) + self._listing(batch, view))
+
+    def _learn_cgroup_uids(self, workloads: list[Workload], view: PodView) -> None:
+        """A process named by its container id under a cgroup UID the API does not know is in a static pod:
+        its series are keyed by the cgroup's UID, so the pod is listed under that UID too."""
+        for w in workloads:
+            if w.pid is None or w.pod_uid is None or w.pod_name is None or w.pod_uid in view.by_uid:
+                continue
+            pod = view.by_name.get((w.pod_namespace or "", w.pod_name))
+            if pod is not None and self._cgroup_uids.get(pod.uid) != w.pod_uid:
+                self._cgroup_uids[pod.uid] = w.pod_uid
+                self._listed = (None, ())
+
+    def _listing(self, batch: Batch, view: PodView) -> tuple[Workload, ...]:
+        """The pods that exist on the node, from the API cache once it has listed, else from this tick's
+        allocations; none when neither can say."""
+        if view.synced:
+            if self._listed[0] is not view:
+                live = {uid for uid, pod in view.by_uid.items() if pod.deleted_at_s is None}
+                self._cgroup_uids = {uid: other for uid, other in self._cgroup_uids.items() if uid in live}
+                self._listed = (view, tuple(from_api(batch.time, view, self._cgroup_uids)))
+            return self._listed[1]
+        if "allocations" in batch.present:
+            return tuple(from_allocations(batch.time, batch.allocations))
+        return ()
 
 
 def _create(ctx: CreateContext, config: ComponentConfig) -> K8sProcessor:

@@ -159,6 +159,11 @@ def _until(what: str, check: Callable[[], bool], timeout_s: float = 3.0) -> None
         time.sleep(0.01)
 
 
+def _members(batch: Batch) -> tuple[Workload, ...]:
+    """The batch's Workload records of processes (and degraded owners), without the list of the node's pods."""
+    return tuple(w for w in batch.workloads if w.listed is None)
+
+
 def _by_pid(workloads: Sequence[Workload]) -> dict[int | None, Workload]:
     return {w.pid: w for w in workloads}
 
@@ -181,7 +186,7 @@ def test_names_come_from_the_api_by_pod_uid_and_container_id(
     hosts = [*node.all_hosts(), node.host(900)]  # 900: a host process (no pod) on trainer-0's GPU
     out = proc.process(node.batch([(100, 0), (200, 1), (300, 1), (900, 0)], hosts, node.allocations()))
     assert "workloads" in out.present
-    got = _by_pid(out.workloads)
+    got = _by_pid(_members(out))
     assert set(got) == {100, 200, 300, 900}
     trainer_uid, trainer_cid = node.ids("ml/trainer-0/main")
     assert got[100] == Workload(
@@ -202,6 +207,11 @@ def test_names_come_from_the_api_by_pod_uid_and_container_id(
     # The sole owner of GPU 0 is trainer-0, but /proc says 900 is in no pod: it is not given that name.
     assert got[900] == Workload(time=clock.now(), pid=900)
     assert node.api.requests["list"] == 1
+    # And the pods that exist on the node, whether or not they run anything: every pod, and the list's end.
+    listed = {(w.listed, w.pod_name, w.container_name) for w in out.workloads if w.listed is not None}
+    pods = {(name, None) for name in ("trainer-0", "server-a", "server-b", "job-7")}
+    containers = {("trainer-0", "sidecar"), ("trainer-0", "main"), ("server-a", "server"), ("server-b", "server")}
+    assert listed == {("api", None, None)} | {("api", *names) for names in pods | containers | {("job-7", "run")}}
 
 
 def test_the_watch_picks_up_a_pod_that_appears_later(
@@ -213,10 +223,10 @@ def test_the_watch_picks_up_a_pod_that_appears_later(
     job_uid, job_cid = node.ids("batch/job-7/run")
     assert job_uid not in proc.view.by_uid  # job-7's process starts at 20 s
     before = proc.process(node.batch([(400, 2)], [node.host(400, "batch/job-7/run")]))
-    assert before.workloads == (Workload(time=clock.now(), pid=400, container_id=job_cid, pod_uid=job_uid),)
+    assert _members(before) == (Workload(time=clock.now(), pid=400, container_id=job_cid, pod_uid=job_uid),)
     clock.advance(21.0)
     _until("job-7 reaches the cache", lambda: job_uid in proc.view.by_uid)
-    [after] = proc.process(node.batch([(400, 2)], [node.host(400, "batch/job-7/run")])).workloads
+    [after] = _members(proc.process(node.batch([(400, 2)], [node.host(400, "batch/job-7/run")])))
     assert (_names(after), after.pod_uid, after.container_id) == (("batch", "job-7", "run"), job_uid, job_cid)
     assert node.api.requests["list"] == 1  # the watch brought it, not a new list
 
@@ -247,10 +257,10 @@ def test_a_deleted_pod_is_kept_for_keep_deleted(
     clock.advance(31.0)  # trainer-0's only process ends at 30 s: DELETED
     _until("trainer-0 is deleted", lambda: proc.view.by_uid[uid].deleted_at_s is not None)
     late = node.batch([(100, 0)], [node.host(100, "ml/trainer-0/main")])
-    assert _names(proc.process(late).workloads[0]) == ("ml", "trainer-0", "main")  # a straggling process
+    assert _names(_members(proc.process(late))[0]) == ("ml", "trainer-0", "main")  # a straggling process
     clock.advance(60.0)
     gone = proc.process(node.batch([(100, 0)], [node.host(100, "ml/trainer-0/main")]))
-    assert _names(gone.workloads[0]) == (None, None, None)
+    assert _names(_members(gone)[0]) == (None, None, None)
     assert uid not in proc.view.by_uid
 
 
@@ -264,7 +274,7 @@ def test_api_down_falls_back_to_allocations_then_recovers(
     proc = started(node.env())
     _until("a list has failed", lambda: proc.watcher is not None and proc.watcher.failures >= 1)
     batch = node.batch([(100, 0), (200, 1), (300, 1)], node.all_hosts(), node.allocations())
-    got = _by_pid(proc.process(batch).workloads)
+    got = _by_pid(_members(proc.process(batch)))
     trainer_uid, trainer_cid = node.ids("ml/trainer-0/main")
     # GPU 0 has one owner: pod-resources names it; the ids stay the cgroup's.
     assert got[100] == Workload(
@@ -283,7 +293,7 @@ def test_api_down_falls_back_to_allocations_then_recovers(
     assert proc.watcher.is_alive()
     clock.advance(10.0)  # the API server is back
     _until("the cache is synced after the outage", lambda: proc.view.synced)
-    got = _by_pid(proc.process(node.batch([(200, 1), (300, 1)], node.all_hosts(), node.allocations())).workloads)
+    got = _by_pid(_members(proc.process(node.batch([(200, 1), (300, 1)], node.all_hosts(), node.allocations()))))
     assert (_names(got[200]), _names(got[300])) == (
         ("infer", "server-a", "server"),
         ("infer", "server-b", "server"),
@@ -304,7 +314,7 @@ def test_without_api_access_no_thread_runs_and_allocations_name_sole_owners(
 ) -> None:
     proc = started({key: node.env()[key] for key in env_keys}, **options)
     assert proc.watcher is None
-    got = _by_pid(proc.process(node.batch([(100, 0), (200, 1)], node.all_hosts(), node.allocations())).workloads)
+    got = _by_pid(_members(proc.process(node.batch([(100, 0), (200, 1)], node.all_hosts(), node.allocations()))))
     assert (_names(got[100]), _names(got[200])) == (("ml", "trainer-0", "main"), (None, None, None))
     assert node.api.requests == {}
 
@@ -314,7 +324,7 @@ def test_single_owners_must_agree_and_not_be_contradicted(node: Node, started: C
     # 500 runs on GPU 0 (owner trainer-0) and GPU 2 (owner job-7): two owners, so no name.
     # 600 is in a pod (its cgroup has a UID) and GPU 2 has one owner: with no API to say otherwise, that one.
     hosts = [node.host(500, "ml/trainer-0/main"), HostProcess(time=node.clock.now(), pid=600, pod_uid="u-600")]
-    got = _by_pid(proc.process(node.batch([(500, 0), (500, 2), (600, 2)], hosts, node.allocations())).workloads)
+    got = _by_pid(_members(proc.process(node.batch([(500, 0), (500, 2), (600, 2)], hosts, node.allocations()))))
     assert _names(got[500]) == (None, None, None)
     assert _names(got[600]) == ("batch", "job-7", "run")
     assert got[600].pod_uid == "u-600"  # the cgroup's UID is kept as is
@@ -328,7 +338,7 @@ def test_an_owner_the_api_knows_under_another_uid_is_not_taken(
     # A pod the API does not know (created a moment ago) on trainer-0's GPU: the allocation names trainer-0,
     # whose UID the API knows to be another one.
     stranger = HostProcess(time=node.clock.now(), pid=700, container_id="c" * 64, pod_uid="u-new")
-    [w] = proc.process(node.batch([(700, 0)], [stranger], node.allocations())).workloads
+    [w] = _members(proc.process(node.batch([(700, 0)], [stranger], node.allocations())))
     assert w == Workload(time=node.clock.now(), pid=700, container_id="c" * 64, pod_uid="u-new")
 
 
@@ -358,8 +368,8 @@ def test_without_host_processes_each_owning_container_gets_a_degraded_record(
                 extra=tuple(sorted((DEGRADED, ("device_id", node.gpu(gpu))))),
             )
         )
-    assert len(out.workloads) == 3
-    assert set(out.workloads) == set(expected)
+    assert len(_members(out)) == 3
+    assert set(_members(out)) == set(expected)
 
 
 def test_degraded_records_without_api_carry_names_only(node: Node, started: Callable[..., K8sProcessor]) -> None:
@@ -367,7 +377,7 @@ def test_degraded_records_without_api_carry_names_only(node: Node, started: Call
     # GPU 0: no HostProcess for its pid (degraded); GPU 2: one of its pids is visible (not degraded).
     hosts = [node.host(401, "batch/job-7/run")]
     out = proc.process(node.batch([(100, 0), (400, 2), (401, 2)], hosts, node.allocations()))
-    got = _by_pid(out.workloads)
+    got = _by_pid(_members(out))
     assert set(got) == {None, 400, 401}
     assert got[None] == Workload(
         time=node.clock.now(),
@@ -409,16 +419,16 @@ def test_mig_allocations_are_resolved_to_their_gpu_instance(node: Node, started:
     batch = Batch(time=now, interval_s=1.0, node=NODE).replace(
         gpu_processes=samples, host_processes=hosts, allocations=(allocation,), mig_instances=layout
     )
-    got = _by_pid(proc.process(batch).workloads)
+    got = _by_pid(_members(proc.process(batch)))
     assert set(got) == {800, 801, 802}
     assert _names(got[800]) == _names(got[802]) == ("ml", "embed-0", "main")
     assert _names(got[801]) == (None, None, None)
     # Without the layout the MIG UUID joins no GPU instance: nothing is named.
-    bare = _by_pid(proc.process(batch.replace(mig_instances=())).workloads)
+    bare = _by_pid(_members(proc.process(batch.replace(mig_instances=()))))
     assert _names(bare[800]) == (None, None, None)
     # Degraded on the instance (a processor that never saw the pid in /proc): its record says which instance.
     fresh = started(node.env(), api="off")
-    [degraded] = fresh.process(batch.replace(gpu_processes=samples[:1], host_processes=())).workloads
+    [degraded] = _members(fresh.process(batch.replace(gpu_processes=samples[:1], host_processes=())))
     assert dict(degraded.extra) == {"degraded": "no_host_pid", "device_id": MIG_GPU, "gpu_instance_id": "2"}
     assert _names(degraded) == ("ml", "embed-0", "main")
 
@@ -497,16 +507,16 @@ def test_a_process_gone_from_proc_in_its_last_tick_keeps_its_container(
     # Tick 1: /proc has pid 100 in trainer-0/main. Tick 2: the driver still lists it (its last joules)
     # but /proc no longer has it. It must stay in the same container series, not a guessed one.
     proc = started({})  # no API: the allocation fallback alone would name it without a container id
-    first = _by_pid(proc.process(node.batch([(100, 0)], node.all_hosts(), node.allocations())).workloads)[100]
+    first = _by_pid(_members(proc.process(node.batch([(100, 0)], node.all_hosts(), node.allocations()))))[100]
     clock.advance(5.0)
     hosts = [h for h in node.all_hosts() if h.pid != 100]
-    second = _by_pid(proc.process(node.batch([(100, 0)], hosts, node.allocations())).workloads)[100]
+    second = _by_pid(_members(proc.process(node.batch([(100, 0)], hosts, node.allocations()))))[100]
     assert second == dataclasses.replace(first, time=clock.now())
     assert second.container_id == node.ids("ml/trainer-0/main")[1]
     # Gone from the driver's list too: forgotten, so a new process under that pid starts clean.
     clock.advance(5.0)
     proc.process(node.batch([], hosts, node.allocations()))
     clock.advance(5.0)
-    third = _by_pid(proc.process(node.batch([(100, 0)], [node.host(100)], node.allocations())).workloads)[100]
+    third = _by_pid(_members(proc.process(node.batch([(100, 0)], [node.host(100)], node.allocations()))))[100]
     assert third.container_id is None
     assert third.pod_name is None
