@@ -260,9 +260,10 @@ def _run_simulated(
     graph = cli._build(config, registry, clock, err)
     if graph is None:
         return EXIT_CONFIG
-    collector = TruthCollector()
+    # One collector per pipeline: two pipelines attributing the same node would otherwise count it twice.
+    collectors = {p.name: TruthCollector() for p in graph.pipelines}
     if stepped:
-        graph = _with_exporter(graph, collector)
+        graph = _with_exporters(graph, collectors)
     max_ticks = args.ticks
     if max_ticks is None and args.duration is not None:
         interval = min(p.config.interval for p in graph.pipelines)
@@ -280,7 +281,7 @@ def _run_simulated(
         _say_where_to_look(graph, config, err)
     code = asyncio.run(cli.run_service(graph, max_ticks=max_ticks, service=service))
     if stepped and code == EXIT_OK:
-        report = truth_report(collector, node)
+        report = _reports(collectors, node)
         print_report(report, err)
         if args.report:
             Path(args.report).write_text(json.dumps(report, indent=2) + "\n")
@@ -299,11 +300,25 @@ def _without_listeners(config: Config) -> Config:
     return Config(config.source_name, config.receivers, config.processors, exporters, service)
 
 
-def _with_exporter(graph: Graph, collector: TruthCollector) -> Graph:
+def _with_exporters(graph: Graph, collectors: dict[str, TruthCollector]) -> Graph:
     pipelines = tuple(
-        dataclasses.replace(p, exporters=(*p.exporters, ("simulate/truth", collector))) for p in graph.pipelines
+        dataclasses.replace(p, exporters=(*p.exporters, ("simulate/truth", collectors[p.name])))
+        for p in graph.pipelines
     )
     return dataclasses.replace(graph, pipelines=pipelines)
+
+
+def _reports(collectors: dict[str, TruthCollector], node: simulator.SimulatedNode) -> dict[str, Any]:
+    """The report of the first pipeline that measured a device; every other such pipeline's own report
+    is under ``other_pipelines`` (pipelines that share a receiver each get every read: they agree)."""
+    reports = {name: truth_report(c, node) for name, c in collectors.items() if c.device}
+    if not reports:
+        return truth_report(next(iter(collectors.values())), node)
+    first, *others = reports
+    report = {**reports[first], "pipeline": first}
+    if others:
+        report["other_pipelines"] = {name: reports[name] for name in others}
+    return report
 
 
 def _say_where_to_look(graph: Graph, config: Config, err: TextIO) -> None:

@@ -43,7 +43,7 @@ def test_demo_scenario_processes_within_2_percent_and_idle_within_1_watt(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     report = simulate(tmp_path, "demo.yaml", "5m", monkeypatch)
-    assert set(report) == {"ticks", "simulated_s", "devices", "processes", "containers", "pods"}
+    assert set(report) == {"ticks", "simulated_s", "devices", "processes", "containers", "pods", "pipeline"}
     assert report["simulated_s"] == pytest.approx(300.0)
     for d in report["devices"]:
         assert d["detected_idle_w"] == pytest.approx(d["true_idle_w"], abs=1.0)
@@ -68,3 +68,23 @@ def test_bursts_after_quiet_spells_are_weighed_over_their_own_tick(
     assert {p["pid"] for p in report["processes"]} == {5101, 5102, 5201, 5202}
     for p in report["processes"]:
         assert p["attributed_j"] == pytest.approx(p["true_j"], rel=0.02), p
+
+
+def test_two_pipelines_sharing_the_nvml_receiver_each_attribute_everything(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Issue 14.4: the second pipeline attributed nothing, and both lost each other's utilisation samples.
+    config = Path(__file__).resolve().parents[1] / "configs" / "two_pipelines.yaml"
+    report = tmp_path / "report.json"
+    err = io.StringIO()
+    args = ["simulate", "--scenario", str(SCENARIOS / "demo.yaml"), "-c", str(config), "--duration", "3m",
+            "--report", str(report), "--log-level", "error"]  # fmt: skip
+    assert main(args, io.StringIO(), err) == 0, err.getvalue()
+    first = json.loads(report.read_text())
+    assert first["pipeline"] == "metrics"
+    second = first["other_pipelines"]["metrics/b"]
+    for r in (first, second):
+        assert {p["pid"] for p in r["processes"]} == {4242, 4390, 6001}
+        for p in r["processes"]:
+            assert p["attributed_j"] == pytest.approx(p["true_j"], rel=0.02), p
+    assert [p["attributed_j"] for p in first["processes"]] == [p["attributed_j"] for p in second["processes"]]
