@@ -269,6 +269,9 @@ class EnergyProcessor:
             d.last = power
             d.seen_s, d.gone_wall_s = now.monotonic_s, None
         gone = self._gone(now)
+        # Devices whose energy was split among their processes: on the others (no answer, or a tick that
+        # spans an outage or whose process listing failed) nobody's watts are known, and nobody has exited.
+        split = {device_id for device_id, p in powers.items() if p.unattributable is None}
         hosts = {h.pid: h for h in batch.host_processes}
         self._ticks += 1
         tick = self._ticks
@@ -290,17 +293,17 @@ class EnergyProcessor:
             if share.gpu_instance_id is not None:
                 series.attrs["gpu_instance_id"] = str(share.gpu_instance_id)
             series.seen = tick
-        self._groups(batch, powers, hosts, now.wall_s, gone)
-        self._instances(batch, powers, gone, now.wall_s)
+        self._groups(batch, powers, split, hosts, now.wall_s, gone)
+        self._instances(batch, powers, split, gone, now.wall_s)
         for key, series in self.series.items():
             if series.seen == tick:
                 continue
-            if key[1] in powers:
+            if key[1] in split:
                 series.power_w = 0.0
                 if series.ended_wall_s is None:
                     self._end(key, series, now.wall_s)  # its device was read and it was not on it: it has exited
             else:
-                series.power_w = None  # its device did not answer: how much it drew is not known
+                series.power_w = None  # how much it drew is not known
                 if series.ended_wall_s is None and key[1] in gone:
                     self._end(key, series, now.wall_s)
         self._prune(now.wall_s)
@@ -322,7 +325,9 @@ class EnergyProcessor:
                     d.gone_wall_s = now.wall_s
         return gone
 
-    def _instances(self, batch: Batch, powers: dict[str, DevicePower], gone: set[str], wall_s: float) -> None:
+    def _instances(
+        self, batch: Batch, powers: dict[str, DevicePower], split: set[str], gone: set[str], wall_s: float
+    ) -> None:
         for inst in batch.instance_energy:
             ikey = (inst.device_id, inst.gpu_instance_id)
             interval_s = powers[inst.device_id].interval_s if inst.device_id in powers else batch.interval_s
@@ -335,7 +340,7 @@ class EnergyProcessor:
             if inst.profile is not None:
                 instance.attrs["profile"] = inst.profile
         for (device_id, _), instance in self.instances.items():
-            if device_id not in powers:
+            if device_id not in split:
                 instance.power_w = None
                 if instance.ended_wall_s is None and device_id in gone:
                     instance.ended_wall_s = wall_s
@@ -400,6 +405,7 @@ class EnergyProcessor:
         self,
         batch: Batch,
         powers: dict[str, DevicePower],
+        split: set[str],
         hosts: dict[int, HostProcess],
         wall_s: float,
         gone: set[str],
@@ -425,7 +431,7 @@ class EnergyProcessor:
         for key, series in self.groups.items():
             if key in tick:
                 continue
-            series.power_w = 0.0 if key[2] in powers else None  # none of its processes ran; or not known
+            series.power_w = 0.0 if key[2] in split else None  # none of its processes ran; or not known
             if series.ended_wall_s is None and (
                 key[2] in gone or (roster is not None and not roster.lists(key, series))
             ):

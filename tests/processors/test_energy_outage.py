@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from pipeline.clock import SteppedClock, Timestamp
@@ -172,6 +173,28 @@ def test_container_and_pod_watts_are_absent_in_a_tick_without_workloads() -> Non
         ("c-b", 50, None),
         ("b", 50, None),
     }
+
+
+def test_a_tick_whose_energy_could_not_be_split_ends_nobody_and_knows_nobody_s_watts() -> None:
+    """The first tick after a long outage spans it (``unattributable="gap"``): attribution gives the device's
+    active energy to nobody, which is not its processes having exited."""
+    clock = SteppedClock()
+    proc = energy(clock)
+    step(proc, clock, ["G", "H"], [share(clock, 1, 100, "G"), share(clock, 2, 50, "H")])
+    gap = dataclasses.replace(power(clock, 90_500, 500, device="G"), interval_s=90.0, unattributable="gap")
+    b = proc.process(
+        Batch(time=clock.now(), interval_s=90.0, node="n").replace(
+            device_power=(gap,), shares=(share(clock, None, 90_000, "G"),), workloads=(member(1, "a"), *ROSTER)
+        )
+    )
+    assert {k: (t.energy_mj, t.state, t.power_w) for k, t in on(b, "G").items()} == {
+        ("process", "1"): (100, "running", None),
+        ("container", "c-a"): (100, "running", None),
+        ("pod", "a"): (100, "running", None),
+        ("instance", "1"): (10, "running", None),
+    }
+    (g,) = [d for d in b.device_totals if d.device_id == "G"]
+    assert (g.energy_mj, g.unattributed_energy_mj) == (600 + 90_500, 90_000)
 
 
 def test_device_gone_after_defaults_to_ten_minutes() -> None:
