@@ -66,9 +66,10 @@ def test_first_reading_sets_the_baseline_then_counter_deltas_give_energy() -> No
     assert (p.idle_energy_mj, p.active_energy_mj, p.power_w) == (0, 1_500_000, pytest.approx(300.0))
 
 
-def test_idle_is_learned_only_with_no_process_and_only_goes_down() -> None:
+def test_idle_is_learned_only_with_no_process_and_is_the_lowest_seen() -> None:
     clock = SteppedClock()
     gpu = Gpu(clock)
+    gpu.power_w = 80.0  # the readings at both ends of a learning interval must agree with its counter
     proc = idle(clock)
     proc.process(batch(clock, [gpu.sample()], []))
     gpu.run(80.0, 5.0)
@@ -77,10 +78,12 @@ def test_idle_is_learned_only_with_no_process_and_only_goes_down() -> None:
     gpu.run(60.0, 5.0)  # busy at a lower power: not idle, so not learned
     proc.process(batch(clock, [gpu.sample()], [7]))
     assert proc.idle_w("GPU-a") == pytest.approx(80.0)
-    gpu.run(70.0, 5.0)
+    gpu.run(70.0, 5.0)  # quiet now, but busy at the start of the interval: not learned either
     proc.process(batch(clock, [gpu.sample()], []))
-    gpu.run(90.0, 5.0)
-    proc.process(batch(clock, [gpu.sample()], []))
+    assert proc.idle_w("GPU-a") == pytest.approx(80.0)
+    for watts in (70.0, 90.0, 90.0):
+        gpu.run(watts, 5.0)
+        proc.process(batch(clock, [gpu.sample()], []))
     assert proc.idle_w("GPU-a") == pytest.approx(70.0)
     gpu.run(300.0, 5.0)
     (p,) = proc.process(batch(clock, [gpu.sample()], [7])).device_power
@@ -101,6 +104,7 @@ def test_learned_idle_survives_a_restart_through_the_state_file(tmp_path: Path) 
     clock = SteppedClock()
     store = StateStore(tmp_path / "s.json", clock, "n")
     gpu = Gpu(clock)
+    gpu.power_w = 65.0
     proc = idle(clock, store)
     proc.process(batch(clock, [gpu.sample()], []))
     gpu.run(65.0, 5.0)
