@@ -295,22 +295,27 @@ class EnergyProcessor:
             series.seen = tick
         self._groups(batch, powers, split, hosts, now.wall_s, gone)
         self._instances(batch, powers, split, gone, now.wall_s)
+        self._absent(tick, split, gone, now.wall_s)
+        self._prune(now.wall_s)
+        return batch.replace(
+            totals=batch.totals + self._totals(now) + self._group_totals(now) + self._instance_totals(now),
+            device_totals=batch.device_totals + self._device_totals(now),
+        )
+
+    def _absent(self, tick: int, split: set[str], gone: set[str], wall_s: float) -> None:
+        """The process series that had no share this tick: exited where their device's energy was split, not
+        known elsewhere (ended only once the device is gone)."""
         for key, series in self.series.items():
             if series.seen == tick:
                 continue
             if key[1] in split:
                 series.power_w = 0.0
                 if series.ended_wall_s is None:
-                    self._end(key, series, now.wall_s)  # its device was read and it was not on it: it has exited
+                    self._end(key, series, wall_s)  # its device was read and it was not on it: it has exited
             else:
                 series.power_w = None  # how much it drew is not known
                 if series.ended_wall_s is None and key[1] in gone:
-                    self._end(key, series, now.wall_s)
-        self._prune(now.wall_s)
-        return batch.replace(
-            totals=batch.totals + self._totals(now) + self._group_totals(now) + self._instance_totals(now),
-            device_totals=batch.device_totals + self._device_totals(now),
-        )
+                    self._end(key, series, wall_s)
 
     def _gone(self, now: Timestamp) -> set[str]:
         """The devices unanswered for longer than ``device_gone_after`` (a device restored from the state file
