@@ -13,6 +13,7 @@ from simulator._schema_base import MigSpec, _Model
 __all__ = ["DcgmFault", "Fault", "GpuChange", "GpuFault", "K8sApiFault", "KubeletFault", "NvmlFault"]
 
 ComputeMode = Literal["default", "exclusive_process", "prohibited"]
+RELOAD_FOR_S = 5.0  # how long a reloading driver answers errors, unless the fault says
 
 
 class _Timed(_Model):
@@ -28,15 +29,21 @@ class _Timed(_Model):
 
 
 class NvmlFault(_Timed):
-    """NVML calls answer ``error`` instead of their result.
+    """NVML calls answer ``error`` instead of their result (``kind: error``, the default).
 
     ``gpu`` None: every device; ``call`` None: every call that takes that device's handle.
+
+    ``kind: reload``: the driver reloads at ``at_s``. Every call on the GPU (all GPUs with ``gpu`` None)
+    answers ``error`` (default GPU_IS_LOST) for ``for_s`` (default 5 s), and the energy counter counts
+    from 0 again from when the driver is back (``at_s + for_s``), as a real counter counts energy since
+    driver load. The ground truth is not affected: the GPU and its processes draw power throughout.
     """
 
     target: Literal["nvml"]
+    kind: Literal["error", "reload"] = "error"
     gpu: int | None = Field(default=None, ge=0)
     call: str | None = None
-    error: str
+    error: str | None = None
 
     @field_validator("call")
     @classmethod
@@ -50,15 +57,31 @@ class NvmlFault(_Timed):
 
     @field_validator("error")
     @classmethod
-    def _known_error(cls, value: str) -> str:
+    def _known_error(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
         name = value.upper().removeprefix("NVML_ERROR_")
         if name not in ERROR_CODES:
             raise ValueError(f"{value!r} is not an NVML error name (e.g. GPU_IS_LOST, NOT_SUPPORTED)")
         return name
 
+    @model_validator(mode="after")
+    def _complete(self) -> NvmlFault:
+        if self.kind == "error":
+            if self.error is None:
+                raise ValueError("error: name the NVML error the calls answer (e.g. GPU_IS_LOST)")
+            return self
+        if self.call is not None:
+            raise ValueError("call: a reload fails every call of the GPU; leave call out")
+        if self.error is None:
+            self.error = "GPU_IS_LOST"
+        if self.for_s is None:
+            self.for_s = RELOAD_FOR_S
+        return self
+
     @property
     def code(self) -> int:
-        return ERROR_CODES[self.error]
+        return ERROR_CODES[self.error or "GPU_IS_LOST"]
 
 
 class DcgmFault(_Timed):

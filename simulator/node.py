@@ -31,6 +31,15 @@ class SimulatedNode:
         self.start_wall_s = start.wall_s
         self._closers: list[Callable[[], None]] = []
         self._nvml_faults = [f for f in scenario.faults if isinstance(f, NvmlFault)]
+        # Per GPU, the (start, back) times of its driver reloads, in order: the counter's origin moves to each "back".
+        self._reloads: list[list[tuple[float, float]]] = [
+            sorted(
+                (f.at_s, f.until_s)
+                for f in self._nvml_faults
+                if f.kind == "reload" and (f.gpu is None or f.gpu == index)
+            )
+            for index in range(len(scenario.gpus))
+        ]
 
     # --- time --------------------------------------------------------------------------------------
 
@@ -45,9 +54,17 @@ class SimulatedNode:
     # --- derived readings shared by several faces ------------------------------------------------
 
     def energy_counter_mj(self, gpu: int, t_s: float) -> int:
-        """The hardware energy counter: integer mJ since the driver loaded (``uptime_s`` before t=0)."""
-        since_load_j = self.scenario.gpus[gpu].idle_w * self.scenario.node.uptime_s
-        return math.floor((since_load_j + self.truth.device_energy_j(gpu, t_s)) * 1000.0)
+        """The hardware energy counter: integer mJ since the driver loaded (``uptime_s`` before t=0, or the
+        end of the last ``reload`` fault begun by ``t_s``; 0 while the driver is reloading)."""
+        loaded_s: float | None = None
+        for at_s, back_s in self._reloads[gpu]:
+            if at_s <= t_s:
+                loaded_s = back_s
+        if loaded_s is None:
+            since_load_j = self.scenario.gpus[gpu].idle_w * self.scenario.node.uptime_s
+            return math.floor((since_load_j + self.truth.device_energy_j(gpu, t_s)) * 1000.0)
+        since_load_j = self.truth.device_energy_j(gpu, t_s) - self.truth.device_energy_j(gpu, loaded_s)
+        return math.floor(max(0.0, since_load_j) * 1000.0)
 
     def power_reading_mw(self, gpu: int, t_s: float) -> int:
         """What the power sensor reports: the 1-second average, in integer mW."""
