@@ -8,6 +8,9 @@ when its pod's UID (or its container's id) becomes known later.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 from pathlib import Path
 from typing import Literal
 
@@ -20,9 +23,11 @@ from processors.energy import EnergyProcessor
 from processors.k8s import K8sConfig, K8sProcessor, PodInfo
 from tests.helpers.context import make_context
 from tests.processors.test_idle_energy import energy, power, share
+from wattpipe.cli import main
 
 T0 = Timestamp(0.0, 0.0)
 CID = "c" * 64
+SCENARIO = Path(__file__).parents[2] / "configs" / "scenarios" / "faults-pods.yaml"
 
 
 def member(pid: int, *, container_id: str | None = CID, pod_uid: str | None = "uid-a") -> Workload:
@@ -252,3 +257,58 @@ def test_listed_entries_are_not_processes_to_the_energy_processor(listed_by: Lit
     entry = Workload(time=T0, pid=None, container_name="main", pod_name="x-0", pod_namespace="ml", listed=listed_by)
     b = step(proc, clock, [share(clock, 1, 100)], [member(1), entry, Workload(time=T0, pid=None, listed=listed_by)])
     assert {(t.key, t.energy_mj) for t in b.totals if t.scope == "pod"} == {("uid-a", 100)}
+
+
+# --- end to end: configs/scenarios/faults-pods.yaml ------------------------------------------
+
+PIPELINE = """
+receivers:
+  nvml: {required: true}
+  podresources: {endpoint: "${env:WATTPIPE_PODRESOURCES_ENDPOINT}"}
+  procfs: {root: "${env:WATTPIPE_PROC_ROOT}"}
+processors:
+  idle:
+  attribution:
+  k8s:
+  energy:
+exporters:
+  console: {format: json, kinds: [totals]}
+service:
+  telemetry: {listen: ""}
+  pipelines:
+    metrics:
+      interval: 5s
+      receivers: [nvml, podresources, procfs]
+      processors: [idle, attribution, k8s, energy]
+      exporters: [console]
+"""
+
+
+def test_the_faults_pods_scenario_keeps_one_series_per_pod_through_a_pause_and_a_lost_gpu(tmp_path: Path) -> None:
+    """ml/etl-1 has no GPU process from 60 s to 160 s (past the 60 s retention); GPU 0 under ml/trainer-0 is
+    lost from 100 s to 190 s."""
+    (tmp_path / "pipeline.yaml").write_text(PIPELINE)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        args = ["simulate", "--scenario", str(SCENARIO), "-c", str(tmp_path / "pipeline.yaml"), "--duration", "5m"]
+        assert main([*args, "--log-level", "warning"], out, err) == 0, err.getvalue()
+    rows = [json.loads(line) for line in out.getvalue().splitlines() if line.startswith("{")]
+
+    def series(scope: str, pod: str) -> list[tuple[str, str, float, float | None, int]]:
+        return [
+            (r["attributes"]["key"], r["attributes"]["state"], r["values"]["start"]["wall_s"],
+             r["values"].get("power_w"), r["values"]["energy_mj"])
+            for r in rows
+            if r["attributes"]["scope"] == scope and r["attributes"].get("pod_name") == pod
+        ]  # fmt: skip
+
+    etl, trainer = series("pod", "etl-1"), series("pod", "trainer-0")
+    for pod in (etl, trainer, series("container", "etl-1")):
+        assert len({(key, state, start) for key, state, start, _, _ in pod}) == 1  # one series, always running
+        assert pod[0][1] == "running"
+        assert [mj for *_, mj in pod] == sorted(mj for *_, mj in pod)
+    assert sum(watts == 0.0 for _, _, _, watts, _ in etl) >= 19  # ~100 s idle at 0 W, not ended
+    assert etl[-1][4] == 51_200_000  # the truth: 12,000 J before the pause, 39,200 J after
+    assert sum(watts is None for _, _, _, watts, _ in trainer) >= 18  # GPU 0's 90 s: watts absent
+    process = [r for r in rows if r["attributes"]["scope"] == "process" and r["attributes"]["key"] == "4242"]
+    assert {r["attributes"]["state"] for r in process} == {"running"}  # never ended by the outage
