@@ -6,8 +6,9 @@ same device (each reading carries its own time); a counter that declares its ran
 baseline: its first DevicePower comes one tick later (nothing is known about the time before it).
 
 **Counter resets.** A delta is not energy when the counter's continuity broke: the receiver says so by a
-new ``counter_epoch`` (it re-acquired the GPU after an outage or a driver reload), or the delta is
-implausible: negative without a declared range, or more than ``counter_max_w`` (or 1.5 × the highest
+new ``counter_epoch`` (it re-acquired the GPU after an outage or a driver reload) and the new reading
+is not beyond what a counter restarted within the interval could hold (a GPU that merely fell off the
+bus keeps its counter, far above that: its delta stays energy), or the delta is implausible: negative without a declared range, or more than ``counter_max_w`` (or 1.5 × the highest
 power the device ever read, if higher) could have drawn over the interval plus one counter update
 (~100 ms). Each reset is logged once and counted (``wattpipe_idle_counter_resets{device,reason}``), and
 that tick's energy is power × time, the trapezoid of the two power readings (``source="power"``), as for
@@ -322,12 +323,15 @@ class IdleProcessor:
         """The counter's delta in mJ; None where there is no counter at one end, or it reset."""
         if s.energy_mj is None or dev.energy_mj is None:
             return None
-        if s.counter_epoch != dev.epoch:
-            self._reset(s, dev, interval_s, "epoch")
-            return None
         # Deltas of floored absolute readings telescope: however many ticks, the sum of the deltas is the
         # counter's own difference to the millijoule (rounding each delta would drift).
         delta_mj = math.floor(s.energy_mj) - math.floor(dev.energy_mj)
+        limit_mj = self._limit_w(s, dev) * (interval_s + COUNTER_UPDATE_S) * 1000.0
+        if s.counter_epoch != dev.epoch and not (delta_mj >= 0 and s.energy_mj > limit_mj):
+            # Re-acquired (maybe a reloaded driver): a counter restarted within this interval holds at most
+            # limit_mj, so only a reading above that (and the old one) is the old counter still counting.
+            self._reset(s, dev, interval_s, "epoch")
+            return None
         if delta_mj < 0 and s.energy_counter_max_mj:
             # A counter with a declared range (RAPL) wrapped: at most once per tick, since a wrap takes minutes
             # even at full power.
@@ -335,15 +339,18 @@ class IdleProcessor:
         if delta_mj < 0:
             self._reset(s, dev, interval_s, "backwards")
             return None
-        # The floor is what no device draws; above it, the device's own highest reading (with a margin)
-        # decides. A reload whose new counter is above the old one gives a delta *below* the true energy, so
-        # only the epoch catches it; this bound catches counters that jump (a glitch, another origin).
-        peak_w = max(dev.max_power_w, s.power_w or 0.0)
-        limit_w = max(self.config.counter_max_w, PEAK_MARGIN * peak_w)
-        if delta_mj > limit_w * (interval_s + COUNTER_UPDATE_S) * 1000.0:
+        # A reload whose new counter is above the old one gives a delta *below* the true energy, so only the
+        # epoch catches it; this bound catches counters that jump (a glitch, another origin).
+        if delta_mj > limit_mj:
             self._reset(s, dev, interval_s, "implausible")
             return None
         return delta_mj
+
+    def _limit_w(self, s: DeviceSample, dev: _Device) -> float:
+        """The most power the device's counter can plausibly average: the floor is what no device draws;
+        above it, the device's own highest reading (with a margin) decides."""
+        peak_w = max(dev.max_power_w, s.power_w or 0.0)
+        return max(self.config.counter_max_w, PEAK_MARGIN * peak_w)
 
     def _reset(self, s: DeviceSample, dev: _Device, interval_s: float, reason: str) -> None:
         self.resets.inc(device=s.device_id, reason=reason)

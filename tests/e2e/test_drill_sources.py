@@ -379,14 +379,21 @@ def test_no_energy_measured_on_the_lost_gpu_is_lost(lost: Run) -> None:
             assert total.state == "running", (tick.t_s, pid)
             assert total.energy_mj == before.total("process", str(pid), gpu1).energy_mj, (tick.t_s, pid)
             assert tick.series("kepler_process_gpu_joules_total", pid=str(pid), gpu_uuid=gpu1), (tick.t_s, pid)
-    # Back: the counter's delta across the outage is counted, so the total is the truth again, and
-    # its active part went to the processes that ran through the outage.
+    # Back: the counter's delta across the outage is counted, so the device total is the truth again.
+    # Who used the GPU while it was not read is not known: the outage is a gap, its active energy stays
+    # unattributed (issue 14.7; it used to go to whoever was listed when the GPU came back), and each
+    # process has its true energy outside the gap.
     back = next(t for t in lost.ticks if t.t_s >= BACK_AT and up(t, gpu1) == 1.0)
     assert_device_totals_are_true(lost, 1, [t for t in lost.ticks if 0 < t.t_s < LOST_AT or t.t_s >= back.t_s])
+    (gap,) = [p for p in back.batch.device_power if p.device_id == gpu1]
+    assert gap.unattributable == "gap"
+    (remainder,) = [s for s in back.batch.shares if s.device_id == gpu1]
+    assert (remainder.pid, remainder.energy_mj) == (None, gap.active_energy_mj)
     end = lost.ticks[-1]
+    truth = lost.node.truth.process_energy_j
     for pid in (201, 202):
-        true_j = lost.node.truth.process_energy_j(pid, end.t_s)
-        assert end.total("process", str(pid), gpu1).energy_j == pytest.approx(true_j, rel=0.015), pid
+        outside_gap_j = truth(pid, end.t_s) - (truth(pid, back.t_s) - truth(pid, back.t_s - gap.interval_s))
+        assert end.total("process", str(pid), gpu1).energy_j == pytest.approx(outside_gap_j, rel=0.015), pid
     # The GPU lost for good keeps what it measured up to its last answer, process and device alike.
     last_good = lost.at(GONE_AT - INTERVAL)
     assert_device_totals_are_true(lost, 2, [last_good])

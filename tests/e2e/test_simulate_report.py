@@ -74,7 +74,7 @@ def test_two_pipelines_sharing_the_nvml_receiver_each_attribute_everything(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Issue 14.4: the second pipeline attributed nothing, and both lost each other's utilisation samples.
-    config = Path(__file__).resolve().parents[1] / "configs" / "two_pipelines.yaml"
+    config = Path(__file__).resolve().parent / "configs" / "two_pipelines.yaml"
     report = tmp_path / "report.json"
     err = io.StringIO()
     args = ["simulate", "--scenario", str(SCENARIOS / "demo.yaml"), "-c", str(config), "--duration", "3m",

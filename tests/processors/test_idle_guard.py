@@ -309,6 +309,26 @@ def test_a_new_counter_epoch_is_a_reset_even_where_the_counter_went_up(caplog: p
     assert tick(proc, clock, gpu, (1,)).source == "counter"  # continuity within the new epoch
 
 
+def test_a_new_epoch_whose_counter_is_beyond_any_restart_continues_the_old_counter(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A GPU off the bus for a minute comes back through a new handle (a new epoch), but its counter kept
+    # counting: 252 kJ before (an hour at 70 W since the driver loaded), 252 kJ + the minute after. A
+    # counter restarted within the minute could hold at most 2 kW × 60.1 s = 120 kJ, so this one cannot
+    # have restarted: the delta is energy (its power × time stand-in was 14 % off on a simulated outage).
+    clock = SteppedClock()
+    gpu = Gpu(clock, counter_mj=252_000_000.0)
+    telemetry = Telemetry(clock)
+    proc = idle(clock, telemetry=telemetry)
+    proc.process(batch(clock, gpu, (1,)))
+    gpu.run(250.0, 60.0, reading_w=100.0)  # the readings at the ends miss what happened in between
+    gpu.epoch = 1
+    p = tick(proc, clock, gpu, (1,))
+    assert (p.source, p.energy_mj) == ("counter", 15_000_000)
+    assert _resets(telemetry, "epoch") == 0.0
+    assert "energy counter reset" not in caplog.text
+
+
 def test_a_counter_jump_implying_more_than_the_device_can_draw_is_a_reset(caplog: pytest.LogCaptureFixture) -> None:
     clock = SteppedClock()
     gpu = Gpu(clock)
