@@ -121,14 +121,14 @@ def check_conservation(batch: Batch) -> None:
 
 def check_monotonic(batch: Batch, last: dict[tuple[str, str, str], int]) -> None:
     for t in batch.totals:
-        key = (t.scope, t.key, t.device_id)
+        key: tuple[str, str, str] = (t.scope, t.key, t.device_id)
         assert t.energy_mj >= last.get(key, 0), (key, last.get(key), t.energy_mj)
         last[key] = t.energy_mj
     for d in batch.device_totals:
-        key = ("device", "", d.device_id)
-        assert d.energy_mj >= last.get(key, 0)
+        device_key = ("device", "", d.device_id)
+        assert d.energy_mj >= last.get(device_key, 0)
         assert d.energy_mj == d.idle_energy_mj + d.attributed_energy_mj + d.unattributed_energy_mj
-        last[key] = d.energy_mj
+        last[device_key] = d.energy_mj
 
 
 def free_interval_power(batch: Batch) -> dict[str, float]:
