@@ -84,24 +84,28 @@ class _Device:
 
 
 class _Roster:
-    """The containers and pods that exist on the node this tick, as the k8s processor listed them."""
+    """The containers and pods that exist on the node this tick, as the k8s processor listed them. Looked up
+    only for series that had no share this tick (few, most ticks): the keys are made at the first lookup."""
 
-    __slots__ = ("by_name", "keys")
+    __slots__ = ("_by_name", "_entries", "_keys")
 
     def __init__(self) -> None:
-        self.keys: set[tuple[str, str]] = set()  # (scope, key) under every identity an entry has
-        self.by_name = False  # some entries have names only (the kubelet's allocations)
+        self._entries: list[Workload] = []
+        self._keys: set[tuple[str, str]] | None = None  # (scope, key) under every identity an entry has
+        self._by_name = False  # some entries have names only (the kubelet's allocations)
 
     def add(self, w: Workload) -> None:
-        self.keys.update(_identities(w))
-        self.by_name = self.by_name or w.listed == "allocations"
+        self._entries.append(w)
 
     def lists(self, key: GroupKey, series: _Series) -> bool:
+        if self._keys is None:
+            self._keys = {identity for w in self._entries for identity in _identities(w)}
+            self._by_name = any(w.listed == "allocations" for w in self._entries)
         scope, group, _ = key
-        if (scope, group) in self.keys:
+        if (scope, group) in self._keys:
             return True
         # A series keyed by its cgroup's ids, against a list of names: it is listed if its names are.
-        return self.by_name and (scope, _name(scope, series.attrs)) in self.keys
+        return self._by_name and (scope, _name(scope, series.attrs)) in self._keys
 
 
 class _Order:
@@ -423,18 +427,23 @@ class EnergyProcessor:
                 unknown.power_w = None  # the k8s processor failed this tick (or there is none, and no groups)
             return
         tick, roster = self._group_tick(batch, hosts)
+        this_tick = self._ticks
         for key, (mj, watts, attrs) in tick.items():
             series = self.groups.get(key)
+            aliased = False
             if series is None:
                 interval_s = powers[key[2]].interval_s if key[2] in powers else batch.interval_s
-                series = self.groups[key] = _Series(energy_mj=0, start_wall_s=wall_s - interval_s)
+                series, aliased = self._group_series(key, attrs, wall_s - interval_s)
             series.energy_mj += mj
-            series.power_w = watts
+            series.power_w = (
+                watts if series.seen != this_tick else (series.power_w or 0.0) + watts
+            )  # two keys, one series
             series.ended_wall_s = None
-            if attrs is not None:
+            series.seen = this_tick
+            if not aliased:
                 series.attrs.update(attrs)
         for key, series in self.groups.items():
-            if key in tick:
+            if series.seen == this_tick:
                 continue
             series.power_w = 0.0 if key[2] in split else None  # none of its processes ran; or not known
             if series.ended_wall_s is None and (
@@ -444,9 +453,9 @@ class EnergyProcessor:
 
     def _group_tick(
         self, batch: Batch, hosts: dict[int, HostProcess]
-    ) -> tuple[dict[GroupKey, tuple[int, float, dict[str, str] | None]], _Roster | None]:
-        """This tick's energy and watts per group (with the attributes to give it: None, keep its own), and
-        the k8s processor's list of what exists (None: it could not say)."""
+    ) -> tuple[dict[GroupKey, tuple[int, float, dict[str, str]]], _Roster | None]:
+        """This tick's energy, watts and attributes per group, and the k8s processor's list of what exists
+        (None: it could not say)."""
         workloads = {w.pid: w for w in batch.workloads if w.pid is not None}
         # Degraded mode (no host pid view): per device or MIG instance, the containers pod-resources says own it.
         owners: dict[tuple[str, str | None], list[Workload]] = {}
@@ -461,13 +470,12 @@ class EnergyProcessor:
             extra = dict(w.extra)
             if extra.get("degraded") and "device_id" in extra:
                 owners.setdefault((extra["device_id"], extra.get("gpu_instance_id")), []).append(w)
-        tick: dict[GroupKey, tuple[int, float, dict[str, str] | None]] = {}
+        tick: dict[GroupKey, tuple[int, float, dict[str, str]]] = {}
 
         def add(w: Workload, device_id: str, mj: int, watts: float, runtime: str | None = None) -> None:
-            for key, fallback, attrs in _memberships(w, device_id, runtime):
-                key, given = self._canonical(key, fallback, attrs)
-                old_mj, old_w, _ = tick.get(key, (0, 0.0, given))
-                tick[key] = (old_mj + mj, old_w + watts, given)
+            for key, attrs in _memberships(w, device_id, runtime):
+                old_mj, old_w, _ = tick.get(key, (0, 0.0, attrs))
+                tick[key] = (old_mj + mj, old_w + watts, attrs)
 
         pooled: dict[tuple[str, str | None], tuple[int, float]] = {}
         for share in batch.shares:
@@ -490,21 +498,25 @@ class EnergyProcessor:
                 add(w, device_id, part, watts / len(members))
         return tick, roster
 
-    def _canonical(
-        self, key: GroupKey, fallback: GroupKey | None, attrs: dict[str, str]
-    ) -> tuple[GroupKey, dict[str, str] | None]:
-        """The key a group's series is filed under, and the attributes to give it (None: keep its own).
+    def _group_series(self, key: GroupKey, attrs: dict[str, str], start_wall_s: float) -> tuple[_Series, bool]:
+        """The series of a group key that none is filed under, and whether it is another key's (then it keeps
+        its own attributes): a new series, or the one the pod (container) began under its name.
 
         A pod first seen by name (no UID yet: before the API cache synced, or without /proc) and by UID later
         keeps its first key and labels, so that its exported series does not fork; the same for a container
-        first seen by name and later by id."""
-        first = self.aliases.get(key) if self.aliases else None
+        first seen by name and later by id. Only one UID takes a name's series: a pod recreated under the
+        name is another pod."""
+        first = self.aliases.get(key)
+        if first is None:
+            name = _name(key[0], attrs)
+            by_name = (key[0], name or "", key[2])
+            if name is not None and name != key[1] and by_name in self.groups and by_name not in self._claimed:
+                self.aliases[key], self._claimed[by_name] = by_name, key
+                first = by_name
         if first is not None:
-            return first, None
-        if fallback is None or key in self.groups or fallback not in self.groups or fallback in self._claimed:
-            return key, attrs
-        self.aliases[key], self._claimed[fallback] = fallback, key
-        return fallback, None
+            return self.groups[first], True
+        series = self.groups[key] = _Series(energy_mj=0, start_wall_s=start_wall_s)
+        return series, False
 
     def _group_totals(self, now: Timestamp) -> tuple[Totals, ...]:
         order, (scopes, keys, devices) = self._group_order.of(self.groups)
@@ -571,19 +583,17 @@ class EnergyProcessor:
         return tuple(out)
 
 
-Membership = tuple[GroupKey, GroupKey | None, dict[str, str]]  # key, its name key where it is an id, attributes
-
-
-def _memberships(w: Workload, device_id: str, runtime: str | None = None) -> list[Membership]:
-    """The container and pod a process belongs to, as group keys (by id, else by name; with the name key
-    too where the key is an id) and their descriptive attributes (``runtime``: the container runtime /proc
-    showed for the process, when it is in that container)."""
+def _memberships(w: Workload, device_id: str, runtime: str | None = None) -> list[tuple[GroupKey, dict[str, str]]]:
+    """The container and pod a process belongs to, as group keys with their descriptive attributes
+    (``runtime``: the container runtime /proc showed for the process, when it is in that container)."""
     pod = {k: v for k, v in (("pod_name", w.pod_name), ("pod_namespace", w.pod_namespace)) if v is not None}
     pod.update({k: v for k, v in w.extra if k.startswith(("label_", "annotation_"))})
-    out: list[Membership] = []
-    pod_name = f"{w.pod_namespace}/{w.pod_name}" if w.pod_name and w.pod_namespace else None
-    container_name = f"{pod_name}/{w.container_name}" if pod_name and w.container_name else None
-    container_key = w.container_id or container_name
+    out: list[tuple[GroupKey, dict[str, str]]] = []
+    container_key = w.container_id or (
+        f"{w.pod_namespace}/{w.pod_name}/{w.container_name}"
+        if w.pod_name and w.pod_namespace and w.container_name
+        else None
+    )
     if container_key is not None:
         attrs = {**pod, **({"container_name": w.container_name} if w.container_name else {})}
         attrs.update({k: v for k, v in w.extra if k == "runtime"})
@@ -591,12 +601,10 @@ def _memberships(w: Workload, device_id: str, runtime: str | None = None) -> lis
             attrs["runtime"] = runtime
         if w.pod_uid is not None:
             attrs["pod_uid"] = w.pod_uid
-        by_name = ("container", container_name, device_id) if w.container_id and container_name else None
-        out.append((("container", container_key, device_id), by_name, attrs))
-    pod_key = w.pod_uid or pod_name
+        out.append((("container", container_key, device_id), attrs))
+    pod_key = w.pod_uid or (f"{w.pod_namespace}/{w.pod_name}" if w.pod_name and w.pod_namespace else None)
     if pod_key is not None:
-        by_name = ("pod", pod_name, device_id) if w.pod_uid and pod_name else None
-        out.append((("pod", pod_key, device_id), by_name, pod))
+        out.append((("pod", pod_key, device_id), pod))
     return out
 
 
@@ -612,11 +620,13 @@ def _identities(w: Workload) -> list[tuple[str, str]]:
 
 
 def _name(scope: str, attrs: dict[str, str]) -> str | None:
-    """A group series' name key from its attributes (``namespace/pod[/container]``), where they have it."""
-    namespace, pod = attrs.get("pod_namespace"), attrs.get("pod_name")
+    """A group's name key from its attributes (``namespace/pod[/container]``), where they have it."""
+    namespace, pod, container = attrs.get("pod_namespace"), attrs.get("pod_name"), attrs.get("container_name")
     if namespace is None or pod is None:
         return None
-    return f"{namespace}/{pod}" if scope == "pod" else f"{namespace}/{pod}/{attrs.get('container_name')}"
+    if scope == "pod":
+        return f"{namespace}/{pod}"
+    return None if container is None else f"{namespace}/{pod}/{container}"
 
 
 def _prune(table: dict[Any, _Series], now_wall_s: float, retention_s: float, max_terminated: int) -> list[Any]:
