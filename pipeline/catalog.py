@@ -220,7 +220,7 @@ def _consumer(
             "power_w",
             "gauge",
             "W",
-            f"GPU power attributed to a {scope} on one GPU over the last tick (0 once terminated).",
+            f"GPU power attributed to a {scope} on one GPU over the last tick (0 once terminated; absent while its GPU does not answer).",
         ),
     )
 
