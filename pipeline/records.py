@@ -160,6 +160,10 @@ class GpuProcessSample(Record):
     compute_instance_id: int | None = None
     sm_util: float | None = None
     util_window_s: float | None = None
+    # The driver's mean over the samples in which the process was busy (0–1), before ``sm_util`` scaled it
+    # by the part of the window up to its last busy sample (the driver gives one entry per process): with
+    # the process's start time, attribution takes off the part of the window before it started.
+    sm_util_busy: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -188,6 +192,13 @@ class MigActivity(Record):
     profile: str | None = None
     gr_engine_active: float | None = None
     sm_active: float | None = None
+    # When the exporter collected these values, as the dcgm receiver inferred it (it prints no timestamps):
+    # in (collected_after_s, collected_by_s] of this process's monotonic clock, set only on the scrape
+    # that first saw the collection (None: a repeat, or not known). Each value is a mean over the window_s
+    # before its collection (the exporter's interval; None: the source cannot say).
+    collected_after_s: float | None = None
+    collected_by_s: float | None = None
+    window_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -239,6 +250,7 @@ class HostProcess(Record):
     container_runtime: str | None = None  # containerd | cri-o | docker | podman, from the cgroup path
     pod_uid: str | None = None
     cpu_time_s: float | None = None
+    start_wall_s: float | None = None  # when it started (Unix s), from its start time and /proc/uptime
 
 
 # --- processors ------------------------------------------------------------------------------
@@ -280,6 +292,10 @@ class DevicePower(Record):
     # interval spans an outage longer than the idle processor's ``max_gap`` (who used the GPU then is not
     # known); ``processes_unknown``, the process listing failed. Attribution then leaves it unattributed.
     unattributable: Literal["gap", "processes_unknown"] | None = None
+    # MIG (set by attribution): active energy measured up to this tick and not yet split, held until
+    # dcgm-exporter's sample covering it arrives. A level, not this tick's: per tick, Σ shares + idle +
+    # (held now − held before) == energy_mj, and over any run Σ shares + idle + held at its end == Σ energy_mj.
+    held_energy_mj: int = 0
 
     @property
     def energy_j(self) -> float:
@@ -546,6 +562,7 @@ def new_process_sample(
     sm_util: float | None,
     util_window_s: float | None,
     extra: Attrs,
+    sm_util_busy: float | None,
 ) -> GpuProcessSample:
     """``GpuProcessSample(...)`` with every field given, by position: for a receiver's per-process records."""
     raise NotImplementedError  # replaced by @_positional

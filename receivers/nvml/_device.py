@@ -38,7 +38,9 @@ _NO_INSTANCE = 0xFFFFFFFF
 _BUSY_TO_THE_END_US = 250_000
 
 
-def integrate_utilisation(samples: list[tuple[int, int, float]], window_start_us: int, now_us: int) -> dict[int, float]:
+def integrate_utilisation(
+    samples: list[tuple[int, int, float]], window_start_us: int, now_us: int, busy: dict[int, float] | None = None
+) -> dict[int, float]:
     """Each pid's SM utilisation over the window ``(window_start_us, now_us]``, as a 0–1 mean.
 
     ``samples`` are the driver's entries ``(pid, timestamp_us, sm_util_percent)`` newer than the
@@ -55,6 +57,8 @@ def integrate_utilisation(samples: list[tuple[int, int, float]], window_start_us
       window's start: a known limit of this API, smaller with shorter ticks.
 
     Entries with pid 0 (seen from drivers with zombie processes) are dropped; values clamp to 0–100 %.
+    In the second shape, ``busy`` (when given) gets each pid's mean over its busy samples, unscaled: with
+    the process's start time, attribution can take off the part of the window before it started.
     """
     kept = [entry for entry in samples if entry[0] > 0]
     if len({pid for pid, _, _ in kept}) < len(kept):  # some pid has several entries: the buffer shape
@@ -77,7 +81,10 @@ def integrate_utilisation(samples: list[tuple[int, int, float]], window_start_us
     for pid, ts, sm in kept:
         coverage = 1.0 if ts >= busy_to_the_end_us else (ts - window_start_us) / window_us
         coverage = 1.0 if coverage > 1.0 else (coverage if coverage > 0.0 else 0.0)
-        out[pid] = (sm if 0.0 <= sm <= 100.0 else _clamp(sm)) / 100.0 * coverage
+        mean = (sm if 0.0 <= sm <= 100.0 else _clamp(sm)) / 100.0
+        out[pid] = mean * coverage
+        if busy is not None:
+            busy[pid] = mean
     return out
 
 
@@ -108,6 +115,7 @@ class DeviceReader:
     epoch: int = 0  # the energy counter's continuity: one more each time the handle is re-acquired
     list_processes: ProcessList = field(default_factory=ProcessList)
     utilisation_samples: UtilisationSamples = field(default_factory=UtilisationSamples)
+    busy_means: dict[int, float] = field(default_factory=dict)  # the last read's, by pid (see integrate_…)
 
     def read(self, now: Timestamp) -> Reading:
         problems: list[str] = []
@@ -149,6 +157,7 @@ class DeviceReader:
 
         util: dict[int, float] | None = None
         window_s: float | None = None
+        self.busy_means.clear()
         if self.read_utilisation and not mig_enabled:
             util, window_s = self._utilisation(now, problems)
         processes = []
@@ -157,10 +166,15 @@ class DeviceReader:
             # Busy during this tick but gone by its end: it used energy, so it stays in the tick.
             processes.append(
                 GpuProcessSample(
-                    time=now, device_id=self.uuid, pid=pid, sm_util=util[pid] if util else None, util_window_s=window_s
+                    time=now,
+                    device_id=self.uuid,
+                    pid=pid,
+                    sm_util=util[pid] if util else None,
+                    util_window_s=window_s,
+                    sm_util_busy=self.busy_means.get(pid),
                 )
             )
-        uuid = self.uuid
+        uuid, busy = self.uuid, self.busy_means.get
         # One record per process per tick: made positionally (see new_process_sample).
         processes += [
             new_process_sample(
@@ -173,6 +187,7 @@ class DeviceReader:
                 None if util is None else util.get(pid, 0.0),
                 window_s,
                 (),
+                busy(pid),
             )
             for pid, memory, gi, ci in procs
         ]
@@ -228,4 +243,4 @@ class DeviceReader:
         samples = [entry for entry in raw if entry[1] > since_us]
         if samples:
             self.last_seen_us = max(ts for _, ts, _ in samples)
-        return integrate_utilisation(samples, since_us, int(now.wall_s * 1e6)), window_s
+        return integrate_utilisation(samples, since_us, int(now.wall_s * 1e6), self.busy_means), window_s

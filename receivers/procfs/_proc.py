@@ -143,9 +143,10 @@ class ProcessTable:
             )
             pids = pids[: self.max_processes]
         cache: dict[int, _Identity] = {}
+        boot_wall_s = self._boot_wall_s(now)
         for pid in pids:
             try:
-                record, identity = self._read_process(pid, now)
+                record, identity = self._read_process(pid, now, boot_wall_s)
             except _Gone:
                 continue
             except ValueError as exc:
@@ -165,7 +166,15 @@ class ProcessTable:
     def _pids(self) -> list[int]:
         return sorted(int(name) for name in os.listdir(self.root) if name.isdigit() and name.isascii())
 
-    def _read_process(self, pid: int, now: Timestamp) -> tuple[HostProcess, _Identity]:
+    def _boot_wall_s(self, now: Timestamp) -> float | None:
+        """When the host booted (Unix s), from /proc/uptime (10 ms resolution; /proc/stat's btime is whole
+        seconds, too coarse to place a process start inside a two-second tick)."""
+        try:
+            return now.wall_s - float(_read(f"{self._root}/uptime").split()[0])
+        except (_Gone, OSError, ValueError, IndexError):  # a test tree without it: start times unknown
+            return None
+
+    def _read_process(self, pid: int, now: Timestamp, boot_wall_s: float | None) -> tuple[HostProcess, _Identity]:
         directory = f"{self._root}/{pid}"
         stat = parse_stat(_read(f"{directory}/stat"))
         identity = self._cache.get(pid)
@@ -183,6 +192,9 @@ class ProcessTable:
                 container_runtime=cg.runtime,
                 pod_uid=cg.pod_uid,
                 cpu_time_s=(stat.utime_ticks + stat.stime_ticks) / self.clock_ticks_per_s,
+                start_wall_s=None
+                if boot_wall_s is None
+                else boot_wall_s + stat.start_time_ticks / self.clock_ticks_per_s,
             ),
             identity,
         )

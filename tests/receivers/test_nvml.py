@@ -734,3 +734,17 @@ def test_a_gpu_that_comes_back_starts_a_new_counter_epoch(clock: SteppedClock) -
         assert [e[1] for e in epochs] == [(False, 0), (False, 0), (False, 0), (True, 1)]
     finally:
         h.close()
+
+
+def test_the_drivers_busy_mean_is_kept_beside_the_scaled_utilisation(harness: Harness) -> None:
+    # pid 11 is busy at 0.5 until 10 s, then idle: over 5–15 s it weighs 0.25, and its busy mean is 0.5.
+    # pid 20 starts at 2.5 s at 0.8: the driver's one entry cannot say when it started, so the busy mean
+    # travels with the record for attribution to combine with the start time /proc gives (issue 15.2).
+    harness.clock.advance(5.0)
+    harness.poll()
+    harness.clock.advance(10.0)
+    _, procs = harness.poll()
+    by_pid = {p.pid: p for p in procs}
+    assert by_pid[11].sm_util == pytest.approx(0.25, abs=0.01)
+    assert by_pid[11].sm_util_busy == pytest.approx(0.5, abs=0.01)
+    assert by_pid[20].sm_util_busy == pytest.approx(0.8, abs=0.01)

@@ -364,3 +364,24 @@ def test_factory_defaults_and_registration() -> None:
     assert isinstance(receiver, ProcfsReceiver)
     assert receiver.provides == factory.provides
     assert Registry.from_entry_points().get("receiver", "procfs") is factory
+
+
+def test_start_time_is_placed_on_the_wall_clock_from_uptime(tmp_path: Path) -> None:
+    # A process that starts inside a tick is weighed from its start (issue 15.2): that needs the start in
+    # Unix seconds, to the 10 ms /proc/uptime gives (btime is whole seconds).
+    data = scenario_data()
+    data["processes"][1]["start_s"] = 5.37
+    sim = Sim(tmp_path, data)
+    procs = sim.poll(advance_s=10.0)
+    assert procs[5100].start_wall_s == pytest.approx(sim.node.wall_at(5.37), abs=0.02)
+    assert procs[4242].start_wall_s == pytest.approx(sim.node.wall_at(0.0), abs=0.02)
+
+
+def test_without_uptime_start_times_are_absent_not_guessed(tmp_path: Path) -> None:
+    sim = Sim(tmp_path, scenario_data())
+    sim.writer.refresh()
+    (tmp_path / "proc" / "uptime").unlink()
+    sim.clock.advance(1.0)
+    scan = sim.receiver.table.scan(sim.clock.now())
+    assert scan.records
+    assert all(isinstance(r, HostProcess) and r.start_wall_s is None for r in scan.records)
