@@ -6,7 +6,7 @@ import math
 import operator
 from collections.abc import Sequence
 
-__all__ = ["apportion", "fractions"]
+__all__ = ["apportion", "fractions", "since_start"]
 
 _INF = float("inf")
 
@@ -49,3 +49,19 @@ def fractions(weights: Sequence[float]) -> list[float]:
     if total <= 0:
         return [1.0 / len(clean)] * len(clean)
     return [w / total for w in clean]
+
+
+def since_start(
+    weight: float, busy_mean: float | None, start_s: float | None, window_start_s: float, window_s: float | None
+) -> float:
+    """A process's utilisation weight over the window, less the part of the window before it started.
+
+    The driver gives one entry per process: its mean over busy samples and its newest sample's time, from
+    which the receiver weighs it as if busy from the window's start. A process that started inside the
+    window (``start_s``, Unix s, from /proc) was not: ``busy_mean`` × the window's part before its start
+    comes off. Without a start time, a busy mean or a window, the weight stands as it is.
+    """
+    if busy_mean is None or start_s is None or not window_s or start_s <= window_start_s:
+        return weight
+    before = min(start_s - window_start_s, window_s) / window_s
+    return max(0.0, weight - busy_mean * before)

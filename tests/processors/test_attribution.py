@@ -13,6 +13,7 @@ from pipeline.clock import SteppedClock, Timestamp
 from pipeline.records import Batch, DevicePower, DeviceSample, GpuProcessSample, MigActivity, MigInstance
 from processors._mig_shares import split_mig
 from processors.attribution import AttributionConfig, AttributionProcessor, apportion
+from processors.attribution_math import since_start
 from tests.helpers.context import make_context
 
 T = Timestamp(monotonic_s=1005.0, wall_s=1_767_225_605.0)
@@ -302,3 +303,27 @@ def test_an_unattributable_tick_bills_nobody_and_keeps_its_energy_visible(reason
     procs = [GpuProcessSample(time=T, device_id="G", pid=p, sm_util=0.5) for p in (1, 2)]
     batch = _run([power], procs)
     assert [(s.pid, s.energy_mj, s.mode) for s in batch.shares] == [(None, 1_000_000, reason)]
+
+
+def test_a_process_that_started_mid_window_is_weighed_from_its_start() -> None:
+    # Window 100–102 s; busy at 0.8 from its start at 101.5 s to the end: 0.8 × 0.25, not 0.8.
+    assert since_start(0.8, 0.8, 101.5, 100.0, 2.0) == pytest.approx(0.2)
+    # Started before the window, or no start time, no busy mean, no window: unchanged.
+    assert since_start(0.8, 0.8, 99.0, 100.0, 2.0) == 0.8
+    assert since_start(0.8, None, 101.5, 100.0, 2.0) == 0.8
+    assert since_start(0.8, 0.8, None, 100.0, 2.0) == 0.8
+    assert since_start(0.8, 0.8, 101.5, 100.0, None) == 0.8
+
+
+@given(
+    st.floats(min_value=0, max_value=1),
+    st.floats(min_value=0, max_value=1),
+    st.floats(min_value=-10, max_value=10),
+    st.floats(min_value=0.01, max_value=10),
+)
+def test_weighing_from_the_start_never_adds_and_never_goes_negative(
+    coverage: float, busy: float, start_offset_s: float, window_s: float
+) -> None:
+    weight = busy * coverage
+    out = since_start(weight, busy, 1000.0 + start_offset_s, 1000.0, window_s)
+    assert 0.0 <= out <= weight
