@@ -7,8 +7,10 @@ How, per device and tick (re-decided every tick, so a change of sharing mode is 
   per client is what the driver reports): shares by each process's SM utilisation integrated over the
   tick (the nvml receiver's ``sm_util``); when every share is zero but processes run, or utilisation is
   unavailable, an equal split;
-- **mig**: until the dcgm-exporter receiver brings per-instance activity, an equal split over the GPU's
-  processes, with a warning once per device;
+- **mig**: by instance (dcgm-exporter's activity × compute slices), then equally inside an instance;
+  while the dcgm receiver dates its samples, each tick's energy is held until the sample covering it
+  arrives and split by that sample (exact for any collection interval; released up to one collection
+  interval and a scrape later). See ``_mig_attribution``;
 - **none**: no process: the active energy is *unattributed*, carried by an explicit record
   (``pid=None``) so it is never silently lost. So is the energy of a tick the idle processor marks
   unattributable (mode ``gap``: it spans a long outage; ``processes_unknown``: the process listing
@@ -23,7 +25,6 @@ A process is attributed from its first tick.
 from __future__ import annotations
 
 import itertools
-import logging
 import operator
 
 from pipeline.components import ComponentConfig, CreateContext, Factory
@@ -39,7 +40,7 @@ from pipeline.records import (
     SharingMode,
     new_share,
 )
-from processors._mig_shares import split_mig
+from processors._mig_attribution import MigAttribution
 from processors.attribution_math import apportion, fractions
 
 __all__ = ["AttributionConfig", "AttributionProcessor", "apportion", "factory"]
@@ -48,14 +49,9 @@ __all__ = ["AttributionConfig", "AttributionProcessor", "apportion", "factory"]
 class AttributionConfig(ComponentConfig):
     activity_hold: Duration = 60.0
     """MIG: how long an instance's last activity stands in when dcgm-exporter stops answering."""
-
-
-_MIG_MODES: dict[str, str] = {
-    "mig": "shares by each instance's activity × compute slices (dcgm-exporter)",
-    "mig_held": "dcgm-exporter is not answering: holding each instance's last activity",
-    "mig_slices": "no instance activity: splitting by compute slices over the instances with processes",
-    "mig_equal": "no instance activity or layout: splitting equally over the instances with processes",
-}
+    mig_max_wait: Duration = 90.0
+    """MIG: the longest a tick's energy is held for dcgm-exporter's sample covering it (normally one
+    collection interval and a scrape); then it is split by the latest activity. 0: never held."""
 
 
 class AttributionProcessor:
@@ -65,8 +61,7 @@ class AttributionProcessor:
     def __init__(self, config: AttributionConfig, ctx: CreateContext) -> None:
         self.config = config
         self.log = ctx.logger
-        self._held: dict[str, tuple[dict[int, float], float]] = {}  # device → (activity by GI, when read)
-        self._mig_mode: dict[str, SharingMode] = {}
+        self._mig = MigAttribution(config.activity_hold, config.mig_max_wait, ctx.logger)
 
     def process(self, batch: Batch) -> Batch:
         devices = {d.device_id: d for d in batch.devices}
@@ -87,84 +82,22 @@ class AttributionProcessor:
         for power in batch.device_power:
             dev = power.device_id
             procs = by_device.get(dev, [])
-            if power.unattributable is not None:
-                shares.append(_unattributed(power, power.unattributable))
-            elif self._mode(devices.get(dev), procs) == "mig":
-                mig_shares, per_instance = self._mig(power, procs, instances.get(dev, {}), activity.get(dev, {}))
+            device = devices.get(dev)
+            if self._mig.holding(dev, device) or (power.unattributable is None and self._mode(device, procs) == "mig"):
+                mig_shares, per_instance = self._mig.split(
+                    power, procs, instances.get(dev, {}), activity.get(dev, {}), batch
+                )
                 shares.extend(mig_shares)
                 instance_energy.extend(per_instance)
+            elif power.unattributable is not None:
+                shares.append(_unattributed(power, power.unattributable))
             else:
-                shares.extend(self._device(power, devices.get(dev), procs))
+                shares.extend(self._mig.drained(dev, power, self._device(power, device, procs)))
         return batch.replace(
-            shares=batch.shares + tuple(shares), instance_energy=batch.instance_energy + tuple(instance_energy)
+            shares=batch.shares + tuple(shares),
+            instance_energy=batch.instance_energy + tuple(instance_energy),
+            device_power=self._mig.with_held(batch.device_power),
         )
-
-    def _mig(
-        self,
-        power: DevicePower,
-        procs: list[GpuProcessSample],
-        instances: dict[int, MigInstance],
-        activity: dict[int, float],
-    ) -> tuple[list[GpuShare], list[InstanceEnergy]]:
-        dev, now_s = power.device_id, power.time.monotonic_s
-        mode: SharingMode
-        if activity:
-            self._held[dev] = (activity, now_s)
-            mode = "mig"
-        else:
-            held = self._held.get(dev)
-            if held is not None and now_s - held[1] <= self.config.activity_hold:
-                activity, mode = held[0], "mig_held"
-            else:
-                mode = "mig_slices" if instances else "mig_equal"
-        if self._mig_mode.get(dev) != mode:
-            self._mig_mode[dev] = mode
-            self.log.log(
-                logging.INFO if mode == "mig" else logging.WARNING,
-                "device %s (MIG): %s",
-                dev,
-                _MIG_MODES[mode],
-            )
-        slices = {gi: inst.compute_slices for gi, inst in instances.items()}
-        weight_of = {gi: a * (slices.get(gi) or 1) for gi, a in activity.items()}
-        unique = sorted({p.pid: p for p in procs}.values(), key=lambda p: p.pid)
-        split = split_mig(power.active_energy_mj, [(p.pid, p.gpu_instance_id) for p in unique], slices, weight_of)
-        interval_s = power.interval_s
-        remainder = GpuShare(
-            time=power.time,
-            device_id=dev,
-            pid=None,
-            share=split.unattributed_mj / power.active_energy_mj if power.active_energy_mj else 0.0,
-            energy_mj=split.unattributed_mj,
-            power_w=split.unattributed_mj / 1000.0 / interval_s,
-            mode=mode,
-        )
-        process_shares = [
-            GpuShare(
-                time=power.time,
-                device_id=dev,
-                pid=p.pid,
-                share=split.fraction_by_pid.get(p.pid, 0.0),
-                energy_mj=split.by_pid.get(p.pid, 0),
-                power_w=split.by_pid.get(p.pid, 0) / 1000.0 / interval_s,
-                mode=mode,
-                gpu_instance_id=p.gpu_instance_id,
-            )
-            for p in unique
-        ]
-        per_instance = [
-            InstanceEnergy(
-                time=power.time,
-                device_id=dev,
-                gpu_instance_id=gi,
-                profile=instances[gi].profile if gi in instances else None,
-                energy_mj=mj,
-                power_w=mj / 1000.0 / interval_s,
-                activity=activity.get(gi),
-            )
-            for gi, mj in sorted(split.by_instance.items())
-        ]
-        return [remainder, *process_shares], per_instance
 
     def _mode(self, device: DeviceSample | None, procs: list[GpuProcessSample]) -> SharingMode:
         if not procs:

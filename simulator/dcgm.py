@@ -1,9 +1,11 @@
 """A dcgm-exporter on 127.0.0.1 serving the simulated node's ``/metrics``.
 
-Like the real exporter, values are collected every ``collect_interval_s`` (``dcgm-exporter -c``; the
-real default is 30 s, ours 1 s) on the node's clock, and a scrape between collections sees the last
+Like the real exporter, values are collected every ``collect_interval_s`` (``dcgm-exporter -c``; 30 s
+by default, as the real one) on the node's clock, and a scrape between collections sees the last
 collection: gauges read at that instant, ratios (activity, utilisation) the mean over the interval
-that ended there. Collections are aligned to the scenario start (0, interval, 2·interval, …).
+that ended there. Collections are at ``collect_offset_s`` + k·interval of scenario time; a real
+exporter's phase against the scraper's ticks is arbitrary. Without explicit options both come from the
+scenario's ``dcgm:`` section.
 
 Faults from the scenario (``target: dcgm``) apply per request at the clock's time: ``down`` closes the
 connection without an answer, ``slow`` answers after ``delay_s`` real seconds, ``garbage`` answers 200
@@ -43,7 +45,8 @@ class DcgmExporterOptions:
     # "3.x": ``Hostname``, no ``pci_bus_id``, pod labels "" on unallocated devices.
     # "4.x": ``hostname``, ``pci_bus_id``, pod labels absent on unallocated devices.
     vintage: Literal["3.x", "4.x"] = "4.x"
-    collect_interval_s: float = 1.0
+    collect_interval_s: float = 30.0
+    collect_offset_s: float = 0.0  # collections at offset + k·interval of scenario time
     fields: tuple[str, ...] = DEFAULT_FIELDS
     extra_fields: tuple[str, ...] = ()  # e.g. ("DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_DEV_POWER_VIOLATION")
     pod_labels: bool = True  # the exporter's Kubernetes mode (pod-resources mapping)
@@ -56,6 +59,8 @@ class DcgmExporterOptions:
     def __post_init__(self) -> None:
         if self.collect_interval_s <= 0:
             raise ValueError("collect_interval_s must be positive")
+        if not 0 <= self.collect_offset_s < self.collect_interval_s:
+            raise ValueError("collect_offset_s must be at least 0 and less than collect_interval_s")
         chosen = tuple(dict.fromkeys(self.fields + self.extra_fields))
         unknown = [name for name in chosen if name not in FIELDS]
         if unknown:
@@ -68,7 +73,10 @@ class DcgmExporter:
 
     def __init__(self, node: SimulatedNode, options: DcgmExporterOptions | None = None) -> None:
         self.node = node
-        self.options = options or DcgmExporterOptions()
+        spec = node.scenario.dcgm
+        self.options = options or DcgmExporterOptions(
+            collect_interval_s=spec.collect_interval_s, collect_offset_s=spec.collect_offset_s
+        )
         self._allocations = _allocations(node)
         self.requests: Counter[str] = Counter()  # GET /metrics answered (to the end) with: "metrics" or a fault's kind
         self.body_bytes_sent = 0  # body bytes written, over all answers
@@ -85,8 +93,8 @@ class DcgmExporter:
 
     def collection_time_s(self, t_s: float) -> float:
         """The scenario time of the last collection at or before ``t_s``."""
-        interval = self.options.collect_interval_s
-        return math.floor(t_s / interval + 1e-9) * interval
+        interval, offset = self.options.collect_interval_s, self.options.collect_offset_s
+        return offset + math.floor((t_s - offset) / interval + 1e-9) * interval
 
     def metrics_text(self, t_s: float | None = None) -> str:
         """What ``/metrics`` answers at scenario time ``t_s`` (default: now), faults aside."""

@@ -21,6 +21,7 @@ from simulator.hardware import gpu_model_info
 __all__ = [
     "Container",
     "CpuSpec",
+    "DcgmSpec",
     "DeviceRef",
     "Gpu",
     "MigInstance",
@@ -171,12 +172,26 @@ class CpuSpec(_Model):
     max_range_uj: int = Field(default=262_143_328_850, gt=0)
 
 
+class DcgmSpec(_Model):
+    """The node's dcgm-exporter: ``-c`` (30 s by default, as the real one) and its collections' phase."""
+
+    collect_interval_s: float = Field(default=30.0, gt=0)
+    collect_offset_s: float = Field(default=0.0, ge=0)  # collections at offset + k·interval
+
+    @model_validator(mode="after")
+    def _offset_within_interval(self) -> DcgmSpec:
+        if self.collect_offset_s >= self.collect_interval_s:
+            raise ValueError("collect_offset_s must be less than collect_interval_s")
+        return self
+
+
 class Scenario(_Model):
     node: Node = Field(default_factory=Node)
     gpus: list[Gpu] = Field(default_factory=list)
     pods: list[Pod] = Field(default_factory=list)
     processes: list[Process] = Field(default_factory=list)
     cpu: CpuSpec = Field(default_factory=CpuSpec)
+    dcgm: DcgmSpec = Field(default_factory=DcgmSpec)
     faults: list[Annotated[Fault, Field(discriminator="target")]] = Field(default_factory=list)
 
     @model_validator(mode="after")

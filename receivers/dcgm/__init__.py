@@ -10,7 +10,10 @@ with prometheus_client's parser, and produces:
   taken once per GPU, never summed over its instances (see ``_parse`` and docs/dcgm.md).
 
 The exporter samples every 30 s by default, so consecutive scrapes can return the same values: records
-carry the time of the scrape, the values describe the exporter's last sampling window.
+carry the time of the scrape, the values describe the exporter's last sampling window. The scrape that
+first sees a GPU's values change marks its MigActivity records with when that collection happened (after
+the previous answered scrape, by this one) and the window it covers (``collect_interval``), so that MIG
+attribution can split each stretch of energy by the activity measured over that same stretch.
 
 Failure modes, none of which stops the pipeline:
 - exporter unreachable, slow, answering garbage or an oversized body: :class:`DcgmScrapeError` names
@@ -33,12 +36,13 @@ from pathlib import Path
 from typing import Self
 
 import httpx
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 
 from pipeline.components import ComponentConfig, CreateContext, Factory
 from pipeline.config import Duration
 from pipeline.records import Record
 from pipeline.telemetry import ComponentTelemetry
+from receivers.dcgm._collections import Collection, CollectionTracker
 from receivers.dcgm._discovery import Discovery, discover
 from receivers.dcgm._fields import FIELDS, Signal, instance_scoped, signal_for
 from receivers.dcgm._parse import ParseError, Scrape, Series, parse_exposition, to_records
@@ -46,6 +50,8 @@ from receivers.dcgm._scrape import DcgmScrapeError, ScrapeReason, TlsOptions, fe
 
 __all__ = [
     "FIELDS",
+    "Collection",
+    "CollectionTracker",
     "DcgmConfig",
     "DcgmReceiver",
     "DcgmScrapeError",
@@ -89,12 +95,15 @@ class DcgmConfig(ComponentConfig):
     discovery_port: int = Field(default=9400, ge=1, le=65535)
     rediscover_after: int = Field(default=3, ge=1)
     """Look the endpoint up again after this many failed scrapes in a row (discovered endpoints only)."""
+    collect_interval: Duration = 30.0
+    """dcgm-exporter's collection interval (its ``-c``, 30 s by default): each activity value is the mean
+    over this long before its collection. MIG attribution settles each tick by the window covering it."""
 
-    @field_validator("timeout")
+    @field_validator("timeout", "collect_interval")
     @classmethod
-    def _positive(cls, value: float) -> float:
+    def _positive(cls, value: float, info: ValidationInfo) -> float:
         if value <= 0:
-            raise ValueError("timeout must be longer than 0s")
+            raise ValueError(f"{info.field_name} must be longer than 0s")
         return value
 
     @field_validator("endpoint")
@@ -144,6 +153,7 @@ class DcgmReceiver:
         self.failures = 0  # failed scrapes in a row
         self._executor: ThreadPoolExecutor | None = None  # discovery's thread, made when first needed
         self._discovery: Future[Discovery] | None = None
+        self._collections = CollectionTracker()
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -206,7 +216,8 @@ class DcgmReceiver:
                 f"{redact(endpoint)} answered {scrape.other} series but no DCGM field of any GPU: "
                 "is this dcgm-exporter?",
             )
-        return to_records(scrape.series, now)
+        new = self._collections.observe(scrape.series, now.monotonic_s)
+        return to_records(scrape.series, now, new, self.config.collect_interval)
 
     @staticmethod
     def _parse(endpoint: str, body: bytes) -> Scrape:

@@ -26,6 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pipeline.clock import Timestamp
 from pipeline.records import DeviceSignals, MigActivity, Record
+from receivers.dcgm._collections import Collection
 from receivers.dcgm._fields import instance_scoped, signal_for
 
 __all__ = ["ParseError", "Scrape", "Series", "parse_exposition", "to_records"]
@@ -159,8 +160,17 @@ class _Instance:
 _ACTIVITY = frozenset({"gr_engine_active", "sm_active"})
 
 
-def to_records(series: Iterable[Series], now: Timestamp) -> list[Record]:
-    """One DeviceSignals per GPU UUID (devices in GPU-index order), then one MigActivity per instance."""
+def to_records(
+    series: Iterable[Series],
+    now: Timestamp,
+    collections: Mapping[str, Collection] | None = None,
+    window_s: float | None = None,
+) -> list[Record]:
+    """One DeviceSignals per GPU UUID (devices in GPU-index order), then one MigActivity per instance.
+
+    ``collections``: the GPUs whose answer is a new collection (see ``_collections``); their MigActivity
+    records say when it happened. ``window_s``: the exporter's collection interval, on every MigActivity.
+    """
     devices: dict[str, _Device] = {}
     instances: dict[tuple[str, int], _Instance] = {}
     for s in series:
@@ -195,6 +205,7 @@ def to_records(series: Iterable[Series], now: Timestamp) -> list[Record]:
     for (uuid, gi), instance in sorted(instances.items(), key=lambda item: (position[item[0][0]], item[0][1])):
         gr = instance.activity.get("gr_engine_active")
         sm = instance.activity.get("sm_active")
+        new = collections.get(uuid) if collections else None
         records.append(
             MigActivity(
                 time=now,
@@ -203,6 +214,9 @@ def to_records(series: Iterable[Series], now: Timestamp) -> list[Record]:
                 profile=instance.profile,
                 gr_engine_active=gr[1] if gr else None,
                 sm_active=sm[1] if sm else None,
+                collected_after_s=new.after_s if new else None,
+                collected_by_s=new.by_s if new else None,
+                window_s=window_s,
             )
         )
     return records

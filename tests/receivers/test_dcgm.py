@@ -253,6 +253,84 @@ def test_records_carry_the_time_of_the_scrape() -> None:
     assert {r.time for r in records} == {clock.now()}
 
 
+# --- when a collection happened -------------------------------------------------------------------
+
+
+def _mig_answer(activity: float, energy_mj: int) -> str:
+    """One MIG GPU with one instance, as a 30 s exporter would answer between two collections."""
+    labels = 'gpu="0",UUID="GPU-m",device="nvidia0",GPU_I_PROFILE="1g.10gb",GPU_I_ID="7",Hostname="n"'
+    return (
+        f"# TYPE DCGM_FI_PROF_GR_ENGINE_ACTIVE gauge\nDCGM_FI_PROF_GR_ENGINE_ACTIVE{{{labels}}} {activity:.6f}\n"
+        f"# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter\n"
+        f"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{{labels}}} {energy_mj}\n"
+    )
+
+
+def test_the_scrape_that_first_sees_a_new_collection_dates_it() -> None:
+    # Scrapes every 5 s: the same collection twice, a new one, a failed scrape, then another new one.
+    # The exporter prints no times: a collection happened after the last answered scrape, by this one.
+    answers = iter(
+        [
+            (200, _mig_answer(0.5, 1000)),
+            (200, _mig_answer(0.5, 1000)),
+            (200, _mig_answer(0.5, 3000)),  # same activity, the counter moved: a new collection
+            (503, "busy"),
+            (200, _mig_answer(0.25, 9000)),
+            (200, _mig_answer(0.25, 9000)),
+        ]
+    )
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        status, body = next(answers)
+        return httpx.Response(status, text=body)
+
+    transport = httpx.MockTransport(answer)
+    clock = SteppedClock()
+    receiver = _receiver(transport, clock=clock, collect_interval="30s")
+    dated: list[tuple[float | None, float | None, float | None]] = []
+
+    async def scrape_every_5_s() -> None:
+        for _ in range(6):
+            try:
+                (activity,) = [r for r in await receiver.collect() if isinstance(r, MigActivity)]
+                dated.append((activity.collected_after_s, activity.collected_by_s, activity.window_s))
+            except DcgmScrapeError:
+                dated.append((None, None, None))
+            clock.advance(5.0)
+        await receiver.shutdown()
+
+    asyncio.run(scrape_every_5_s())
+    t0 = 1000.0  # the stepped clock's start
+    assert dated == [
+        (None, None, 30.0),  # the first answer: new or a repeat, nobody can tell
+        (None, None, 30.0),
+        (t0 + 5, t0 + 10, 30.0),
+        (None, None, None),  # the failed scrape
+        (t0 + 10, t0 + 20, 30.0),  # after the last *answered* scrape
+        (None, None, 30.0),
+    ]
+
+
+def test_simulated_collections_every_30_s_are_dated_once_each(clock: SteppedClock) -> None:
+    with _mig_node(clock) as node:
+        exporter = simulator.start_dcgm_exporter(node)  # dcgm-exporter's default: every 30 s
+        receiver = _receiver(endpoint=exporter.url, clock=clock)
+        start = clock.monotonic()
+        dated = []
+        for _ in range(14):  # 0 … 65 s
+            [records] = _collect(receiver)
+            _, activity = _split(records)
+            first = activity[0]
+            assert {(a.collected_after_s, a.collected_by_s) for a in activity} == {
+                (first.collected_after_s, first.collected_by_s)
+            }  # every instance of the GPU at once
+            if first.collected_by_s is not None:
+                assert first.collected_after_s is not None
+                dated.append((first.collected_after_s - start, first.collected_by_s - start))
+            clock.advance(5.0)
+    assert dated == [(25.0, 30.0), (55.0, 60.0)]
+
+
 # --- names: DCGM 4.6 beside the old ones ---------------------------------------------------------
 
 DCGM_46 = textwrap.dedent("""\
@@ -564,6 +642,7 @@ def test_no_token_no_authorization_header() -> None:
         ({"insecure_skip_verify": True, "ca_file": "/ca"}, "insecure_skip_verify ignores ca_file"),
         ({"endpoint": "dcgm:9400/metrics"}, "must be an http:// or https:// URL"),
         ({"timeout": "0s"}, "timeout must be longer than 0s"),
+        ({"collect_interval": "0s"}, "collect_interval must be longer than 0s"),
         ({"max_bytes": 10}, "greater than or equal to 1024"),
         ({"tls": {}}, "Extra inputs are not permitted"),
     ],
@@ -577,7 +656,7 @@ def test_defaults() -> None:
     config = DcgmConfig(bearer_token="", bearer_token_file="/var/run/secrets/token")  # "" is unset, as documented
     assert config.bearer_token_file == "/var/run/secrets/token"
     config = DcgmConfig()
-    assert (config.endpoint, config.timeout, config.max_bytes) == ("", 2.0, 16 * MIB)
+    assert (config.endpoint, config.timeout, config.max_bytes, config.collect_interval) == ("", 2.0, 16 * MIB, 30.0)
     assert (config.discovery_label_selector, config.discovery_port, config.rediscover_after) == (
         "app=nvidia-dcgm-exporter",
         9400,

@@ -67,6 +67,32 @@ def test_ratio_is_the_mean_over_the_collect_interval(node: simulator.SimulatedNo
     assert ("DCGM_FI_DEV_POWER_VIOLATION/0", None) not in samples
 
 
+def test_collections_are_every_30_s_by_default_as_in_dcgm_exporter(
+    node: simulator.SimulatedNode, clock: SteppedClock
+) -> None:
+    exporter = start_dcgm_exporter(node)
+    assert (exporter.options.collect_interval_s, exporter.options.collect_offset_s) == (30.0, 0.0)
+    assert [exporter.collection_time_s(t) for t in (0.0, 29.9, 30.0, 59.0, 61.0)] == [0.0, 0.0, 30.0, 30.0, 60.0]
+    clock.advance(45.0)
+    _, samples = _scrape(exporter)
+    assert samples[("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION/0", None)][1] == node.energy_counter_mj(0, 30)
+
+
+def test_the_scenario_sets_the_interval_and_the_phase_of_collections(clock: SteppedClock) -> None:
+    data = two_gpu_data()
+    data["dcgm"] = {"collect_interval_s": 10, "collect_offset_s": 2.5}
+    with simulator.build(parse_scenario(data), clock) as node:
+        exporter = start_dcgm_exporter(node)
+        assert [exporter.collection_time_s(t) for t in (0.0, 2.5, 12.4, 12.5)] == [-7.5, 2.5, 2.5, 12.5]
+        clock.advance(14.0)
+        _, samples = _scrape(exporter)
+        # Collected at 12.5 s over (2.5 s, 12.5 s]: gi 2 at 0.6 until 5 s, then 1.0.
+        assert samples[("DCGM_FI_PROF_GR_ENGINE_ACTIVE/1", "2")][1] == pytest.approx((0.6 * 2.5 + 7.5) / 10, abs=1e-6)
+    data["dcgm"] = {"collect_interval_s": 10, "collect_offset_s": 10}
+    with pytest.raises(simulator.ScenarioError, match="collect_offset_s must be less than collect_interval_s"):
+        parse_scenario(data)
+
+
 def test_text_round_trips_with_six_decimal_doubles(node: simulator.SimulatedNode, clock: SteppedClock) -> None:
     exporter = start_dcgm_exporter(node)
     clock.advance(3.5)
@@ -121,7 +147,9 @@ def test_3x_vintage_has_empty_pod_labels_and_capital_hostname(
 
 
 def test_optional_fields_report_power_cap_throttling(node: simulator.SimulatedNode, clock: SteppedClock) -> None:
-    options = DcgmExporterOptions(extra_fields=("DCGM_FI_DEV_POWER_VIOLATION", "DCGM_FI_PROF_SM_ACTIVE"))
+    options = DcgmExporterOptions(
+        collect_interval_s=1.0, extra_fields=("DCGM_FI_DEV_POWER_VIOLATION", "DCGM_FI_PROF_SM_ACTIVE")
+    )
     exporter = start_dcgm_exporter(node, options)
     clock.advance(15.0)
     _, samples = _scrape(exporter)

@@ -1,0 +1,257 @@
+"""The MIG part of the ``attribution`` processor: per device, which activity to split by, and the hold.
+
+Each tick of a MIG GPU is split by instance (activity × compute slices, ``_mig_shares``). Where the dcgm
+receiver says when its samples were collected (it does from its first scrape), the tick's energy is held
+until the sample covering it arrives and split by that sample (``_mig_window``): exact for any
+collection interval, released late. The records of a tick then say two things:
+
+- ``energy_mj``: the energy released this tick, for whatever earlier ticks it belongs to. A process
+  that has exited since a held tick gets a share of its own, with ``power_w`` 0: it is not running;
+- ``power_w``: this tick's power, split by the latest activity: the best estimate of *now*, so watts do
+  not jump to 0 while energy is held and back up when it is released. Σ ``power_w`` is still the
+  device's active watts.
+
+The energy held at the end of a tick is on the device's DevicePower (``held_energy_mj``): per tick,
+Σ shares + idle + the change of the held energy == the counter's delta, exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Sequence
+
+from pipeline.records import (
+    Batch,
+    DevicePower,
+    DeviceSample,
+    GpuProcessSample,
+    GpuShare,
+    InstanceEnergy,
+    MigInstance,
+    SharingMode,
+)
+from processors._mig_shares import Group, MigSplit, instance_parts, members_of, split_members
+from processors._mig_window import Collection, Hold, Release
+
+__all__ = ["MigAttribution"]
+
+_MODES: dict[str, str] = {
+    "mig": "shares by each instance's activity × compute slices (dcgm-exporter)",
+    "mig_held": "dcgm-exporter is not answering: holding each instance's last activity",
+    "mig_slices": "no instance activity: splitting by compute slices over the instances with processes",
+    "mig_equal": "no instance activity or layout: splitting equally over the instances with processes",
+}
+
+
+class MigAttribution:
+    """State per MIG device: the last activity (for outages), the mode logged, the held ticks."""
+
+    def __init__(self, activity_hold_s: float, max_wait_s: float, log: logging.Logger) -> None:
+        self.activity_hold_s = activity_hold_s
+        self.max_wait_s = max_wait_s
+        self.log = log
+        self._last: dict[str, tuple[dict[int, float], float]] = {}  # device → (activity by GI, when read)
+        self._mode: dict[str, SharingMode] = {}
+        self._holds: dict[str, Hold] = {}
+
+    def holding(self, device_id: str, device: DeviceSample | None) -> bool:
+        """Energy of this MIG device is held: its ticks go through :meth:`split` even without processes."""
+        hold = self._holds.get(device_id)
+        return hold is not None and bool(hold.ticks) and device is not None and bool(device.mig_enabled)
+
+    def split(
+        self,
+        power: DevicePower,
+        procs: Sequence[GpuProcessSample],
+        instances: dict[int, MigInstance],
+        activity: dict[int, float],
+        batch: Batch,
+    ) -> tuple[list[GpuShare], list[InstanceEnergy]]:
+        dev = power.device_id
+        activity, mode = self._activity(dev, power.time.monotonic_s, activity, bool(instances))
+        slices = {gi: inst.compute_slices for gi, inst in instances.items()}
+        unique = sorted({p.pid: p for p in procs}.values(), key=lambda p: p.pid)
+        members = members_of([(p.pid, p.gpu_instance_id) for p in unique])
+        if power.unattributable is not None:
+            # Nobody can say who used this tick's energy: released at once, unattributed.
+            provisional: dict[Group, int] = {None: power.active_energy_mj}
+            members, mode = {}, power.unattributable
+        else:
+            weight_of = {gi: a * (slices.get(gi) or 1) for gi, a in activity.items()}
+            provisional = instance_parts(power.active_energy_mj, members, slices, weight_of)
+            mode = mode if unique else "none"
+        release = self._release(power, provisional, members, batch, slices)
+        rate = split_members(provisional, members)
+        return _records(power, mode, unique, instances, activity, release, rate)
+
+    def drained(self, device_id: str, power: DevicePower, shares: list[GpuShare]) -> list[GpuShare]:
+        """``shares`` of a device that is no longer MIG, with whatever it still held released into them."""
+        hold = self._holds.pop(device_id, None)
+        if hold is None or not hold.ticks:
+            return shares
+        hold.release_all()
+        by_pid, group_of, unattributed_mj = hold.take().processes()
+        out = [
+            dataclasses.replace(s, energy_mj=s.energy_mj + (unattributed_mj if s.pid is None else by_pid.pop(s.pid, 0)))
+            for s in shares
+        ]
+        return out + _exited(power, shares[0].mode, by_pid, group_of, set())
+
+    def with_held(self, powers: tuple[DevicePower, ...]) -> tuple[DevicePower, ...]:
+        """``powers`` with each device's held energy on it (the same tuple when nothing is held)."""
+        held = {dev: hold.held_mj for dev, hold in self._holds.items() if hold.ticks}
+        if not held:
+            return powers
+        return tuple(
+            dataclasses.replace(p, held_energy_mj=held[p.device_id]) if p.device_id in held else p for p in powers
+        )
+
+    def _activity(
+        self, dev: str, now_s: float, activity: dict[int, float], layout_known: bool
+    ) -> tuple[dict[int, float], SharingMode]:
+        """The activity to split this tick by, provisionally: this tick's, else the last one, else none."""
+        mode: SharingMode
+        if activity:
+            self._last[dev] = (activity, now_s)
+            mode = "mig"
+        else:
+            last = self._last.get(dev)
+            if last is not None and now_s - last[1] <= self.activity_hold_s:
+                activity, mode = last[0], "mig_held"
+            else:
+                mode = "mig_slices" if layout_known else "mig_equal"
+        if self._mode.get(dev) != mode:
+            self._mode[dev] = mode
+            self.log.log(logging.INFO if mode == "mig" else logging.WARNING, "device %s (MIG): %s", dev, _MODES[mode])
+        return activity, mode
+
+    def _release(
+        self,
+        power: DevicePower,
+        parts: dict[Group, int],
+        members: dict[Group, list[int]],
+        batch: Batch,
+        slices: dict[int, int | None],
+    ) -> Release:
+        """What this tick releases: the held energy that is due, and this tick's own if it is not held."""
+        dev, end_s = power.device_id, power.time.monotonic_s
+        # Held only while the dcgm receiver answers and dates its samples: else no window may come for
+        # this tick, and it is split at once by the held activity (or slices), as before.
+        dated = any(a.window_s for a in batch.mig_activity if a.device_id == dev)
+        wait = power.unattributable is None and dated and self.max_wait_s > 0
+        hold = self._holds.get(dev)
+        if hold is None and not wait:
+            release = Release()
+            release.add(parts, members)
+            return release
+        if hold is None:
+            hold = self._holds[dev] = Hold(self.max_wait_s)
+        hold.add((end_s - power.interval_s, end_s), _counters_mj(batch, power), parts, members, wait=wait)
+        collection = _collection(batch, dev, slices)
+        if collection is not None:
+            hold.settle(collection)
+        hold.release_due(end_s)
+        return hold.take()
+
+
+def _records(
+    power: DevicePower,
+    mode: SharingMode,
+    unique: list[GpuProcessSample],
+    instances: dict[int, MigInstance],
+    activity: dict[int, float],
+    release: Release,
+    rate: MigSplit,
+) -> tuple[list[GpuShare], list[InstanceEnergy]]:
+    """Energy as released, watts (and ``share``) from this tick's own provisional split ``rate``."""
+    time, dev, per_s, active = power.time, power.device_id, 1 / 1000.0 / power.interval_s, power.active_energy_mj
+    by_pid, group_of, unattributed_mj = release.processes()
+    remainder = GpuShare(
+        time=time,
+        device_id=dev,
+        pid=None,
+        share=rate.unattributed_mj / active if active else 0.0,
+        energy_mj=unattributed_mj,
+        power_w=rate.unattributed_mj * per_s,
+        mode=mode,
+    )
+    shares = [
+        GpuShare(
+            time=time,
+            device_id=dev,
+            pid=p.pid,
+            share=rate.fraction_by_pid.get(p.pid, 0.0),
+            energy_mj=by_pid.get(p.pid, 0),
+            power_w=rate.by_pid.get(p.pid, 0) * per_s,
+            mode=mode,
+            gpu_instance_id=p.gpu_instance_id,
+        )
+        for p in unique
+    ]
+    groups = sorted({*rate.by_instance, *(g for g in release.by_group if g is not None)})
+    per_instance = [
+        InstanceEnergy(
+            time=time,
+            device_id=dev,
+            gpu_instance_id=gi,
+            profile=instances[gi].profile if gi in instances else None,
+            energy_mj=release.by_group.get(gi, 0),
+            power_w=rate.by_instance.get(gi, 0) * per_s,
+            activity=activity.get(gi),
+        )
+        for gi in groups
+    ]
+    exited = _exited(power, mode, by_pid, group_of, {p.pid for p in unique})
+    return [remainder, *shares, *exited], per_instance
+
+
+def _exited(
+    power: DevicePower, mode: SharingMode, by_pid: dict[int, int], group_of: dict[int, Group], present: set[int]
+) -> list[GpuShare]:
+    """Shares of processes no longer listed that a held tick released energy to: no watts, not running."""
+    return [
+        GpuShare(
+            time=power.time,
+            device_id=power.device_id,
+            pid=pid,
+            share=0.0,
+            energy_mj=mj,
+            power_w=0.0,
+            mode=mode,
+            gpu_instance_id=group_of.get(pid),
+        )
+        for pid, mj in sorted(by_pid.items())
+        if mj > 0 and pid not in present
+    ]
+
+
+def _collection(batch: Batch, device_id: str, slices: dict[int, int | None]) -> Collection | None:
+    """The new dcgm-exporter collection of a MIG device in this batch, if the dcgm receiver saw one."""
+    fresh = [a for a in batch.mig_activity if a.device_id == device_id and a.collected_by_s is not None]
+    first = fresh[0] if fresh else None
+    if first is None or first.collected_after_s is None or first.collected_by_s is None or not first.window_s:
+        return None
+    weights: dict[int, float] = {}
+    for a in fresh:
+        value = a.gr_engine_active if a.gr_engine_active is not None else a.sm_active
+        if value is not None:
+            weights[a.gpu_instance_id] = value * (slices.get(a.gpu_instance_id) or 1)
+    signals = next((dict(s.fields) for s in batch.device_signals if s.device_id == device_id), {})
+    energy_j = signals.get("energy_j")
+    return Collection(
+        after_s=first.collected_after_s,
+        by_s=first.collected_by_s,
+        window_s=first.window_s,
+        weights=weights,
+        # Both counters count whole mJ: rounded, the J → mJ round trip cannot miss NVML's reading by a hair.
+        counter_mj=None if energy_j is None else float(round(energy_j * 1000.0)),
+    )
+
+
+def _counters_mj(batch: Batch, power: DevicePower) -> tuple[float, float] | None:
+    """NVML's energy counter at the tick's start and end (None where the energy is not their delta)."""
+    sample = next((d for d in batch.devices if d.device_id == power.device_id), None)
+    if power.source != "counter" or sample is None or sample.energy_mj is None or power.energy_mj <= 0:
+        return None
+    return sample.energy_mj - power.energy_mj, sample.energy_mj
