@@ -278,7 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     output.add_argument("--json", action="store_true", help="print one JSON document")
     output.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     args = parser.parse_args(argv)
-    scenarios = args.scenario or sorted(SCENARIOS.glob("*.yaml"))
+    scenarios = args.scenario or sorted(SCENARIOS.glob("*.yaml"), key=lambda path: path.stem)
     rows = scoreboard(scenarios, args.duration, args.config, args.reports)
     if args.json:
         print(json.dumps(to_json(rows, args.duration, args.config), indent=2))
