@@ -41,7 +41,7 @@ from pipeline.records import (
     new_share,
 )
 from processors._mig_attribution import MigAttribution
-from processors.attribution_math import apportion, fractions
+from processors.attribution_math import apportion, fractions, since_start
 
 __all__ = ["AttributionConfig", "AttributionProcessor", "apportion", "factory"]
 
@@ -79,6 +79,8 @@ class AttributionProcessor:
                 activity.setdefault(a.device_id, {})[a.gpu_instance_id] = value
         shares: list[GpuShare] = []
         instance_energy: list[InstanceEnergy] = []
+        # When each process started (procfs): one that started inside the tick is weighed from its start.
+        starts = {h.pid: h.start_wall_s for h in batch.host_processes if h.start_wall_s is not None}
         for power in batch.device_power:
             dev = power.device_id
             procs = by_device.get(dev, [])
@@ -92,7 +94,7 @@ class AttributionProcessor:
             elif power.unattributable is not None:
                 shares.append(_unattributed(power, power.unattributable))
             else:
-                shares.extend(self._mig.drained(dev, power, self._device(power, device, procs)))
+                shares.extend(self._mig.drained(dev, power, self._device(power, device, procs, starts)))
         return batch.replace(
             shares=batch.shares + tuple(shares),
             instance_energy=batch.instance_energy + tuple(instance_energy),
@@ -108,7 +110,9 @@ class AttributionProcessor:
             return "exclusive"
         return "time_slicing"
 
-    def _device(self, power: DevicePower, device: DeviceSample | None, procs: list[GpuProcessSample]) -> list[GpuShare]:
+    def _device(
+        self, power: DevicePower, device: DeviceSample | None, procs: list[GpuProcessSample], starts: dict[int, float]
+    ) -> list[GpuShare]:
         # One record per pid: a driver listing a pid twice (two contexts) must not double its weight.
         # (Built from the end, so the first record of a pid is the one that stays.)
         unique = dict(zip(map(_PID, reversed(procs)), reversed(procs), strict=True))
@@ -123,8 +127,12 @@ class AttributionProcessor:
             weights = [u or 0.0 for u in utilisation]
         elif None not in utilisation:
             weights = utilisation  # no None in it
+            if starts:
+                weights = _from_start(procs, weights, starts)
         else:
-            weights = [1.0] * len(procs)  # utilisation unavailable for some: no basis to weigh them
+            # Utilisation unavailable for some: no basis to weigh them but the part of the tick they existed.
+            tick_start_s = power.time.wall_s - interval_s
+            weights = [since_start(1.0, 1.0, starts.get(p.pid), tick_start_s, interval_s) for p in procs]
         frac = fractions(weights)
         parts = apportion(power.active_energy_mj, frac)
         # The remainder is explicit every tick: here the processes carried it all, so it is an observed 0.
@@ -133,6 +141,16 @@ class AttributionProcessor:
             new_share(time, device_id, p.pid, fraction, mj, mj / 1000.0 / interval_s, mode, p.gpu_instance_id, ())
             for p, fraction, mj in zip(procs, frac, parts, strict=True)
         ]
+
+
+def _from_start(procs: list[GpuProcessSample], weights: list[float], starts: dict[int, float]) -> list[float]:
+    """Each weight less the part of its window before its process started (see ``since_start``)."""
+    out = list(weights)
+    for i, p in enumerate(procs):
+        start_s = starts.get(p.pid)
+        if start_s is not None and p.util_window_s:
+            out[i] = since_start(out[i], p.sm_util_busy, start_s, p.time.wall_s - p.util_window_s, p.util_window_s)
+    return out
 
 
 def _unattributed(power: DevicePower, mode: SharingMode) -> GpuShare:

@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Literal
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from pipeline.clock import SteppedClock, Timestamp
-from pipeline.records import Batch, DevicePower, DeviceSample, GpuProcessSample, MigActivity, MigInstance
+from pipeline.records import (
+    Batch,
+    DevicePower,
+    DeviceSample,
+    GpuProcessSample,
+    HostProcess,
+    MigActivity,
+    MigInstance,
+)
 from processors._mig_shares import split_mig
 from processors.attribution import AttributionConfig, AttributionProcessor, apportion
 from processors.attribution_math import since_start
@@ -295,7 +304,9 @@ def test_mig_split_is_exact(active: int, procs: list[tuple[int, int | None]], ac
 
 
 @pytest.mark.parametrize("reason", ["gap", "processes_unknown"])
-def test_an_unattributable_tick_bills_nobody_and_keeps_its_energy_visible(reason: str) -> None:
+def test_an_unattributable_tick_bills_nobody_and_keeps_its_energy_visible(
+    reason: Literal["gap", "processes_unknown"],
+) -> None:
     # Who used the GPU over a long outage, or while its process list failed, is not known: the active
     # energy stays unattributed (explicit, with the reason as its mode) instead of going to whoever is
     # listed now (14.1, 14.7).
@@ -327,3 +338,22 @@ def test_weighing_from_the_start_never_adds_and_never_goes_negative(
     weight = busy * coverage
     out = since_start(weight, busy, 1000.0 + start_offset_s, 1000.0, window_s)
     assert 0.0 <= out <= weight
+
+
+def test_a_process_that_started_mid_tick_is_weighed_from_its_start_not_the_ticks() -> None:
+    # Issue 15.2: both busy at 0.8 until the end of a 2 s tick, but pid 2 started 1 s in (procfs says so):
+    # it used half what pid 1 did. Without the start time the driver's one entry made them equal.
+    window = dict(util_window_s=2.0, sm_util=0.8, sm_util_busy=0.8)
+    procs = [GpuProcessSample(time=T, device_id="G", pid=p, **window) for p in (1, 2)]  # type: ignore[arg-type]
+    hosts = (
+        HostProcess(time=T, pid=1, start_wall_s=T.wall_s - 3600.0),
+        HostProcess(time=T, pid=2, start_wall_s=T.wall_s - 1.0),
+    )
+    clock = SteppedClock()
+    processor = AttributionProcessor(AttributionConfig(), make_context("attribution", "processor", clock))
+    batch = Batch(time=T, interval_s=2.0, node="n").replace(
+        device_power=(_power("G", 900_000, interval_s=2.0),), gpu_processes=tuple(procs), host_processes=hosts
+    )
+    out = processor.process(batch)
+    assert [(s.pid, s.energy_mj) for s in out.shares if s.pid is not None] == [(1, 600_000), (2, 300_000)]
+    assert sum(s.energy_mj for s in out.shares) == 900_000
