@@ -53,6 +53,7 @@ class TruthCollector:
             d = self.device.setdefault(p.device_id, {"counter": 0, "idle": 0, "attributed": 0, "unattributed": 0})
             d["counter"] += p.energy_mj
             d["idle"] += p.idle_energy_mj
+            d["held"] = p.held_energy_mj  # a level: MIG energy measured and not yet split
             self.idle_w[p.device_id] = p.idle_w
             if p.unattributable is not None:
                 self.unattributable.setdefault(p.device_id, []).append((p.time.wall_s - p.interval_s, p.time.wall_s))
@@ -73,7 +74,8 @@ def truth_report(collector: TruthCollector, node: simulator.SimulatedNode) -> di
     devices = []
     for uuid, d in sorted(collector.device.items()):
         gpu = uuids.index(uuid) if uuid in uuids else None
-        residual = d["counter"] - d["idle"] - d["attributed"] - d["unattributed"]
+        held = d.get("held", 0)
+        residual = d["counter"] - d["idle"] - d["attributed"] - d["unattributed"] - held
         devices.append(
             {
                 "uuid": uuid,
@@ -81,6 +83,7 @@ def truth_report(collector: TruthCollector, node: simulator.SimulatedNode) -> di
                 "idle_j": d["idle"] / 1000,
                 "attributed_j": d["attributed"] / 1000,
                 "unattributed_j": d["unattributed"] / 1000,
+                "held_j": held / 1000,
                 "residual_j": residual / 1000,
                 "true_idle_w": node.scenario.gpus[gpu].idle_w if gpu is not None else None,
                 "detected_idle_w": collector.idle_w.get(uuid),
@@ -162,8 +165,16 @@ def print_report(report: dict[str, Any], err: TextIO) -> None:
         idle = d["detected_idle_w"]
         print(
             f"  gpu {d['uuid'][:12]}…  counter {d['counter_j']:.1f} J = idle {d['idle_j']:.1f} + attributed "
-            f"{d['attributed_j']:.1f} + unattributed {d['unattributed_j']:.1f} (residual {d['residual_j']:g}); "
+            f"{d['attributed_j']:.1f} + unattributed {d['unattributed_j']:.1f}"
+            + (f" + held {d['held_j']:.1f}" if d["held_j"] else "")
+            + f" (residual {d['residual_j']:g}); "
             f"idle {'unknown' if idle is None else f'{idle:.1f} W'} (true {d['true_idle_w']} W)",
+            file=err,
+        )
+    if any(d["held_j"] for d in report["devices"]):
+        print(
+            "  (held: MIG energy measured but not yet split, waiting for dcgm-exporter's next collection; the\n"
+            "   processes that used it are short of it below: end a run on a collection to compare them whole)",
             file=err,
         )
     for p in report["processes"]:
