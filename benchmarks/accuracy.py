@@ -15,9 +15,11 @@ Each scenario (every ``configs/scenarios/*.yaml`` unless ``--scenario`` names so
   truly worth 0 J of active energy; whatever it is billed is error).
 - **idle**: the largest |learned − true| idle power over the GPUs, in W; ``absent`` where a GPU's idle
   was never learned (then all its energy counted as active).
-- **residual**: the largest |counter − idle − attributed − unattributed| over the GPUs, in J
+- **residual**: the largest |counter − idle − attributed − unattributed − held| over the GPUs, in J
   (conservation: 0).
 - **unattributed**: the joules left explicitly unattributed, summed over the GPUs.
+- **held**: MIG energy measured but not yet split when the run ended (it waits for dcgm-exporter's next
+  collection), summed over the GPUs; the processes that used it are short of it.
 
 ``--json`` prints the same as one JSON document; ``--markdown`` the table for docs/accuracy.md.
 Exit status 1 when a scenario could not run (its row says why).
@@ -80,6 +82,7 @@ class Score:
     residual_j: float  # max |residual| over the GPUs
     residual_rel: float  # max |residual| / counter over the GPUs
     unattributed_j: float
+    held_j: float  # MIG energy measured but not yet split when the run ended (its processes are short of it)
     wall_s: float  # how long the simulation took here
 
 
@@ -126,6 +129,7 @@ def score(scenario: str, report: dict[str, Any], wall_s: float = 0.0) -> Score:
         residual_j=max(residuals, default=0.0),
         residual_rel=max((abs(d["residual_j"]) / d["counter_j"] for d in devices if d["counter_j"]), default=0.0),
         unattributed_j=sum(d["unattributed_j"] for d in devices),
+        held_j=sum(d.get("held_j", 0.0) for d in devices),
         wall_s=wall_s,
     )
 
@@ -193,7 +197,7 @@ def scoreboard(
 # --- output ---------------------------------------------------------------------------------------
 
 HEADERS = ("scenario", "GPUs", "worst process", "worst container", "worst pod", "stray J", "idle error",
-           "residual J", "unattributed J")  # fmt: skip
+           "residual J", "unattributed J", "held J")  # fmt: skip
 
 
 def _pct(worst: Worst | None) -> str:
@@ -220,6 +224,7 @@ def _cells(row: Score | Failed) -> list[str]:
         _idle(row),
         f"{row.residual_j:g}",
         f"{row.unattributed_j:,.1f}",
+        f"{row.held_j:,.1f}",
     ]
 
 
@@ -228,7 +233,8 @@ def legend(duration_s: float) -> str:
         f"{duration_s:g} s of node time per scenario. Errors: (attributed − true) / true energy of the entity\n"
         f"furthest from the truth; only entities with at least {FLOOR_J:g} J of true energy count. stray J: billed\n"
         "to processes under that floor. idle error: max |learned − true| idle power over the GPUs (absent: never\n"
-        "learned). residual: max |counter − idle − attributed − unattributed| over the GPUs.\n"
+        "learned). residual: max |counter − idle − attributed − unattributed − held| over the GPUs. held J: MIG\n"
+        "energy not yet split when the run ended (its processes are short of it).\n"
     )
 
 

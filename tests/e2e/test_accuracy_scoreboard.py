@@ -72,6 +72,7 @@ def test_each_scenario_row_matches_its_report(board: tuple[dict[str, Any], Path]
         assert row["residual_j"] == max(abs(d["residual_j"]) for d in devices)
         assert row["residual_rel"] <= 1e-6
         assert row["unattributed_j"] == pytest.approx(sum(d["unattributed_j"] for d in devices), abs=1e-9)
+        assert row["held_j"] == pytest.approx(sum(d["held_j"] for d in devices), abs=1e-9)
         below = [p["attributed_j"] for p in report["processes"] if p["true_j"] - p["true_unattributable_j"] < 1.0]
         assert row["stray_j"] == pytest.approx(sum(below), abs=1e-9)
 
