@@ -106,6 +106,12 @@ ATTRIBUTES: tuple[Attribute, ...] = (
     Attribute("pod_name", "pod_name", "k8s.pod.name", "The pod's name."),
     Attribute("pod_namespace", "pod_namespace", "k8s.namespace.name", "The pod's namespace."),
     Attribute("state", "state", "wattpipe.state", "`running`, or `terminated` (kept for a retention period)."),
+    Attribute(
+        "idle_source",
+        "idle_source",
+        "wattpipe.gpu.idle.source",
+        "Where the idle power comes from: `configured`, `free`, `quiet`, `regression` or `prior` (docs/attribution.md).",
+    ),
     Attribute("scope", None, None, "Which consumer a Totals record is about (the metric name says it)."),
 )
 NODE = Attribute("node_name", "node_name", "k8s.node.name", "The node (`service.node_name`); on every series.")
@@ -135,9 +141,9 @@ class Family:
 
     ``value`` is the record field (``None``: the constant 1 of an info or state family), divided by
     ``divisor`` (1000 for the ``*_mj`` fields: exported in joules). ``where`` keeps only records whose
-    fields have those values, as text (``"None"``: the field is absent); ``aliases`` renames record
-    attributes to canonical ones for this family (a Totals ``key`` is a pid, a container ID or a pod UID
-    by scope).
+    fields have those values, as text (``"None"``: the field is absent; ``"!None"``: it is present);
+    ``aliases`` renames record attributes to canonical ones for this family (a Totals ``key`` is a pid, a
+    container ID or a pod UID by scope).
     """
 
     kepler: str
@@ -234,6 +240,26 @@ FAMILIES: tuple[Family, ...] = (
         "wattpipe.gpu.power.idle",
         "idle_w",
         "The GPU's idle power baseline; absent until one is known.",
+    ),
+    Family(
+        "wattpipe_node_gpu_idle_source",
+        "wattpipe.gpu.power.idle.source",
+        DevicePower,
+        None,
+        "gauge",
+        "",
+        "Where the GPU's idle power baseline comes from (always 1; the source is the label); absent while idle is.",
+        ("device_index", "device_id", "idle_source"),
+        where=(*_GPU, ("idle_source", "!None")),
+        extras=False,
+    ),
+    _power(
+        "wattpipe_node_gpu_idle_uncertainty_watts",
+        "wattpipe.gpu.power.idle.uncertainty",
+        "idle_uncertainty_w",
+        "How uncertain the idle power baseline is: a regression's standard error (1σ); for a free or quiet "
+        "span, how far its counter average was from the power readings; absent for a configured value or a "
+        "prior.",
     ),
     _power("kepler_node_gpu_active_watts", "wattpipe.gpu.power.active", "active_w", "GPU power above idle."),
     _energy("kepler_node_gpu_joules_total", "hw.energy", "energy_mj", "GPU energy since the series began."),
@@ -750,6 +776,10 @@ _TEXTS_KEEP = 4
 _NONES = itertools.repeat(None)
 
 
+def _matches(value: object, wanted: str) -> bool:
+    return value is not None if wanted == "!None" else str(value) == wanted
+
+
 def _selected(plan: _Plan, batch: Batch) -> Sequence[Record]:
     # Every record in a Batch field is of that field's type (Batch's contract), and a family's record
     # type is the type of its field: no isinstance test is needed.
@@ -757,10 +787,12 @@ def _selected(plan: _Plan, batch: Batch) -> Sequence[Record]:
     if not plan.where or not records:
         return records
     if len(plan.where) > 1:
-        return [r for r in records if all(str(getattr(r, k)) == v for k, v in plan.family.where)]
+        return [r for r in records if all(_matches(getattr(r, k), v) for k, v in plan.family.where)]
     (name,), (wanted,) = plan.where, plan.wanted
     if wanted == "None":  # absent: tested as such, no text made for every value that is not
         return list(itertools.compress(records, map(operator.is_, map(operator.attrgetter(name), records), _NONES)))
+    if wanted == "!None":
+        return list(itertools.compress(records, map(operator.is_not, map(operator.attrgetter(name), records), _NONES)))
     key = (plan.field, name)
     recent = _TEXTS.get(key, ())
     found = next(((t, distinct) for r, t, distinct in recent if r is records), None)

@@ -140,6 +140,9 @@ class DeviceSample(Record):
     # Changes when the energy counter's continuity is broken (the driver reloaded, the handle had to be
     # re-acquired): a delta between readings of two epochs is not energy.
     counter_epoch: int = 0
+    # The device's own utilisation (0–1; NVML nvmlDeviceGetUtilizationRates .gpu: the share of the driver's
+    # last sample period, 1/6 s to 1 s, in which any kernel ran; not the whole tick). None: not reported.
+    util: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -296,6 +299,10 @@ class DevicePower(Record):
     # dcgm-exporter's sample covering it arrives. A level, not this tick's: per tick, Σ shares + idle +
     # (held now − held before) == energy_mj, and over any run Σ shares + idle + held at its end == Σ energy_mj.
     held_energy_mj: int = 0
+    # Where ``idle_w`` comes from (the idle processor's estimators, see docs/attribution.md) and how uncertain
+    # it is (W, 1σ for a regression; None: the source cannot say). Both None while idle_w is.
+    idle_source: Literal["configured", "free", "quiet", "regression", "prior"] | None = None
+    idle_uncertainty_w: float | None = None
 
     @property
     def energy_j(self) -> float:

@@ -20,34 +20,44 @@ in full, but ``unattributable="gap"`` makes attribution leave the active part un
 billing it to whoever runs in the tick after. A tick whose process listing failed
 (``DeviceSample.processes_known`` False) is ``unattributable="processes_unknown"`` the same way.
 
-**Idle power** (``mode: auto``, the default), per device UUID: the lowest average power over a *valid
-quiet span* seen within the last ``window``. A span is quiet when a process source looked at both of its
-ends and listed no process at all on the device (processes idling at 0 % utilisation still hold
-contexts and draw more than idle: not quiet); it is valid when it is at least ``min_interval`` long
-(short ticks add up; the last ``min_interval`` of quiet ticks is the span), its counter was continuous,
-and the counter's average power agrees with the power readings at both ends, within ``agreement`` of
-each reading or ``agreement_w``, whichever is larger (a counter that did not update, or a transition,
-disagrees; a device that reads no power, like a RAPL zone, is judged by its counter alone). The window keeps one minimum per ``bucket`` of wall time, so memory and the state file stay
-bounded and a baseline that was too low recovers once it leaves the window; when the window empties
-(busy for longer than it), the last value stays. Until one is seen, idle is *absent* (not 0) and all
-energy counts as active. ``mode: fixed`` takes ``watts`` (every device) or ``devices: {UUID: watts}``.
+**Idle power** (``mode: auto``, the default), per device UUID, from a chain of estimators, each named as
+the value's source (``DevicePower.idle_source``; processors/_idle_chain.py):
+
+- ``free``: the lowest average power over a *valid quiet span* with no process listed, within the last
+  ``window``. A span is quiet when a process source looked at both of its ends and listed no process
+  (and the device's own utilisation, where NVML or dcgm-exporter reports it, is at most ``quiet_util``);
+  it is valid when it is at least ``min_interval`` long (short ticks add up; the last ``min_interval`` of
+  quiet ticks is the span), its counter was continuous, it spans no gap, and the counter's average power
+  agrees with the power readings at both ends, within ``agreement`` of each reading or ``agreement_w``,
+  whichever is larger (a device that reads no power, like a RAPL zone, is judged by its counter alone).
+  The window keeps one minimum per ``bucket`` of wall time (bounded memory and state file; a baseline that
+  was too low recovers once it leaves the window); when it empties, the last value stays.
+- ``quiet``: the same, over spans in which processes held the device but did no work: their summed SM
+  utilisation, and the device's own, at most ``quiet_util`` every tick (a process of unknown utilisation
+  is not quiet). Contexts held, so possibly a higher power state than ``free``'s.
+- ``regression``: the intercept of power = idle + slope × Σ utilisation, fitted robustly over the ticks of
+  the last ``regression.window`` in which processes held the device with known utilisation; accepted only
+  with enough points, spread and fit quality (processors/_idle_regression.py), with its standard error as
+  the uncertainty, never above the lowest power such a tick showed nor below 0.
+
+The first of free, quiet, regression with a value is used; a ``priors`` entry for the device's model
+only fills the gap where none has one. Until then idle is *absent* (not 0) and all energy counts as
+active. ``mode: fixed`` takes ``watts`` (every device) or ``devices: {UUID: watts}`` (source ``configured``).
 """
 
 from __future__ import annotations
 
-import logging
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Literal
-
-from pydantic import Field, field_validator, model_validator
+from typing import Any
 
 from pipeline.components import ComponentConfig, CreateContext, Factory
-from pipeline.config import Duration
-from pipeline.records import Batch, DevicePower, DeviceSample
+from pipeline.records import Batch, DevicePower, DeviceSample, DeviceSignals, GpuProcessSample
+from processors._idle_chain import Estimate, IdleEstimators, Source, Work
+from processors._idle_config import IdleConfig, RegressionConfig
 
-__all__ = ["IdleConfig", "IdleProcessor", "factory", "split_idle"]
+__all__ = ["IdleConfig", "IdleProcessor", "RegressionConfig", "factory", "split_idle"]
 
 # The NVML energy counter updates about every 100 ms: a short interval may hold one update's worth of
 # energy more than it lasted, so the plausibility bound allows one update period on top of the interval.
@@ -56,51 +66,6 @@ COUNTER_UPDATE_S = 0.1
 # counter average is implausible only well above it.
 PEAK_MARGIN = 1.5
 _USUAL_INTERVALS = 9  # intervals whose median is a device's usual interval
-_QUIET_MARKS = 1024  # quiet readings kept per device: min_interval / tick interval of them are needed
-_MAX_BUCKETS = 10_000
-
-
-class IdleConfig(ComponentConfig):
-    mode: Literal["auto", "fixed"] = "auto"
-    watts: float | None = Field(default=None, ge=0)
-    """fixed: idle watts of every device (unless ``devices`` names it)."""
-    devices: dict[str, float] = Field(default_factory=dict)
-    """fixed: idle watts by device UUID."""
-    min_interval: Duration = 1.0
-    """auto: the shortest quiet span idle is learned from (the counter updates every ~100 ms)."""
-    agreement: float = Field(default=0.1, gt=0, le=1)
-    """auto: how far (a fraction of each power reading) the counter's average may be from the readings."""
-    agreement_w: float = Field(default=5.0, ge=0)
-    """auto: ... or this many watts, whichever is larger (sensor noise on small devices)."""
-    window: Duration = 3600.0
-    """auto: idle is the lowest valid quiet power within this much time."""
-    bucket: Duration = 60.0
-    """auto: the window keeps one minimum per bucket of this length."""
-    max_gap: float = Field(default=3.0, ge=1)
-    """An interval longer than this many of the device's usual intervals is a gap (a number, not a duration)."""
-    counter_max_w: float = Field(default=2000.0, gt=0)
-    """A counter delta implying more average power than this (or 1.5 × the device's highest reading) is a reset."""
-
-    @field_validator("max_gap", mode="before")
-    @classmethod
-    def _gap_is_a_count(cls, value: object) -> object:
-        if isinstance(value, str):
-            raise ValueError("max_gap counts the device's usual intervals (e.g. 3), it is not a duration")
-        return value
-
-    @model_validator(mode="after")
-    def _consistent(self) -> IdleConfig:
-        if self.mode == "fixed" and self.watts is None and not self.devices:
-            raise ValueError("mode fixed needs watts (all devices) or devices ({UUID: watts})")
-        if self.mode == "auto" and (self.watts is not None or self.devices):
-            raise ValueError("watts and devices are for mode fixed; mode auto learns idle power by itself")
-        if any(w < 0 for w in self.devices.values()):
-            raise ValueError("idle watts cannot be negative")
-        if not 0 < self.bucket <= self.window:
-            raise ValueError("bucket must be longer than 0s and no longer than window")
-        if self.window / self.bucket > _MAX_BUCKETS:
-            raise ValueError(f"window / bucket must be at most {_MAX_BUCKETS} buckets (bounded state)")
-        return self
 
 
 def split_idle(energy_mj: int, idle_w: float | None, interval_s: float) -> tuple[int, int]:
@@ -111,62 +76,9 @@ def split_idle(energy_mj: int, idle_w: float | None, interval_s: float) -> tuple
     return idle_mj, energy_mj - idle_mj
 
 
-class IdleWindow:
-    """Per device, the lowest valid quiet power in each ``bucket_s`` of wall time, over ``window_s``.
-
-    Wall time, not monotonic, so the window means the same after a restart (the state file keeps it).
-    """
-
-    def __init__(self, window_s: float, bucket_s: float) -> None:
-        self.window_s, self.bucket_s = window_s, bucket_s
-        self._buckets: dict[str, deque[list[float]]] = {}  # device → [bucket number, min W], oldest first
-
-    def add(self, device_id: str, wall_s: float, power_w: float) -> None:
-        number = math.floor(wall_s / self.bucket_s)
-        buckets = self._buckets.setdefault(device_id, deque())
-        if buckets and number <= buckets[-1][0]:
-            # The same bucket, or the wall clock stepped back: the newest bucket takes it (kept longer, never
-            # dropped earlier than its own time would be).
-            buckets[-1][1] = min(buckets[-1][1], power_w)
-        else:
-            buckets.append([number, power_w])
-
-    def prune(self, device_id: str, wall_s: float) -> bool:
-        """Drop buckets that ended more than the window ago, but never the last one; True if any went."""
-        buckets = self._buckets.get(device_id)
-        oldest_end_s = wall_s - self.window_s
-        dropped = False
-        while buckets and len(buckets) > 1 and (buckets[0][0] + 1) * self.bucket_s <= oldest_end_s:
-            buckets.popleft()
-            dropped = True
-        return dropped
-
-    def minimum(self, device_id: str) -> float | None:
-        buckets = self._buckets.get(device_id)
-        return min(b[1] for b in buckets) if buckets else None
-
-    def dump(self) -> dict[str, list[list[float]]]:
-        """Each device's buckets as [start wall s, min W] (bucket starts, so another bucket size can load them)."""
-        return {d: [[n * self.bucket_s, w] for n, w in b] for d, b in self._buckets.items()}
-
-    def load(self, saved: dict[str, Any]) -> None:
-        for device_id, rows in saved.items():
-            for start_s, power_w in sorted((float(s), float(w)) for s, w in rows):
-                self.add(str(device_id), start_s, power_w)
-
-
-@dataclass(slots=True)
-class _Mark:
-    """A quiet reading in a run of them: when, the run's energy up to it, and its power reading."""
-
-    monotonic_s: float
-    run_energy_mj: int
-    power_w: float | None
-
-
 @dataclass(slots=True)
 class _Device:
-    """What the processor remembers of one device between ticks."""
+    """What the processor remembers of one device's counter between ticks."""
 
     monotonic_s: float = -math.inf
     energy_mj: float | None = None
@@ -175,7 +87,6 @@ class _Device:
     seen: bool = False
     max_power_w: float = 0.0
     intervals_s: deque[float] = field(default_factory=lambda: deque(maxlen=_USUAL_INTERVALS))
-    quiet: deque[_Mark] = field(default_factory=lambda: deque(maxlen=_QUIET_MARKS))
 
     def remember(self, s: DeviceSample) -> None:
         self.monotonic_s, self.energy_mj, self.power_w, self.epoch = (
@@ -195,6 +106,48 @@ class _Device:
         return ordered[len(ordered) // 2]
 
 
+_Measured = tuple[DeviceSample, float, int, bool, bool]
+"""A device's tick before its split: the sample, interval s, energy mJ, from the counter, a gap."""
+
+
+def device_work(batch: Batch) -> dict[str, Work]:
+    """Each device's Work this tick; a device no process source could look at is not in it."""
+    if "gpu_processes" not in batch.present:
+        return {}
+    counts, utils = _loads(batch.gpu_processes)
+    device_utils = _device_utils(batch.devices, batch.device_signals)
+    out: dict[str, Work] = {}
+    for s in batch.devices:
+        if s.processes_known:
+            util = utils.get(s.device_id, 0.0)
+            out[s.device_id] = Work(
+                True, counts.get(s.device_id, 0), None if math.isnan(util) else util, device_utils.get(s.device_id)
+            )
+    return out
+
+
+def _loads(processes: tuple[GpuProcessSample, ...]) -> tuple[dict[str, int], dict[str, float]]:
+    """Per device: how many processes are listed, and their summed utilisation (NaN: one is unknown)."""
+    counts: dict[str, int] = {}
+    utils: dict[str, float] = {}
+    for p in processes:
+        device_id, util = p.device_id, p.sm_util
+        counts[device_id] = counts.get(device_id, 0) + 1
+        utils[device_id] = utils.get(device_id, 0.0) + (math.nan if util is None else util)
+    return counts, utils
+
+
+def _device_utils(devices: tuple[DeviceSample, ...], signals: tuple[DeviceSignals, ...]) -> dict[str, float]:
+    """The device's own utilisation: NVML's reading, else dcgm-exporter's DCGM_FI_DEV_GPU_UTIL."""
+    out = {s.device_id: s.util for s in devices if s.util is not None}
+    for signal in signals:
+        if signal.device_id not in out:
+            value = dict(signal.fields).get("gpu_util")
+            if value is not None:
+                out[signal.device_id] = value
+    return out
+
+
 _RESET_WHY = {
     "epoch": "the receiver re-acquired the device (driver reload?)",
     "backwards": "it went backwards (driver reload?)",
@@ -211,8 +164,7 @@ class IdleProcessor:
         self.ctx = ctx
         self.log = ctx.logger
         self._devices: dict[str, _Device] = {}
-        self.window = IdleWindow(config.window, config.bucket)
-        self.learned_idle_w: dict[str, float] = {}  # the window's minimum, per device
+        self.estimators = IdleEstimators(config.chain(), ctx.logger)
         self.resets = ctx.telemetry.counter(
             "wattpipe_idle_counter_resets",
             "Energy counter deltas not used as energy, by device and reason: epoch (the receiver re-acquired "
@@ -227,42 +179,44 @@ class IdleProcessor:
         saved = self.ctx.state.section(self.ctx.state_key)
         if not saved or self.config.mode != "auto":
             return
-        windows = dict(saved.get("idle_window", {}))
-        self.window.load(windows)
-        # A state file from before the window holds one value per device: one sample, taken now.
-        now_wall_s = self.ctx.clock.wall()
-        for device_id, power_w in dict(saved.get("idle_w", {})).items():
-            if device_id not in windows:
-                self.window.add(str(device_id), now_wall_s, float(power_w))
-        for device_id in self.window.dump():
-            self._refresh(device_id)
-        if self.learned_idle_w:
-            self.log.info("idle power restored for %d device(s)", len(self.learned_idle_w))
+        self.estimators.load(dict(saved), self.ctx.clock.wall())
 
     def snapshot(self) -> dict[str, Any]:
-        # idle_w: the current value (what readers of the state file use); idle_window: what it comes from.
-        return {"idle_w": dict(self.learned_idle_w), "idle_window": self.window.dump()}
+        # idle_w, idle_source, idle_uncertainty_w: the current values (what readers of the state file use);
+        # idle_window (free), quiet_window, regression: what they come from.
+        return self.estimators.dump()
 
     def idle_w(self, device_id: str) -> float | None:
+        current = self.idle_estimate(device_id)
+        return None if current is None else current[1].power_w
+
+    def idle_estimate(self, device_id: str, model: str | None = None) -> tuple[Source, Estimate] | None:
+        """The device's idle power and its source: configured, else the chain's, else its model's prior."""
         if self.config.mode == "fixed":
-            return self.config.devices.get(device_id, self.config.watts)
-        return self.learned_idle_w.get(device_id)
+            watts = self.config.devices.get(device_id, self.config.watts)
+            return None if watts is None else ("configured", Estimate(watts))
+        current = self.estimators.current(device_id)
+        if current is not None:
+            return current
+        prior_w = self.config.priors.get(model) if model is not None else None
+        return None if prior_w is None else ("prior", Estimate(prior_w))
 
     # --- the tick ----------------------------------------------------------------------------
 
     def process(self, batch: Batch) -> Batch:
-        # Idle can only be learned where a process source looked and found nobody on the device.
-        knows_processes = "gpu_processes" in batch.present
-        busy = {p.device_id for p in batch.gpu_processes}
-        out: list[DevicePower] = []
-        for sample in batch.devices:
-            quiet = knows_processes and sample.processes_known and sample.device_id not in busy
-            power = self._tick(sample, quiet, batch.interval_s)
-            if power is not None:
-                out.append(power)
-        return batch.replace(device_power=batch.device_power + tuple(out))
+        # Idle can only be learned where a process source looked (and what it saw decides how).
+        work = device_work(batch)
+        unknown = Work(known=False)
+        measured = [
+            m for s in batch.devices if (m := self._measure(s, work.get(s.device_id, unknown), batch.interval_s))
+        ]
+        if self.config.mode == "auto":
+            self.estimators.refit_one(batch.time.monotonic_s)  # before the split: a fit counts from its own tick
+        out = tuple(self._power(*m) for m in measured)
+        return batch.replace(device_power=batch.device_power + out)
 
-    def _tick(self, s: DeviceSample, quiet: bool, pipeline_interval_s: float) -> DevicePower | None:
+    def _measure(self, s: DeviceSample, work: Work, pipeline_interval_s: float) -> _Measured | None:
+        """The device's energy since its last reading (and what the estimators learn from it)."""
         if not s.up:
             # A device that is down keeps its last reading: the delta across the outage is real energy,
             # measured when it comes back (marked a gap if the outage was long), so nothing is lost.
@@ -270,10 +224,12 @@ class IdleProcessor:
         dev = self._devices.get(s.device_id)
         if dev is None:
             dev = self._devices[s.device_id] = _Device()
+        auto = self.config.mode == "auto"
         now_s = s.time.monotonic_s
         if not dev.seen or now_s <= dev.monotonic_s:
             dev.remember(s)
-            self._follow_quiet(dev, s, quiet, continuous=False, energy_mj=0)
+            if auto:
+                self.estimators.begin(s, work)
             return None
         interval_s = now_s - dev.monotonic_s
         gap = self._is_gap(dev, interval_s, pipeline_interval_s)
@@ -282,16 +238,16 @@ class IdleProcessor:
         energy_mj = delta_mj if delta_mj is not None else _trapezoid_mj(dev.power_w, s.power_w, interval_s)
         dev.remember(s)
         if energy_mj is None:
-            dev.quiet.clear()
+            self.estimators.forget_runs(s.device_id)
             return None
-        if self.config.mode == "auto":
-            if self.window.prune(s.device_id, s.time.wall_s):
-                self._refresh(s.device_id)
-            self._follow_quiet(dev, s, quiet, continuous, energy_mj)
-        return self._power(s, interval_s, energy_mj, delta_mj is not None, gap)
+        counter = delta_mj is not None
+        if auto:
+            self.estimators.observe(s, work, interval_s, energy_mj, continuous=continuous, counter=counter, gap=gap)
+        return s, interval_s, energy_mj, counter, gap
 
     def _power(self, s: DeviceSample, interval_s: float, energy_mj: int, counter: bool, gap: bool) -> DevicePower:
-        idle_w = self.idle_w(s.device_id)
+        idle = self.idle_estimate(s.device_id, s.device_name)
+        idle_w = None if idle is None else idle[1].power_w
         idle_mj, active_mj = split_idle(energy_mj, idle_w, interval_s)
         return DevicePower(
             time=s.time,
@@ -309,6 +265,8 @@ class IdleProcessor:
             active_energy_mj=active_mj,
             source="counter" if counter else "power",
             unattributable="gap" if gap else None if s.processes_known else "processes_unknown",
+            idle_source=None if idle is None else idle[0],
+            idle_uncertainty_w=None if idle is None else idle[1].uncertainty_w,
         )
 
     # --- energy: counter continuity and gaps --------------------------------------------------
@@ -365,52 +323,6 @@ class IdleProcessor:
             dev.epoch,
             s.counter_epoch,
         )
-
-    # --- idle: valid quiet spans into the window ------------------------------------------------
-
-    def _follow_quiet(self, dev: _Device, s: DeviceSample, quiet: bool, continuous: bool, energy_mj: int) -> None:
-        """Extend the device's run of quiet readings with ``s``; learn from its last ``min_interval``."""
-        marks = dev.quiet
-        if not quiet:
-            marks.clear()
-            return
-        now_s = s.time.monotonic_s
-        if not continuous or not marks:
-            marks.clear()
-            marks.append(_Mark(now_s, 0, s.power_w))  # a run starts here
-            return
-        run_mj = marks[-1].run_energy_mj + energy_mj
-        # The span judged: from the latest quiet reading at least min_interval back (the last interval alone
-        # when it is long enough); older readings can never be that reading again.
-        while len(marks) > 1 and now_s - marks[1].monotonic_s >= self.config.min_interval:
-            marks.popleft()
-        start = marks[0]
-        span_s = now_s - start.monotonic_s
-        if span_s >= self.config.min_interval:
-            average_w = (run_mj - start.run_energy_mj) / 1000.0 / span_s
-            if self._agrees(average_w, start.power_w, s.power_w):
-                self._learn(s.device_id, s.time.wall_s, average_w)
-        marks.append(_Mark(now_s, run_mj, s.power_w))
-
-    def _agrees(self, average_w: float, *readings_w: float | None) -> bool:
-        """Whether the counter's average agrees with every power reading there is. A device that reads no
-        power at all (a RAPL zone) has only its counter to go by: min_interval is then its only guard."""
-        tolerance_w, fraction = self.config.agreement_w, self.config.agreement
-        return all(abs(average_w - r) <= max(tolerance_w, fraction * r) for r in readings_w if r is not None)
-
-    def _learn(self, device_id: str, wall_s: float, average_w: float) -> None:
-        self.window.add(device_id, wall_s, average_w)
-        known = self.learned_idle_w.get(device_id)
-        if known is None:
-            self.log.log(logging.INFO, "device %s: idle power learned: %.1f W", device_id, average_w)
-        if known is None or average_w < known:
-            self.learned_idle_w[device_id] = average_w
-
-    def _refresh(self, device_id: str) -> None:
-        value = self.window.minimum(device_id)
-        if value is not None and value != self.learned_idle_w.get(device_id):
-            self.log.debug("device %s: idle power now %.1f W (the window moved)", device_id, value)
-            self.learned_idle_w[device_id] = value
 
 
 def _trapezoid_mj(first_w: float | None, last_w: float | None, interval_s: float) -> int | None:

@@ -137,6 +137,13 @@ class DeviceReader:
         mode = optional(pynvml.nvmlDeviceGetComputeMode, self.handle)
         mig = optional(pynvml.nvmlDeviceGetMigMode, self.handle)
         mig_enabled = bool(mig[0] == pynvml.NVML_DEVICE_MIG_ENABLE) if mig is not None else False
+        # The device's own utilisation: lets the idle processor tell a quiet tick from one whose work the
+        # process listing cannot see. Not on MIG (NVML does not support it there).
+        rates = (
+            optional(pynvml.nvmlDeviceGetUtilizationRates, self.handle)
+            if self.read_utilisation and not mig_enabled
+            else None
+        )
 
         device = DeviceSample(
             time=now,
@@ -149,6 +156,7 @@ class DeviceReader:
             compute_mode=COMPUTE_MODES.get(mode) if mode is not None else None,
             mig_enabled=mig_enabled,
             counter_epoch=self.epoch,
+            util=rates.gpu / 100.0 if rates is not None else None,
         )
         procs = optional(self.list_processes, self.handle)
         if procs is None:

@@ -7,7 +7,9 @@ whatever the node does:
 
 - energy is conserved exactly per device and tick (idle + Σ shares == the tick's energy);
 - every total (process, instance, device) only grows;
-- idle is never above the power of a valid free interval still in its window, and never below 0;
+- idle is never below 0, nor above the power of an interval its source learns from (issue 15): a free
+  one (no process) for ``free``, a quiet one (processes at 0 %) for ``quiet``, one with processes of
+  known utilisation for ``regression``;
 - a series whose device did not answer this tick reports no watts (absent, not repeated, not 0).
 """
 
@@ -131,29 +133,42 @@ def check_monotonic(batch: Batch, last: dict[tuple[str, str, str], int]) -> None
         last[device_key] = d.energy_mj
 
 
-def free_interval_power(batch: Batch) -> dict[str, float]:
-    """Average power of this tick's intervals in which a device answered with no process at all, and its
-    process list was read: the intervals idle may learn from (if long and consistent enough)."""
-    free: dict[str, float] = {}
-    busy = {p.device_id for p in batch.gpu_processes}
+def interval_power(batch: Batch) -> dict[str, dict[str, float]]:
+    """Average power of this tick's intervals that each idle source may learn from (if long and consistent
+    enough), by source and device: a device that answered with its process list read, and no process at all
+    (``free``); processes, all at 0 % (``quiet``); processes, all of known utilisation (``regression``)."""
+    out: dict[str, dict[str, float]] = {"free": {}, "quiet": {}, "regression": {}}
     listed = {d.device_id for d in batch.devices if isinstance(d, DeviceSample) and d.up and d.processes_known}
+    utils: dict[str, list[float | None]] = {}
+    for p in batch.gpu_processes:
+        utils.setdefault(p.device_id, []).append(p.sm_util)
     for power in batch.device_power:
-        if power.device_id in listed and power.device_id not in busy and power.source == "counter":
-            free[power.device_id] = power.power_w
-    return free
+        if power.device_id not in listed or power.source != "counter":
+            continue
+        held = utils.get(power.device_id, [])
+        if not held:
+            out["free"][power.device_id] = power.power_w
+        elif None not in held:
+            if sum(u for u in held if u is not None) <= 0.005:
+                out["quiet"][power.device_id] = power.power_w
+            if power.unattributable is None:
+                out["regression"][power.device_id] = power.power_w
+    return out
 
 
-def check_idle(batch: Batch, free_seen: dict[str, list[float]]) -> None:
-    for device_id, watts in free_interval_power(batch).items():
-        free_seen.setdefault(device_id, []).append(watts)
+def check_idle(batch: Batch, seen: dict[tuple[str, str], list[float]]) -> None:
+    for source, powers in interval_power(batch).items():
+        for device_id, watts in powers.items():
+            seen.setdefault((source, device_id), []).append(watts)
     for power in batch.device_power:
         if power.idle_w is None:
             continue
         assert power.idle_w >= 0.0
-        seen = free_seen.get(power.device_id, [])
-        # The whole run is inside the idle window (an hour by default): no valid free interval is older.
-        assert seen, f"idle {power.idle_w} W on {power.device_id} without any free interval to learn from"
-        assert power.idle_w <= min(seen) + 1e-6, (power.idle_w, min(seen))
+        assert power.idle_source is not None
+        learned_from = seen.get((power.idle_source, power.device_id), [])
+        # The whole run is inside the idle window (an hour by default): no interval learned from is older.
+        assert learned_from, f"idle {power.idle_w} W on {power.device_id} without any {power.idle_source} interval"
+        assert power.idle_w <= min(learned_from) + 1e-6, (power.idle_source, power.idle_w, min(learned_from))
 
 
 def check_no_stale_watts(batch: Batch) -> None:
@@ -171,9 +186,9 @@ def test_the_chain_keeps_its_promises_through_random_faults(data: dict[str, Any]
     batches = run(data)
     assert len(batches) == TICKS
     last: dict[tuple[str, str, str], int] = {}
-    free_seen: dict[str, list[float]] = {}
+    seen: dict[tuple[str, str], list[float]] = {}
     for batch in batches:
         check_conservation(batch)
         check_monotonic(batch, last)
-        check_idle(batch, free_seen)
+        check_idle(batch, seen)
         check_no_stale_watts(batch)

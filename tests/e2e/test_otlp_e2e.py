@@ -264,6 +264,8 @@ UNITS = {
     "hw.power": ("W", "gauge"),
     "hw.energy": ("J", "sum"),
     "wattpipe.gpu.power.idle": ("W", "gauge"),
+    "wattpipe.gpu.power.idle.source": ("", "gauge"),
+    "wattpipe.gpu.power.idle.uncertainty": ("W", "gauge"),
     "wattpipe.gpu.power.active": ("W", "gauge"),
     "wattpipe.gpu.power.unattributed": ("W", "gauge"),
     "wattpipe.gpu.energy.idle": ("J", "sum"),

@@ -13,6 +13,7 @@ from pipeline.clock import SteppedClock
 from pipeline.records import Batch, DevicePower, DeviceSample, GpuProcessSample
 from pipeline.state import StateStore
 from pipeline.telemetry import Telemetry
+from processors._idle_window import Estimate
 from processors.attribution import AttributionConfig, AttributionProcessor
 from processors.idle import IdleConfig, IdleProcessor
 from tests.helpers.context import make_context
@@ -105,14 +106,24 @@ def test_a_failed_listing_still_splits_off_the_known_idle() -> None:
     assert (share.pid, share.energy_mj, share.mode) == (None, 1_500_000, "processes_unknown")
 
 
-def test_processes_at_zero_utilisation_are_not_idle() -> None:
+def test_processes_at_zero_utilisation_are_quiet_not_free() -> None:
     clock = SteppedClock()
     gpu = Gpu(clock, power_w=90.0)
     proc = idle(clock)
     proc.process(batch(clock, gpu, (7,)))
     gpu.run(90.0, 5.0)
-    tick(proc, clock, gpu, (7,))  # listed, 0 % SM: a context holding memory draws more than idle
-    assert proc.idle_w(UUID) is None
+    p = tick(proc, clock, gpu, (7,))  # listed, 0 % SM: a context held (maybe a higher power state than free)
+    assert (p.idle_w, p.idle_source, p.idle_uncertainty_w) == (90.0, "quiet", 0.0)  # issue 15 (None before)
+    assert proc.idle_estimate(UUID) == ("quiet", Estimate(90.0, 0.0))
+    gpu.run(70.0, 5.0)
+    assert tick(proc, clock, gpu).idle_source == "quiet"  # the process left: free from here on
+    gpu.run(70.0, 5.0)
+    p = tick(proc, clock, gpu)  # nobody listed: free, which comes first
+    assert (p.idle_w, p.idle_source, p.idle_uncertainty_w) == (70.0, "free", 0.0)
+    only_free = idle(clock, estimators=["free"])  # the behaviour before issue 15
+    only_free.process(batch(clock, gpu, (7,)))
+    gpu.run(90.0, 5.0)
+    assert tick(only_free, clock, gpu, (7,)).idle_w is None
 
 
 # --- (2) the guard: long enough, counter and readings agreeing, a sliding window ------------------
