@@ -29,7 +29,7 @@ from opentelemetry.sdk.metrics.export import MetricExportResult, MetricsData
 if TYPE_CHECKING:
     import requests
 
-    from exporters.otlp import OtlpConfig
+    from exporters._otlp_config import OtlpConfig
 
 __all__ = ["SDK_LOGS", "Sender", "failure_detail", "make_sender", "uses_tls"]
 

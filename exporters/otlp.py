@@ -23,13 +23,12 @@ import asyncio
 import collections
 import contextlib
 import logging
-import os
 import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Protocol
 
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
@@ -44,8 +43,8 @@ from opentelemetry.sdk.metrics.export import (
 )
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from pydantic import Field, model_validator
 
+from exporters._otlp_config import OtlpConfig  # defined there (the SDK glue needs it too), exported here
 from exporters._otlp_sdk import SDK_LOGS, Sender, failure_detail, make_sender, uses_tls
 from pipeline.catalog import FAMILIES, Family, labelled_values, remember_devices
 from pipeline.components import ComponentConfig, CreateContext, Factory
@@ -62,58 +61,6 @@ _NOT_IDENTITY = frozenset({"wattpipe.state"})
 process would count its energy twice)."""
 _SCOPE = InstrumentationScope("wattpipe")
 AttributeValue = str | int
-
-
-class OtlpConfig(ComponentConfig):
-    endpoint: str | None = None
-    """Where to send: ``host:port`` for gRPC (default ``localhost:4317``), a URL for HTTP (default
-    ``http://localhost:4318/v1/metrics``; a URL without a path gets ``/v1/metrics``)."""
-    protocol: Literal["grpc", "http/protobuf"] = "grpc"
-    headers: dict[str, str] = Field(default_factory=dict)
-    """Sent with every request (``${env:…}`` in the config file keeps secrets out of it)."""
-    insecure: bool = False
-    """gRPC only: plaintext instead of TLS, the TLS files unused (an ``https://`` endpoint is TLS all the same).
-    For HTTP the URL's scheme decides and ``insecure`` does nothing."""
-    ca_file: str | None = None
-    """PEM CA(s) to verify the endpoint's certificate with, instead of the default trust store."""
-    cert_file: str | None = None
-    """PEM client certificate, for endpoints that require one (with ``key_file``)."""
-    key_file: str | None = None
-    compression: Literal["none", "gzip"] = "none"
-    timeout: float = Field(default=10.0, gt=0)
-    """Seconds per send attempt (the SDK exporter may retry transient errors inside it)."""
-    temporality: Literal["cumulative", "delta"] = "cumulative"
-    service_instance_id: str | None = None
-    """``service.instance.id``; the node name by default, so series stay one across restarts."""
-    queue_size: int = Field(default=100, ge=1)
-    """Batches waiting for the sender; when full the oldest is dropped (and counted)."""
-    retry_initial_interval: float = Field(default=5.0, gt=0)
-    retry_max_interval: float = Field(default=30.0, gt=0)
-    retry_max_elapsed_time: float = Field(default=300.0, gt=0)
-    """Seconds after a batch's first failed attempt at which it is given up (and counted as dropped)."""
-    shutdown_timeout: float = Field(default=5.0, gt=0)
-    """Seconds ``shutdown`` spends sending what is queued before dropping the rest."""
-
-    @model_validator(mode="after")
-    def _check(self) -> OtlpConfig:
-        if (self.cert_file is None) != (self.key_file is None):
-            raise ValueError("cert_file and key_file go together (a client certificate needs its key)")
-        for name in ("ca_file", "cert_file", "key_file"):
-            path = getattr(self, name)
-            # Named now (`wattpipe validate` says so), not as a failed send an hour later.
-            if path is not None and not os.access(path, os.R_OK):
-                why = "no such file" if not os.path.exists(path) else "not readable by this user"
-                raise ValueError(f"{name} {path}: {why}")
-        if self.retry_max_interval < self.retry_initial_interval:
-            raise ValueError("retry_max_interval must be at least retry_initial_interval")
-        return self
-
-    def resolved_endpoint(self) -> str:
-        if self.protocol == "grpc":
-            return self.endpoint or "localhost:4317"
-        url = (self.endpoint or "http://localhost:4318").rstrip("/")
-        head, sep, path = url.partition("://")
-        return url if sep and "/" in path else f"{head}{sep}{path}/v1/metrics"
 
 
 # --- what the queue holds ------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, ValidationError, field_validator
 
 from pipeline.components import ComponentConfig, ComponentKind, Registry
+from pipeline.errors import ConfigError  # re-exported: `from pipeline.config import ConfigError` still works
 from pipeline.yamlsource import KeyPath, SourceError, YamlSource, format_path, load_yaml_text
 
 __all__ = [
@@ -51,14 +52,6 @@ KINDS: tuple[tuple[str, ComponentKind], ...] = (
     ("processors", "processor"),
     ("exporters", "exporter"),
 )
-
-
-class ConfigError(Exception):
-    """One or more problems in a configuration, each a full sentence naming file, line and key."""
-
-    def __init__(self, messages: list[str]) -> None:
-        super().__init__("\n".join(messages))
-        self.messages = messages
 
 
 # --- durations -------------------------------------------------------------------------------

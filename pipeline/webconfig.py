@@ -30,7 +30,7 @@ from typing import Any
 import bcrypt
 import yaml
 
-from pipeline.config import ConfigError
+from pipeline.errors import ConfigError
 from pipeline.httpserver import HttpServer, WsgiApp
 
 __all__ = ["WebConfig", "load_web_config", "serve"]

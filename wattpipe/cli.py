@@ -1,6 +1,7 @@
 """The ``wattpipe`` command: run | validate | print-config | components | probe | demo | simulate.
 
-``demo`` and ``simulate`` live in :mod:`wattpipe.simulated`.
+``demo`` and ``simulate`` live in :mod:`wattpipe.simulated`; the steps both use (load, build, run the service)
+in :mod:`wattpipe.steps`.
 
 Exit codes: 0 ok, 2 configuration error, 1 runtime failure. This module is the composition root: the
 only place that knows the engine, the components and the real clock together.
@@ -11,8 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
-import signal
 import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
@@ -21,24 +20,27 @@ from typing import TextIO
 
 import yaml
 
-from pipeline.clock import Clock, RealClock
-from pipeline.components import Receiver, Registry, call_optional
-from pipeline.config import Config, ConfigError, load_config, parse_duration
-from pipeline.graph import Graph, build
-from pipeline.runtime import Service
-from pipeline.telemetry import Telemetry
-from pipeline.webconfig import WebConfig, load_web_config
+from pipeline.clock import RealClock
+from pipeline.components import Receiver, call_optional
+from pipeline.config import parse_duration
+from wattpipe.steps import (
+    EXIT_CONFIG,
+    EXIT_OK,
+    EXIT_RUNTIME,
+    build_or_report,
+    load_or_report,
+    load_registry,
+    run_service,
+    setup_logging,
+)
 
-__all__ = ["main"]
-
-EXIT_OK, EXIT_RUNTIME, EXIT_CONFIG = 0, 1, 2
+# The exit codes and run_service are defined in wattpipe.steps and still importable from here.
+__all__ = ["EXIT_CONFIG", "EXIT_OK", "EXIT_RUNTIME", "main", "run_service"]
 
 # Shipped with the repository (an editable install or a checkout): the demo's node and pipeline.
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 DEMO_CONFIG = CONFIGS / "demo.yaml"
 DEMO_SCENARIO = CONFIGS / "scenarios" / "demo.yaml"
-
-log = logging.getLogger("wattpipe")
 
 
 def _version() -> str:
@@ -48,63 +50,15 @@ def _version() -> str:
         return "0+unknown"
 
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-        force=True,
-    )
-
-
-def _load(path: str, registry: Registry, err: TextIO) -> Config | None:
-    try:
-        return load_config(path, registry)
-    except ConfigError as exc:
-        for message in exc.messages:
-            print(f"error: {message}", file=err)
-        return None
-
-
-def _build(config: Config, registry: Registry, clock: Clock, err: TextIO) -> Graph | None:
-    try:
-        graph = build(config, registry, clock, Telemetry(clock))
-        _telemetry_web_config(config)  # checked here too, so `validate` reports a bad file (exit 2)
-        return graph
-    except ConfigError as exc:
-        for message in exc.messages:
-            print(f"error: {message}", file=err)
-        return None
-
-
-def _telemetry_web_config(config: Config) -> WebConfig | None:
-    path = config.service.telemetry.web_config_file
-    if not path:
-        return None
-    try:
-        return load_web_config(path)
-    except ConfigError as exc:
-        raise ConfigError(
-            [f"{config.source_name} service.telemetry.web_config_file: {m}" for m in exc.messages]
-        ) from exc
-
-
-def _registry(err: TextIO) -> Registry:
-    registry = Registry.from_entry_points()
-    for problem in registry.load_errors:
-        print(f"warning: plugin {problem}", file=err)
-    return registry
-
-
 # --- commands -------------------------------------------------------------------------------
 
 
 def cmd_validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    registry = _registry(err)
-    config = _load(args.config, registry, err)
+    registry = load_registry(err)
+    config = load_or_report(args.config, registry, err)
     if config is None:
         return EXIT_CONFIG
-    graph = _build(config, registry, RealClock(), err)
+    graph = build_or_report(config, registry, RealClock(), err)
     if graph is None:
         return EXIT_CONFIG
     pipes = ", ".join(
@@ -116,7 +70,7 @@ def cmd_validate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def cmd_print_config(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    config = _load(args.config, _registry(err), err)
+    config = load_or_report(args.config, load_registry(err), err)
     if config is None:
         return EXIT_CONFIG
     yaml.safe_dump(config.effective(), out, sort_keys=False, default_flow_style=False)
@@ -124,7 +78,7 @@ def cmd_print_config(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def cmd_components(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    registry = _registry(err)
+    registry = load_registry(err)
     rows = [(f.kind, f.type, f.stability, f.description) for f in registry.all()]
     if args.json:
         json.dump(
@@ -141,16 +95,16 @@ def cmd_components(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def cmd_probe(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    registry = _registry(err)
-    config = _load(args.config, registry, err)
+    registry = load_registry(err)
+    config = load_or_report(args.config, registry, err)
     if config is None:
         return EXIT_CONFIG
     if args.id not in config.receivers:
         defined = ", ".join(config.receivers) or "none"
         print(f"error: {args.config}: no receiver '{args.id}' (receivers defined: {defined})", file=err)
         return EXIT_CONFIG
-    _setup_logging(config.service.telemetry.log_level)
-    graph = _build(config, registry, RealClock(), err)
+    setup_logging(config.service.telemetry.log_level)
+    graph = build_or_report(config, registry, RealClock(), err)
     if graph is None:
         return EXIT_CONFIG
     receiver = graph.receivers[args.id]
@@ -180,66 +134,15 @@ async def _probe(receiver: Receiver, args: argparse.Namespace, out: TextIO, err:
 
 
 def cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    registry = _registry(err)
-    config = _load(args.config, registry, err)
+    registry = load_registry(err)
+    config = load_or_report(args.config, registry, err)
     if config is None:
         return EXIT_CONFIG
-    _setup_logging(args.log_level or config.service.telemetry.log_level)
-    graph = _build(config, registry, RealClock(), err)
+    setup_logging(args.log_level or config.service.telemetry.log_level)
+    graph = build_or_report(config, registry, RealClock(), err)
     if graph is None:
         return EXIT_CONFIG
     return asyncio.run(run_service(graph, max_ticks=args.ticks))
-
-
-async def run_service(graph: Graph, max_ticks: int | None = None, service: Service | None = None) -> int:
-    """Serve telemetry, run every pipeline until SIGTERM/SIGINT (or ``max_ticks``), shut down in bounded time."""
-    service = service or Service(graph)
-    listen = graph.config.service.telemetry.listen
-    if listen:
-        try:
-            web = _telemetry_web_config(graph.config)
-        except ConfigError as exc:
-            for message in exc.messages:
-                log.error("%s", message)
-            return EXIT_CONFIG
-        try:
-            server = graph.telemetry.serve(listen, web)
-        except (OSError, ValueError) as exc:
-            log.error("service.telemetry.listen %s: cannot listen: %s", listen, exc)
-            return EXIT_RUNTIME
-        log.info("telemetry on %s (/metrics, /healthz, /readyz)", server.url)
-    loop = asyncio.get_running_loop()
-    signals = (signal.SIGTERM, signal.SIGINT)
-    for sig in signals:
-        loop.add_signal_handler(sig, _on_signal, service, sig)
-    try:
-        task = asyncio.ensure_future(service.run(max_ticks=max_ticks))
-        await asyncio.wait(
-            {task, asyncio.ensure_future(service.stop_event.wait())}, return_when=asyncio.FIRST_COMPLETED
-        )
-        if not task.done():
-            # Stopping: the tick in flight may finish and the shutdown flush; beyond that, give up.
-            grace = graph.config.service.shutdown_timeout + max(p.config.interval for p in graph.pipelines)
-            done, _ = await asyncio.wait({task}, timeout=grace)
-            if not done:
-                log.error("shutdown took longer than %.1fs; exiting without waiting further", grace)
-                task.cancel()
-                return EXIT_RUNTIME
-        task.result()
-    except Exception as exc:
-        log.error("wattpipe stopped on an error: %s: %s", type(exc).__name__, exc)
-        return EXIT_RUNTIME
-    finally:
-        for sig in signals:
-            loop.remove_signal_handler(sig)
-        graph.telemetry.close()
-    log.info("stopped cleanly")
-    return EXIT_OK
-
-
-def _on_signal(service: Service, sig: signal.Signals) -> None:
-    log.info("%s received: finishing the tick in flight, flushing exporters, saving state", sig.name)
-    service.stop()
 
 
 # --- parser ---------------------------------------------------------------------------------

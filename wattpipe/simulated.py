@@ -27,8 +27,8 @@ from pipeline.config import Config
 from pipeline.graph import Graph
 from pipeline.records import Batch
 from pipeline.runtime import Service
-from wattpipe import cli  # the shared loading, building and running steps
-from wattpipe.cli import EXIT_CONFIG, EXIT_OK
+from wattpipe import steps  # the shared loading, building and running steps
+from wattpipe.steps import EXIT_CONFIG, EXIT_OK
 
 __all__ = ["TruthCollector", "cmd_demo", "cmd_simulate", "truth_report"]
 
@@ -211,7 +211,7 @@ def cmd_simulate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _on_simulated_node(args: argparse.Namespace, clock: Clock, out: TextIO, err: TextIO, stepped: bool) -> int:
-    registry = cli._registry(err)
+    registry = steps.load_registry(err)
     try:
         node = simulator.install(args.scenario, clock)
     except (simulator.ScenarioError, OSError) as exc:
@@ -262,13 +262,13 @@ def _run_simulated(
     err: TextIO,
     stepped: bool,
 ) -> int:
-    config = cli._load(args.config, registry, err)
+    config = steps.load_or_report(args.config, registry, err)
     if config is None:
         return EXIT_CONFIG
-    cli._setup_logging(args.log_level or config.service.telemetry.log_level)
+    steps.setup_logging(args.log_level or config.service.telemetry.log_level)
     if stepped:
         config = _without_listeners(config)
-    graph = cli._build(config, registry, clock, err)
+    graph = steps.build_or_report(config, registry, clock, err)
     if graph is None:
         return EXIT_CONFIG
     # One collector per pipeline: two pipelines attributing the same node would otherwise count it twice.
@@ -290,7 +290,7 @@ def _run_simulated(
     service = Service(graph, before_tick=refresh_proc)
     if not stepped:
         _say_where_to_look(graph, config, err)
-    code = asyncio.run(cli.run_service(graph, max_ticks=max_ticks, service=service))
+    code = asyncio.run(steps.run_service(graph, max_ticks=max_ticks, service=service))
     if stepped and code == EXIT_OK:
         report = _reports(collectors, node)
         print_report(report, err)

@@ -1,0 +1,151 @@
+"""The steps every command that runs a pipeline takes: :mod:`wattpipe.cli` (``run``, ``validate``, ``probe``)
+and :mod:`wattpipe.simulated` (``demo``, ``simulate``) both use them, so they live here and not in either.
+
+Load the installed components, load and build a configuration (each problem printed as ``error: …``),
+set up logging, and run the service until SIGTERM/SIGINT with its telemetry endpoint served.
+Exit codes: 0 ok, 2 configuration error, 1 runtime failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from typing import TextIO
+
+from pipeline.clock import Clock
+from pipeline.components import Registry
+from pipeline.config import Config, ConfigError, load_config
+from pipeline.graph import Graph, build
+from pipeline.runtime import Service
+from pipeline.telemetry import Telemetry
+from pipeline.webconfig import WebConfig, load_web_config
+
+__all__ = [
+    "EXIT_CONFIG",
+    "EXIT_OK",
+    "EXIT_RUNTIME",
+    "build_or_report",
+    "load_or_report",
+    "load_registry",
+    "run_service",
+    "setup_logging",
+    "telemetry_web_config",
+]
+
+EXIT_OK, EXIT_RUNTIME, EXIT_CONFIG = 0, 1, 2
+
+log = logging.getLogger("wattpipe")
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+        force=True,
+    )
+
+
+def load_registry(err: TextIO) -> Registry:
+    """Every installed component factory; a plugin that cannot be loaded is a warning on ``err``."""
+    registry = Registry.from_entry_points()
+    for problem in registry.load_errors:
+        print(f"warning: plugin {problem}", file=err)
+    return registry
+
+
+def load_or_report(path: str, registry: Registry, err: TextIO) -> Config | None:
+    """The configuration at ``path``, or None with every problem printed on ``err``."""
+    try:
+        return load_config(path, registry)
+    except ConfigError as exc:
+        for message in exc.messages:
+            print(f"error: {message}", file=err)
+        return None
+
+
+def build_or_report(config: Config, registry: Registry, clock: Clock, err: TextIO) -> Graph | None:
+    """The built (not started) pipelines, or None with every problem printed on ``err``."""
+    try:
+        graph = build(config, registry, clock, Telemetry(clock))
+        telemetry_web_config(config)  # checked here too, so `validate` reports a bad file (exit 2)
+        return graph
+    except ConfigError as exc:
+        for message in exc.messages:
+            print(f"error: {message}", file=err)
+        return None
+
+
+def telemetry_web_config(config: Config) -> WebConfig | None:
+    """``service.telemetry.web_config_file`` loaded (None without one); :class:`ConfigError` names the key."""
+    path = config.service.telemetry.web_config_file
+    if not path:
+        return None
+    try:
+        return load_web_config(path)
+    except ConfigError as exc:
+        raise ConfigError(
+            [f"{config.source_name} service.telemetry.web_config_file: {m}" for m in exc.messages]
+        ) from exc
+
+
+async def run_service(graph: Graph, max_ticks: int | None = None, service: Service | None = None) -> int:
+    """Serve telemetry, run every pipeline until SIGTERM/SIGINT (or ``max_ticks``), shut down in bounded time."""
+    service = service or Service(graph)
+    code = _serve_telemetry(graph)
+    if code is not None:
+        return code
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGTERM, signal.SIGINT)
+    for sig in signals:
+        loop.add_signal_handler(sig, _on_signal, service, sig)
+    try:
+        task = asyncio.ensure_future(service.run(max_ticks=max_ticks))
+        await asyncio.wait(
+            {task, asyncio.ensure_future(service.stop_event.wait())}, return_when=asyncio.FIRST_COMPLETED
+        )
+        if not task.done():
+            # Stopping: the tick in flight may finish and the shutdown flush; beyond that, give up.
+            grace = graph.config.service.shutdown_timeout + max(p.config.interval for p in graph.pipelines)
+            done, _ = await asyncio.wait({task}, timeout=grace)
+            if not done:
+                log.error("shutdown took longer than %.1fs; exiting without waiting further", grace)
+                task.cancel()
+                return EXIT_RUNTIME
+        task.result()
+    except Exception as exc:
+        log.error("wattpipe stopped on an error: %s: %s", type(exc).__name__, exc)
+        return EXIT_RUNTIME
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+        graph.telemetry.close()
+    log.info("stopped cleanly")
+    return EXIT_OK
+
+
+def _serve_telemetry(graph: Graph) -> int | None:
+    """Start /metrics, /healthz and /readyz where ``service.telemetry.listen`` says; an exit code if that fails."""
+    listen = graph.config.service.telemetry.listen
+    if not listen:
+        return None
+    try:
+        web = telemetry_web_config(graph.config)
+    except ConfigError as exc:
+        for message in exc.messages:
+            log.error("%s", message)
+        return EXIT_CONFIG
+    try:
+        server = graph.telemetry.serve(listen, web)
+    except (OSError, ValueError) as exc:
+        log.error("service.telemetry.listen %s: cannot listen: %s", listen, exc)
+        return EXIT_RUNTIME
+    log.info("telemetry on %s (/metrics, /healthz, /readyz)", server.url)
+    return None
+
+
+def _on_signal(service: Service, sig: signal.Signals) -> None:
+    log.info("%s received: finishing the tick in flight, flushing exporters, saving state", sig.name)
+    service.stop()
