@@ -1,12 +1,17 @@
 """A small threaded HTTP server for WSGI apps: wattpipe's own telemetry and the Prometheus exporter.
 
 Serving happens on a daemon thread, so a slow scraper never holds up a tick, and scrapes only read
-what the last finished tick left in memory.
+what the last finished tick left in memory. That thread sleeps in ``select`` until a connection arrives
+or :meth:`HttpServer.close` wakes it, so an idle listener costs no CPU. (``socketserver``'s
+``serve_forever`` wakes every ``poll_interval`` to look for ``shutdown()``: what that cost an idle agent is
+in docs/benchmarks.md, measured by benchmarks/idle_cpu.py.)
 """
 
 from __future__ import annotations
 
+import selectors
 import socket
+import socketserver
 import ssl
 import threading
 from collections.abc import Callable, Iterable
@@ -76,23 +81,51 @@ class HttpServer:
             )
             self.scheme = "https"
         self.port = self._server.server_address[1]
-        # serve_forever checks for shutdown() between polls; a short poll keeps close() (and so a
-        # SIGTERM'd service's shutdown budget) from waiting half a second per server.
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name=f"http-{self.port}", daemon=True
-        )
+        # close() writes a byte here to end the serving thread's select() at once, with no polling.
+        self._wakeup, self._wakeup_sender = socket.socketpair()
+        self._thread = threading.Thread(target=self._serve, name=f"http-{self.port}", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
     def close(self) -> None:
-        # shutdown() waits for serve_forever() to notice; if it never ran, that wait would never end.
+        # Only a running thread can be woken (and waited for); one that never started has nothing to end.
         if self._thread.is_alive():
-            self._server.shutdown()
+            self._wake()
             self._thread.join(timeout=5)
         self._server.server_close()
+        self._wakeup.close()
+        self._wakeup_sender.close()
+
+    def _serve(self) -> None:
+        """Accept connections, each served on a thread of its own, until :meth:`_wake`."""
+        with selectors.DefaultSelector() as selector:
+            selector.register(self._server, selectors.EVENT_READ)
+            selector.register(self._wakeup, selectors.EVENT_READ)
+            while all(key.fileobj is not self._wakeup for key, _ in selector.select()):
+                _accept(self._server)
+
+    def _wake(self) -> None:
+        self._wakeup_sender.send(b"\0")
 
     @property
     def url(self) -> str:
         host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(self.host, self.host)
         return f"{self.scheme}://[{host}]:{self.port}" if ":" in host else f"{self.scheme}://{host}:{self.port}"
+
+
+def _accept(server: socketserver.BaseServer) -> None:
+    """Take one waiting connection and start serving it: ``socketserver``'s private
+    ``_handle_request_noblock``, written with its public steps."""
+    try:
+        request, client_address = server.get_request()
+    except OSError:  # the client gave up between select() and accept()
+        return
+    if not server.verify_request(request, client_address):
+        server.shutdown_request(request)
+        return
+    try:
+        server.process_request(request, client_address)  # ThreadingMixIn: starts the request's thread
+    except Exception:
+        server.handle_error(request, client_address)
+        server.shutdown_request(request)
