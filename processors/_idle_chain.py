@@ -126,8 +126,14 @@ class IdleEstimators:
 
     def refit_one(self, monotonic_s: float) -> None:
         """Fit the regression of the device whose fit is the stalest of those due: at most one fit per tick,
-        so a tick's cost does not grow with the number of devices."""
-        due = [(r.fitted_s, device_id) for device_id, r in self._regressions.items() if r.due(monotonic_s)]
+        so a tick's cost does not grow with the number of devices. A device whose idle is measured (free or
+        quiet: kept for good once seen) is not fitted: its regression could never be the one in use."""
+        current, measured = self._current, ("free", "quiet")
+        due = [
+            (r.fitted_s, device_id)
+            for device_id, r in self._regressions.items()
+            if r.due(monotonic_s) and current.get(device_id, ("regression",))[0] not in measured
+        ]
         if not due:
             return
         _, device_id = min(due)

@@ -37,7 +37,7 @@ class RegressionConfig(ComponentConfig):
     """...and the line must explain at least this share of the power's variance."""
     max_uncertainty_w: float = Field(default=2.0, gt=0)
     """...and the intercept's standard error must be at most this many watts."""
-    refit: Duration = 10.0
+    refit: Duration = 30.0
     """A device's fit is redone at most this often (and at most one device's per tick)."""
 
     def settings(self) -> RegressionSettings:

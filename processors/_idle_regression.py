@@ -45,7 +45,7 @@ class RegressionSettings:
     min_spread: float = 0.1
     min_r2: float = 0.8
     max_uncertainty_w: float = 2.0
-    refit_s: float = 10.0
+    refit_s: float = 30.0
     max_points: int = 240
 
 

@@ -47,7 +47,9 @@ active. ``mode: fixed`` takes ``watts`` (every device) or ``devices: {UUID: watt
 
 from __future__ import annotations
 
+import itertools
 import math
+import operator
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,6 +68,8 @@ COUNTER_UPDATE_S = 0.1
 # counter average is implausible only well above it.
 PEAK_MARGIN = 1.5
 _USUAL_INTERVALS = 9  # intervals whose median is a device's usual interval
+_DEVICE_ID = operator.attrgetter("device_id")
+_SM_UTIL = operator.attrgetter("sm_util")
 
 
 def split_idle(energy_mj: int, idle_w: float | None, interval_s: float) -> tuple[int, int]:
@@ -127,13 +131,17 @@ def device_work(batch: Batch) -> dict[str, Work]:
 
 
 def _loads(processes: tuple[GpuProcessSample, ...]) -> tuple[dict[str, int], dict[str, float]]:
-    """Per device: how many processes are listed, and their summed utilisation (NaN: one is unknown)."""
+    """Per device: how many processes are listed, and their summed utilisation (NaN: one is unknown).
+
+    By runs of one device (receivers list a device's processes together; a device in several runs adds
+    up): a run's utilisations are summed in C, this runs once per tick over every process on the node."""
     counts: dict[str, int] = {}
     utils: dict[str, float] = {}
-    for p in processes:
-        device_id, util = p.device_id, p.sm_util
-        counts[device_id] = counts.get(device_id, 0) + 1
-        utils[device_id] = utils.get(device_id, 0.0) + (math.nan if util is None else util)
+    for device_id, run in itertools.groupby(processes, _DEVICE_ID):
+        values = list(map(_SM_UTIL, run))
+        total = math.nan if None in values else sum(values)
+        counts[device_id] = counts.get(device_id, 0) + len(values)
+        utils[device_id] = utils.get(device_id, 0.0) + total
     return counts, utils
 
 
