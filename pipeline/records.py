@@ -167,6 +167,10 @@ class GpuProcessSample(Record):
     # by the part of the window up to its last busy sample (the driver gives one entry per process): with
     # the process's start time, attribution takes off the part of the window before it started.
     sm_util_busy: float | None = None
+    # The process's memory utilisation over the tick (0–1; the driver's memUtil: the share of time its
+    # memory was read or written), integrated like ``sm_util``; None where ``sm_util`` is. For attribution's
+    # learned model: at the same SM utilisation, a memory-bound process draws other watts than a compute-bound one.
+    mem_util: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -570,6 +574,7 @@ def new_process_sample(
     util_window_s: float | None,
     extra: Attrs,
     sm_util_busy: float | None,
+    mem_util: float | None,
 ) -> GpuProcessSample:
     """``GpuProcessSample(...)`` with every field given, by position: for a receiver's per-process records."""
     raise NotImplementedError  # replaced by @_positional

@@ -289,7 +289,7 @@ def _process_utilization(
         sample.pid = entry.pid
         sample.timeStamp = entry.timestamp_us
         sample.smUtil = entry.sm_util_pct
-        sample.memUtil = entry.sm_util_pct // 2  # synthetic, like nvmlDeviceGetUtilizationRates
+        sample.memUtil = entry.mem_util_pct
         sample.encUtil = 0
         sample.decUtil = 0
     return SUCCESS

@@ -3,11 +3,13 @@
 What real drivers do (NVML docs and observed behaviour): every sample period (1/6 s) the driver records
 one sample per process that used the GPU in that period into a bounded per-device buffer; idle
 processes get none. A query returns one entry per process with samples newer than ``lastSeenTimeStamp``
-(µs, CPU wall clock): the newest such sample's timestamp and the mean of those samples' utilisation.
+(µs, CPU wall clock): the newest such sample's timestamp and the mean of those samples' utilisation, SM
+(``smUtil``) and memory (``memUtil``) alike. A process counts as using the GPU in a period when either
+is above 0.
 With ``lastSeenTimeStamp = 0`` that is a rolling mean over the whole buffer, i.e. stale values.
 
 The buffer here is derived, not stored: sample ``k`` of a process is its exact mean utilisation over
-``((k-1)·P, k·P]``, so the same query at the same instant always gives the same answer.
+``((k-1)·P, k·P]`` (SM and memory), so the same query at the same instant always gives the same answer.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class UtilEntry:
     pid: int
     timestamp_us: int
     sm_util_pct: int
+    mem_util_pct: int = 0
 
 
 def utilisation_entries(
@@ -67,6 +70,7 @@ def utilisation_entries(
     if oldest_k > newest_k:
         return []
     sums: dict[int, float] = {}
+    mem_sums: dict[int, float] = {}
     counts: dict[int, int] = {}
     newest: dict[int, int] = {}
     kept = 0
@@ -75,21 +79,29 @@ def utilisation_entries(
         # The processes alive in the period (found by time, not by scanning every process of the GPU),
         # and only those that started before t_s: hi_s can exceed t_s by a rounding error.
         active = [
-            (plan, _mean(plan, lo_s, hi_s)) for plan in truth.running_between(gpu, lo_s, hi_s) if plan.start_s < t_s
+            (plan, _mean(plan, lo_s, hi_s), plan.mem_util.mean(lo_s, hi_s))
+            for plan in truth.running_between(gpu, lo_s, hi_s)
+            if plan.start_s < t_s
         ]
-        for plan, util in active:
-            if util <= 0.0:
+        for plan, util, mem in active:
+            if util <= 0.0 and mem <= 0.0:
                 continue
             if kept >= buffer_samples:
                 break
             kept += 1
             sums[plan.pid] = sums.get(plan.pid, 0.0) + util
+            mem_sums[plan.pid] = mem_sums.get(plan.pid, 0.0) + mem
             counts[plan.pid] = counts.get(plan.pid, 0) + 1
             newest.setdefault(plan.pid, start_wall_us + sample_offset_us(k))
         if kept >= buffer_samples:
             break
     return [
-        UtilEntry(pid=pid, timestamp_us=newest[pid], sm_util_pct=round(100.0 * sums[pid] / counts[pid]))
+        UtilEntry(
+            pid=pid,
+            timestamp_us=newest[pid],
+            sm_util_pct=round(100.0 * sums[pid] / counts[pid]),
+            mem_util_pct=round(100.0 * mem_sums[pid] / counts[pid]),
+        )
         for pid in sorted(newest)
     ]
 

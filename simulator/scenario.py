@@ -141,8 +141,13 @@ class Process(_Model):
     cgroup: str | None = None  # overrides the derived cgroup path
     gpu: int | None = Field(default=None, ge=0)
     gi: int | None = None
-    dynamic_w: float | None = Field(default=None, ge=0)
+    dynamic_w: float | None = Field(default=None, ge=0)  # W per unit of SM utilisation
     util: list[tuple[float, float]] = Field(default_factory=list)  # [at_s, fraction], scenario time
+    # W per unit of memory utilisation (the driver's per-process memUtil: the share of time the memory
+    # was read or written), on top of the SM part: two tenants at the same SM utilisation then draw
+    # different watts, as a tensor-core trainer and a memory-bound server do. 0: the SM part is all.
+    mem_w: float = Field(default=0.0, ge=0)
+    mem_util: list[tuple[float, float]] = Field(default_factory=list)  # [at_s, fraction]; default 0
     start_s: float = Field(default=0.0, ge=0)
     end_s: float | None = None
     cpu_cores: float = Field(default=0.0, ge=0)
@@ -152,12 +157,13 @@ class Process(_Model):
     def _check(self) -> Process:
         if self.end_s is not None and self.end_s <= self.start_s:
             raise ValueError(f"end_s ({self.end_s}) must be after start_s ({self.start_s})")
-        times = [at for at, _ in self.util]
-        if times != sorted(times) or len(times) != len(set(times)):
-            raise ValueError(f"util breakpoints must be strictly increasing in time, got {times}")
-        for at, fraction in self.util:
-            if not 0.0 <= fraction <= 1.0 or at < 0:
-                raise ValueError(f"util [{at}, {fraction}]: need at_s >= 0 and 0 <= fraction <= 1")
+        for name, schedule in (("util", self.util), ("mem_util", self.mem_util)):
+            times = [at for at, _ in schedule]
+            if times != sorted(times) or len(times) != len(set(times)):
+                raise ValueError(f"{name} breakpoints must be strictly increasing in time, got {times}")
+            for at, fraction in schedule:
+                if not 0.0 <= fraction <= 1.0 or at < 0:
+                    raise ValueError(f"{name} [{at}, {fraction}]: need at_s >= 0 and 0 <= fraction <= 1")
         if self.gi is not None and self.gpu is None:
             raise ValueError("gi is set but gpu is not")
         return self

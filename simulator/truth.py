@@ -1,7 +1,8 @@
 """The physics the simulator plays, and the ground truth every face is derived from.
 
-A GPU's true power at scenario time ``t`` is ``idle_w + Σ util_p(t)·dynamic_w_p``, capped at ``max_w``;
-when capped, every process's dynamic part scales by the same factor. Utilisation schedules, process
+A GPU's true power at scenario time ``t`` is ``idle_w + Σ (util_p(t)·dynamic_w_p + mem_util_p(t)·mem_w_p)``
+(watts per unit of SM and of memory utilisation), capped at ``max_w``; when capped, every process's
+dynamic part scales by the same factor. Utilisation schedules, process
 lifetimes and live reconfigurations are all step functions, so power is a step function too: it is
 built once per GPU over the union of all breakpoints, and energy is its exact integral. Queries are
 pure functions of ``t`` (a bisect and a multiply), so any face can ask about any instant, in any order.
@@ -51,6 +52,8 @@ class ProcessPlan:
     start_s: float
     end_s: float  # math.inf: runs to the end; earlier than spec.end_s when a reconfiguration kills it
     util: StepFunction  # SM utilisation (fraction of its GPU or GPU instance), 0 outside its life
+    mem_w: float  # W per unit of memory utilisation
+    mem_util: StepFunction  # memory utilisation (0–1), 0 outside its life
 
     def alive(self, t_s: float) -> bool:
         return self.start_s <= t_s < self.end_s
@@ -80,6 +83,7 @@ class _GpuTruth:
         points = {0.0, *self._epoch_times}
         for plan in plans:
             points.update(t for t in plan.util.times if math.isfinite(t))
+            points.update(t for t in plan.mem_util.times if math.isfinite(t))
         times = sorted(t for t in points if t >= 0.0)
         self.times = times
         n = len(times)
@@ -89,6 +93,7 @@ class _GpuTruth:
         starting: dict[int, list[int]] = {}
         ending: dict[int, list[int]] = {}
         changing: dict[int, list[tuple[int, float]]] = {}
+        mem_changing: dict[int, list[tuple[int, float]]] = {}
         first = [0] * len(plans)
         for i, plan in enumerate(plans):
             first[i] = position[plan.start_s]
@@ -98,11 +103,16 @@ class _GpuTruth:
             for at_s, fraction in zip(plan.util.times, plan.util.values, strict=True):
                 if at_s < plan.end_s:
                     changing.setdefault(position[at_s], []).append((i, fraction))
+            for at_s, fraction in zip(plan.mem_util.times, plan.mem_util.values, strict=True):
+                if at_s < plan.end_s:
+                    mem_changing.setdefault(position[at_s], []).append((i, fraction))
         dynamic_w = [plan.dynamic_w for plan in plans]
+        mem_w = [plan.mem_w for plan in plans]
         memory_mib = [plan.spec.memory_mib for plan in plans]
         mig_plans = any(plan.gi is not None for plan in plans)
         util = [0.0] * len(plans)  # each process's utilisation at the current breakpoint
-        util_w = [0.0] * len(plans)  # … times its dynamic power
+        mem = [0.0] * len(plans)  # … and its memory utilisation
+        util_w = [0.0] * len(plans)  # … times their watts per unit: its dynamic power
         own: list[list[float]] = [[] for _ in plans]  # process i's power at breakpoints first[i], first[i]+1, …
         power = [0.0] * n
         capped = [0.0] * n
@@ -126,7 +136,11 @@ class _GpuTruth:
                     used_mib += memory_mib[i]
             for i, fraction in changing.get(k, ()):
                 util[i] = fraction
-                util_w[i] = fraction * dynamic_w[i]
+                util_w[i] = fraction * dynamic_w[i] + mem[i] * mem_w[i]
+            for i, fraction in mem_changing.get(k, ()):
+                # (Without memory power this adds 0.0 to the SM part: every older scenario's numbers stay.)
+                mem[i] = fraction
+                util_w[i] = util[i] * dynamic_w[i] + fraction * mem_w[i]
             live.append(running)  # consecutive segments with the same processes share one tuple
             state = self.state(t)
             raw = [util_w[i] for i in alive]
@@ -266,17 +280,6 @@ def _plan(scenario: Scenario, process: Process, epochs_by_gpu: list[list[tuple[f
             dynamic_w = headroom_w * int(profile.split("g")[0]) / gpu_model_info(gpu.model).mig_slices
         else:
             dynamic_w = headroom_w
-    times = [process.start_s]
-    values = [0.0]
-    for at_s, fraction in process.util:
-        if at_s <= process.start_s:
-            values[0] = fraction
-        elif at_s < end_s:
-            times.append(at_s)
-            values.append(fraction)
-    if math.isfinite(end_s):
-        times.append(end_s)
-        values.append(0.0)
     return ProcessPlan(
         pid=process.pid,
         spec=process,
@@ -285,8 +288,26 @@ def _plan(scenario: Scenario, process: Process, epochs_by_gpu: list[list[tuple[f
         dynamic_w=dynamic_w,
         start_s=process.start_s,
         end_s=end_s,
-        util=StepFunction(times, values),
+        util=_schedule(process.util, process.start_s, end_s),
+        mem_w=process.mem_w,
+        mem_util=_schedule(process.mem_util, process.start_s, end_s),
     )
+
+
+def _schedule(schedule: list[tuple[float, float]], start_s: float, end_s: float) -> StepFunction:
+    """A utilisation schedule as a step function over the process's life (0 before and after it)."""
+    times = [start_s]
+    values = [0.0]
+    for at_s, fraction in schedule:
+        if at_s <= start_s:
+            values[0] = fraction
+        elif at_s < end_s:
+            times.append(at_s)
+            values.append(fraction)
+    if math.isfinite(end_s):
+        times.append(end_s)
+        values.append(0.0)
+    return StepFunction(times, values)
 
 
 class GroundTruth:
@@ -383,6 +404,10 @@ class GroundTruth:
     def process_util(self, pid: int, t0_s: float, t1_s: float) -> float:
         """A process's mean SM utilisation over a window (uncapped, fraction of its GPU or instance)."""
         return self.plans[pid].util.mean(t0_s, t1_s)
+
+    def process_mem_util(self, pid: int, t0_s: float, t1_s: float) -> float:
+        """A process's mean memory utilisation over a window (0–1)."""
+        return self.plans[pid].mem_util.mean(t0_s, t1_s)
 
     def container_energy_j(self, container: str, t_s: float) -> float:
         """``container`` is ``namespace/pod/name``."""

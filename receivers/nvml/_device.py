@@ -116,6 +116,7 @@ class DeviceReader:
     list_processes: ProcessList = field(default_factory=ProcessList)
     utilisation_samples: UtilisationSamples = field(default_factory=UtilisationSamples)
     busy_means: dict[int, float] = field(default_factory=dict)  # the last read's, by pid (see integrate_…)
+    mem_utils: dict[int, float] = field(default_factory=dict)  # the last read's memory utilisation, by pid
 
     def read(self, now: Timestamp) -> Reading:
         problems: list[str] = []
@@ -166,6 +167,7 @@ class DeviceReader:
         util: dict[int, float] | None = None
         window_s: float | None = None
         self.busy_means.clear()
+        self.mem_utils.clear()
         if self.read_utilisation and not mig_enabled:
             util, window_s = self._utilisation(now, problems)
         processes = []
@@ -180,9 +182,10 @@ class DeviceReader:
                     sm_util=util[pid] if util else None,
                     util_window_s=window_s,
                     sm_util_busy=self.busy_means.get(pid),
+                    mem_util=self.mem_utils.get(pid, 0.0) if util else None,
                 )
             )
-        uuid, busy = self.uuid, self.busy_means.get
+        uuid, busy, mem = self.uuid, self.busy_means.get, self.mem_utils.get
         # One record per process per tick: made positionally (see new_process_sample).
         processes += [
             new_process_sample(
@@ -196,6 +199,7 @@ class DeviceReader:
                 window_s,
                 (),
                 busy(pid),
+                None if util is None else mem(pid, 0.0),
             )
             for pid, memory, gi, ci in procs
         ]
@@ -250,5 +254,11 @@ class DeviceReader:
         # Only samples newer than the last one we used: some drivers return the boundary sample again.
         samples = [entry for entry in raw if entry[1] > since_us]
         if samples:
-            self.last_seen_us = max(ts for _, ts, _ in samples)
-        return integrate_utilisation(samples, since_us, int(now.wall_s * 1e6), self.busy_means), window_s
+            self.last_seen_us = max(ts for _, ts, _, _ in samples)
+        now_us = int(now.wall_s * 1e6)
+        if any(mem for _, _, _, mem in samples):  # (all 0: every process's is an observed 0, found for free)
+            # Memory utilisation comes in the same entries, so it integrates over the tick the same way.
+            mem_entries = [(pid, ts, mem) for pid, ts, _, mem in samples]
+            self.mem_utils.update(integrate_utilisation(mem_entries, since_us, now_us))
+        sm_entries = [(pid, ts, sm) for pid, ts, sm, _ in samples]
+        return integrate_utilisation(sm_entries, since_us, now_us, self.busy_means), window_s

@@ -118,16 +118,18 @@ class ProcessList:
 
 
 class UtilisationSamples:
-    """``nvmlDeviceGetProcessUtilization`` for one GPU, with its buffer: ``(pid, timestamp_us, sm %)`` entries."""
+    """``nvmlDeviceGetProcessUtilization`` for one GPU, with its buffer: ``(pid, timestamp_us, sm %, mem %)``
+    entries (``memUtil``: the share of the sample in which the process read or wrote device memory)."""
 
     __name__ = "nvmlDeviceGetProcessUtilization"
 
     def __init__(self) -> None:
         self._buffer = _Buffer(_UtilisationSample)
 
-    def __call__(self, handle: Any, last_seen_us: int) -> list[tuple[int, int, float]]:
+    def __call__(self, handle: Any, last_seen_us: int) -> list[tuple[int, int, float, float]]:
         fn = _symbol("nvmlDeviceGetProcessUtilization")
         since = ctypes.c_ulonglong(last_seen_us)
         # NOT_FOUND raises too: "no sample since then", for the caller to read as zero.
         filled = self._buffer.fill(lambda array, count: fn(handle, array, count, since))
-        return [(pid, ts, float(sm)) for pid, ts, sm, _, _, _ in self._buffer.entries(_UTILISATION_SAMPLE, filled)]
+        entries = self._buffer.entries(_UTILISATION_SAMPLE, filled)
+        return [(pid, ts, float(sm), float(mem)) for pid, ts, sm, mem, _, _ in entries]
