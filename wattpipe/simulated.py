@@ -43,6 +43,7 @@ class TruthCollector:
         self.process_mj: dict[tuple[int, str], int] = {}
         self.device: dict[str, dict[str, int]] = {}
         self.idle_w: dict[str, float | None] = {}
+        self.idle_source: dict[str, str | None] = {}
         # Per device, the (start, end) wall times of the intervals wattpipe declared it could not split
         # (an outage's gap, a failed process listing): their energy is unattributed by design.
         self.unattributable: dict[str, list[tuple[float, float]]] = {}
@@ -55,6 +56,7 @@ class TruthCollector:
             d["idle"] += p.idle_energy_mj
             d["held"] = p.held_energy_mj  # a level: MIG energy measured and not yet split
             self.idle_w[p.device_id] = p.idle_w
+            self.idle_source[p.device_id] = p.idle_source
             if p.unattributable is not None:
                 self.unattributable.setdefault(p.device_id, []).append((p.time.wall_s - p.interval_s, p.time.wall_s))
         for s in batch.shares:
@@ -87,6 +89,7 @@ def truth_report(collector: TruthCollector, node: simulator.SimulatedNode) -> di
                 "residual_j": residual / 1000,
                 "true_idle_w": node.scenario.gpus[gpu].idle_w if gpu is not None else None,
                 "detected_idle_w": collector.idle_w.get(uuid),
+                "detected_idle_source": collector.idle_source.get(uuid),
             }
         )
     processes = []
@@ -162,13 +165,13 @@ def print_report(report: dict[str, Any], err: TextIO) -> None:
     )
     print(f"  {'what':<40} {'wattpipe J':>12} {'true J':>12} {'error':>8}", file=err)
     for d in report["devices"]:
-        idle = d["detected_idle_w"]
+        idle, source = d["detected_idle_w"], d["detected_idle_source"]
         print(
             f"  gpu {d['uuid'][:12]}…  counter {d['counter_j']:.1f} J = idle {d['idle_j']:.1f} + attributed "
             f"{d['attributed_j']:.1f} + unattributed {d['unattributed_j']:.1f}"
             + (f" + held {d['held_j']:.1f}" if d["held_j"] else "")
             + f" (residual {d['residual_j']:g}); "
-            f"idle {'unknown' if idle is None else f'{idle:.1f} W'} (true {d['true_idle_w']} W)",
+            f"idle {'unknown' if idle is None else f'{idle:.1f} W, {source}'} (true {d['true_idle_w']} W)",
             file=err,
         )
     if any(d["held_j"] for d in report["devices"]):
