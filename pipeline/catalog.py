@@ -96,6 +96,12 @@ ATTRIBUTES: tuple[Attribute, ...] = (
         "wattpipe.attribution.mode",
         "`exclusive`, `time_slicing`, `mig` (`mig_held`, `mig_slices`, `mig_equal`), `none`, or `gap` and `processes_unknown` where the tick could not be split (all unattributed).",
     ),
+    Attribute(
+        "model",
+        "model",
+        "wattpipe.attribution.model",
+        "time_slicing with attribution's `model: learned`: `learned` (split by each process's fitted watts per unit of utilisation) or `utilisation` (the fit was not identifiable this tick: split by utilisation); absent otherwise.",
+    ),
     Attribute("pid", "pid", "process.pid", "The process ID."),
     Attribute("comm", "comm", "process.command", "The process's command name."),
     Attribute("exe", "exe", "process.executable.path", "The process's executable."),
@@ -331,7 +337,7 @@ FAMILIES: tuple[Family, ...] = (
         "gauge",
         "",
         "How the GPU's energy was split in the last tick (always 1; the mode is the label).",
-        ("device_index", "device_id", "mode"),
+        ("device_index", "device_id", "mode", "model"),
         extras=False,
     ),
     Family(

@@ -37,6 +37,7 @@ __all__ = [
     "MigActivity",
     "MigInstance",
     "Record",
+    "ShareModel",
     "SharingMode",
     "Totals",
     "Workload",
@@ -316,6 +317,7 @@ class DevicePower(Record):
 SharingMode = Literal[
     "exclusive", "time_slicing", "mig", "mig_held", "mig_slices", "mig_equal", "none", "gap", "processes_unknown"
 ]
+ShareModel = Literal["utilisation", "learned"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -336,6 +338,10 @@ class GpuShare(Record):
     power_w: float
     mode: SharingMode = "time_slicing"
     gpu_instance_id: int | None = None
+    # time_slicing, where attribution's ``model: learned`` is configured: which weights this tick's split used,
+    # each process's fitted watts per unit of utilisation (``learned``) or, where the fit was not identifiable,
+    # its utilisation (``utilisation``). None: not configured, or not time-slicing.
+    model: ShareModel | None = None
 
     @property
     def energy_j(self) -> float:
@@ -591,6 +597,7 @@ def new_share(
     mode: SharingMode,
     gpu_instance_id: int | None,
     extra: Attrs,
+    model: ShareModel | None,
 ) -> GpuShare:
     """``GpuShare(...)`` with every field given, by position: for attribution's per-process records."""
     raise NotImplementedError  # replaced by @_positional

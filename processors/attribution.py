@@ -6,7 +6,9 @@ How, per device and tick (re-decided every tick, so a change of sharing mode is 
 - **time_slicing** (and MPS, as an approximation: MPS clients run concurrently, and SM utilisation
   per client is what the driver reports): shares by each process's SM utilisation integrated over the
   tick (the nvml receiver's ``sm_util``); when every share is zero but processes run, or utilisation is
-  unavailable, an equal split;
+  unavailable, an equal split. With ``model: learned``, by each process's fitted watts per unit of SM and
+  memory utilisation × its utilisations, wherever the fit is identifiable (``_learned.py``; the share
+  says which in ``model``);
 - **mig**: by instance (dcgm-exporter's activity × compute slices), then equally inside an instance;
   while the dcgm receiver dates its samples, each tick's energy is held until the sample covering it
   arrives and split by that sample (exact for any collection interval; released up to one collection
@@ -25,7 +27,11 @@ A process is attributed from its first tick.
 from __future__ import annotations
 
 import itertools
+import logging
 import operator
+from typing import Literal
+
+from pydantic import Field
 
 from pipeline.components import ComponentConfig, CreateContext, Factory
 from pipeline.config import Duration
@@ -37,9 +43,11 @@ from pipeline.records import (
     GpuShare,
     InstanceEnergy,
     MigInstance,
+    ShareModel,
     SharingMode,
     new_share,
 )
+from processors._learned import LearnedConfig, LearnedModel, Reason, row_of
 from processors._mig_attribution import MigAttribution
 from processors.attribution_math import apportion, fractions, since_start
 
@@ -52,6 +60,10 @@ class AttributionConfig(ComponentConfig):
     mig_max_wait: Duration = 90.0
     """MIG: the longest a tick's energy is held for dcgm-exporter's sample covering it (normally one
     collection interval and a scrape); then it is split by the latest activity. 0: never held."""
+    model: Literal["utilisation", "learned"] = "utilisation"
+    """time_slicing: split by SM utilisation (as Kepler does), or by each process's learned watts per unit of
+    utilisation where a fit over the window identifies them (utilisation shares where not)."""
+    learned: LearnedConfig = Field(default_factory=LearnedConfig)
 
 
 class AttributionProcessor:
@@ -62,6 +74,8 @@ class AttributionProcessor:
         self.config = config
         self.log = ctx.logger
         self._mig = MigAttribution(config.activity_hold, config.mig_max_wait, ctx.logger)
+        self._learned = LearnedModel(config.learned) if config.model == "learned" else None
+        self._reasons: dict[str, Reason] = {}  # each device's last learned-model outcome (logged when it changes)
 
     def process(self, batch: Batch) -> Batch:
         devices = {d.device_id: d for d in batch.devices}
@@ -79,6 +93,8 @@ class AttributionProcessor:
                 activity.setdefault(a.device_id, {})[a.gpu_instance_id] = value
         shares: list[GpuShare] = []
         instance_energy: list[InstanceEnergy] = []
+        if self._learned is not None:
+            self._learned.begin_tick()
         # When each process started (procfs): one that started inside the tick is weighed from its start.
         starts = {h.pid: h.start_wall_s for h in batch.host_processes if h.start_wall_s is not None}
         for power in batch.device_power:
@@ -121,6 +137,7 @@ class AttributionProcessor:
         time, device_id, interval_s = power.time, power.device_id, power.interval_s
         if mode == "none":
             return [_unattributed(power, mode)]
+        model: ShareModel | None = "utilisation" if self._learned is not None and mode == "time_slicing" else None
         utilisation = list(map(_SM_UTIL, procs))
         if mode == "exclusive" and len(procs) > 1:
             # EXCLUSIVE_PROCESS yet several listed (a process just exiting as another starts): by utilisation.
@@ -129,6 +146,8 @@ class AttributionProcessor:
             weights = utilisation  # no None in it
             if starts:
                 weights = _from_start(procs, weights, starts)
+            if self._learned is not None:
+                weights, model = self._learn(power, procs, weights, mode)
         else:
             # Utilisation unavailable for some: no basis to weigh them but the part of the tick they existed.
             tick_start_s = power.time.wall_s - interval_s
@@ -136,11 +155,39 @@ class AttributionProcessor:
         frac = fractions(weights)
         parts = apportion(power.active_energy_mj, frac)
         # The remainder is explicit every tick: here the processes carried it all, so it is an observed 0.
-        remainder = GpuShare(time=time, device_id=device_id, pid=None, share=0.0, energy_mj=0, power_w=0.0, mode=mode)
+        remainder = GpuShare(
+            time=time, device_id=device_id, pid=None, share=0.0, energy_mj=0, power_w=0.0, mode=mode, model=model
+        )
         return [remainder] + [
-            new_share(time, device_id, p.pid, fraction, mj, mj / 1000.0 / interval_s, mode, p.gpu_instance_id, ())
+            new_share(
+                time, device_id, p.pid, fraction, mj, mj / 1000.0 / interval_s, mode, p.gpu_instance_id, (), model
+            )
             for p, fraction, mj in zip(procs, frac, parts, strict=True)
         ]
+
+    def _learn(
+        self, power: DevicePower, procs: list[GpuProcessSample], weights: list[float], mode: SharingMode
+    ) -> tuple[list[float], ShareModel | None]:
+        """The learned weights of a time-sliced tick where the fit has them, else ``weights`` (utilisation).
+        Every tick with known utilisation adds to the device's window, an exclusive one too (it shows its
+        process's watts alone), but only a time-sliced tick's split is changed."""
+        assert self._learned is not None
+        dev = power.device_id
+        learned: dict[int, float] | None = None
+        reason: Reason = "too_many_processes"
+        if not self._learned.crowded(dev, len(procs)):
+            busy = {p.pid: (w, p.mem_util or 0.0) for p, w in zip(procs, weights, strict=True)}
+            row = row_of(power.time.monotonic_s, power.interval_s, power.energy_mj / 1000.0 / power.interval_s, busy)
+            learned, reason = self._learned.weights(dev, row, power.idle_w, busy)
+        if mode != "time_slicing":
+            return weights, None
+        if reason != self._reasons.get(dev):
+            level = logging.INFO if "learned" in (reason, self._reasons.get(dev)) else logging.DEBUG
+            self.log.log(level, "device %s: time-slicing shares by %s", dev, _REASON_TEXT[reason])
+            self._reasons[dev] = reason
+        if learned is None:
+            return weights, "utilisation"
+        return [learned[p.pid] for p in procs], "learned"
 
 
 def _from_start(procs: list[GpuProcessSample], weights: list[float], starts: dict[int, float]) -> list[float]:
@@ -167,6 +214,15 @@ def _unattributed(power: DevicePower, mode: SharingMode) -> GpuShare:
     )
 
 
+_REASON_TEXT: dict[Reason, str] = {
+    "learned": "learned watts per unit of utilisation",
+    "idle_unknown": "utilisation (learned model: idle power not known yet)",
+    "too_many_processes": "utilisation (learned model: more processes than learned.max_processes)",
+    "few_ticks": "utilisation (learned model: too few ticks in the window yet)",
+    "collinear": "utilisation (learned model: loads have not varied independently)",
+    "poor_fit": "utilisation (learned model: the fit does not explain the device's power)",
+    "uncertain": "utilisation (learned model: coefficients too uncertain for this tick's busy processes)",
+}
 _PID = operator.attrgetter("pid")
 _DEVICE = operator.attrgetter("device_id")
 _SM_UTIL = operator.attrgetter("sm_util")
