@@ -15,6 +15,10 @@ Besides each process's record, the processor lists the pods and containers that 
 (``Workload.listed`` entries, :mod:`processors.k8s._roster`), so that the energy processor ends a container
 or pod series when its pod is gone rather than when its processes pause. The API's list is made again only
 when the cache changes: its entries carry the time of the tick that made them.
+
+A process's energy may arrive after it exited (on a MIG GPU, held for dcgm-exporter's sample covering
+it): each pid the driver stops listing keeps its workload for ``keep_exited``, and a share of it then gets
+a record as if it were listed (:mod:`processors.k8s._exited`).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from pipeline.components import ComponentConfig, CreateContext, Factory
 from pipeline.config import Duration
 from pipeline.records import Batch, Workload
 from processors.k8s._cache import PodCache, PodInfo, PodView, pod_info, strip_runtime
+from processors.k8s._exited import ExitedProcesses
 from processors.k8s._resolve import DEGRADED, resolve
 from processors.k8s._roster import from_allocations, from_api
 from processors.k8s._watch import PodWatcher, api_client
@@ -72,6 +77,13 @@ class K8sConfig(ComponentConfig):
     """How long a deleted pod stays known: its last processes may outlive the API's DELETED event."""
     max_pods: int = Field(default=1000, ge=1)
     """Most pods cached (deleted ones included); beyond it new pods are not cached and count as unknown."""
+    keep_exited: Duration = Field(default=120.0, ge=0)
+    """How long a process the driver no longer lists keeps its workload. Energy held for it (a MIG GPU
+    waiting for dcgm-exporter's sample: up to attribution's ``mig_max_wait``, 90 s by default) arrives after
+    it exited and must still reach its container and pod: keep this above ``mig_max_wait`` plus one tick."""
+    max_exited: int = Field(default=4096, ge=0)
+    """Most exited processes remembered; beyond it the earliest exits are forgotten first (and logged): their
+    late energy then counts for the process, not for its container and pod. 0: none remembered."""
 
     @field_validator("labels", "annotations")
     @classmethod
@@ -97,6 +109,8 @@ class K8sProcessor:
         self.watcher: PodWatcher | None = None
         self.node_name = ""
         self._dropped_logged = 0
+        self._exited = ExitedProcesses(config.keep_exited, config.max_exited)
+        self._exited_dropped_logged = 0
         self._seen: dict[int, Workload] = {}  # pid → how it resolved while /proc still had it
         self._cgroup_uids: dict[str, str] = {}  # a static pod's API UID → the UID its cgroup shows
         self._listed: tuple[PodView | None, tuple[Workload, ...]] = (None, ())  # the API list, for its view
@@ -168,7 +182,24 @@ class K8sProcessor:
         view = self.cache.view  # once: the watch thread may publish another meanwhile
         workloads, self._seen = resolve(batch, view, self._seen)
         self._learn_cgroup_uids(workloads, view)
+        workloads += self._late(batch, workloads)
         return batch.replace(workloads=batch.workloads + tuple(workloads) + self._listing(batch, view))
+
+    def _late(self, batch: Batch, workloads: list[Workload]) -> list[Workload]:
+        """The workloads of exited processes that have a share this tick (energy released late), as they
+        were when the driver last listed them."""
+        exited = self._exited
+        exited.update(batch.time.monotonic_s, {w.pid: w for w in workloads if w.pid is not None})
+        if exited.dropped > self._exited_dropped_logged:
+            self._exited_dropped_logged = exited.dropped
+            self.ctx.telemetry.log.log(
+                logging.WARNING,
+                "exited",
+                f"processor {self.component_id}: {exited.dropped} exited process(es) forgotten before keep_exited "
+                f"({self.config.max_exited} remembered); energy released for them later misses their pod: "
+                "raise max_exited",
+            )
+        return exited.late(batch.time, batch.shares, batch.gpu_processes) if len(exited) else []
 
     def _learn_cgroup_uids(self, workloads: list[Workload], view: PodView) -> None:
         """A process named by its container id under a cgroup UID the API does not know is in a static pod:

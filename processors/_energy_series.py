@@ -1,0 +1,110 @@
+"""The energy processor's series: one monotonic total (process, container, pod, MIG instance), its
+lifecycle (running, ended, dropped after a retention) and its Totals record."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pipeline.clock import Timestamp
+from pipeline.records import Totals, new_totals
+
+__all__ = ["Order", "Series", "prune", "restore", "saved", "start_at", "to_totals"]
+
+Scope = Literal["process", "container", "pod", "instance"]
+
+
+@dataclass(slots=True)
+class Series:
+    energy_mj: int
+    start_wall_s: float
+    power_w: float | None = None
+    ended_wall_s: float | None = None  # None: running
+    attrs: dict[str, str] = field(default_factory=dict)  # comm, exe, container_id, pod_uid when known
+    # Made once and reused while unchanged: every series gives a Totals record every tick.
+    start: Timestamp | None = None
+    extra: tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]] = ((), ())  # (attrs as read, sorted)
+    seen: int = -1  # the last tick (the processor's count) that had a share of a running process for it
+
+
+def restore(row: Mapping[str, Any]) -> Series:
+    """A series from its state-file row (:func:`saved`)."""
+    return Series(
+        energy_mj=int(row["energy_mj"]),
+        start_wall_s=float(row["start_wall_s"]),
+        ended_wall_s=None if row.get("ended_wall_s") is None else float(row["ended_wall_s"]),
+        attrs={str(k): str(v) for k, v in dict(row.get("attrs", {})).items()},
+    )
+
+
+def saved(s: Series) -> dict[str, Any]:
+    return {"energy_mj": s.energy_mj, "start_wall_s": s.start_wall_s, "ended_wall_s": s.ended_wall_s, "attrs": s.attrs}
+
+
+class Order:
+    """A table's keys in sorted order, sorted again only when the set of keys changed (Totals come out in a
+    stable order; a node's series rarely change from one tick to the next, so re-sorting every tick was
+    wasted: comparing the key sets is a hash lookup per key, sorting tuples is many comparisons)."""
+
+    __slots__ = ("_columns", "_keys", "_order", "_split")
+
+    def __init__(self, split: Callable[[list[Any]], tuple[list[Any], ...]]) -> None:
+        self._split = split
+        self._keys: set[Any] = set()
+        self._order: list[Any] = []
+        self._columns: tuple[list[Any], ...] = split([])
+
+    def of(self, table: dict[Any, Any]) -> tuple[list[Any], tuple[list[Any], ...]]:
+        """The keys in order, and ``split`` of them (the parts of each key a Totals record takes, made
+        with the order: the same text objects tick after tick, which the catalog compares by identity)."""
+        if table.keys() != self._keys:
+            self._keys = set(table)
+            self._order = sorted(self._keys)
+            self._columns = self._split(self._order)
+        return self._order, self._columns
+
+
+def start_at(now: Timestamp, start_wall_s: float) -> Timestamp:
+    # The series began before this process (a restart): place it on this process's monotonic clock.
+    return Timestamp(monotonic_s=now.monotonic_s - (now.wall_s - start_wall_s), wall_s=start_wall_s)
+
+
+def to_totals(now: Timestamp, scope: Scope, key: str, device_id: str, s: Series) -> Totals:
+    if s.start is None:
+        s.start = start_at(now, s.start_wall_s)
+    if s.attrs or s.extra[0]:  # (most series have no attributes: nothing to compare)
+        items = tuple(s.attrs.items())
+        if items != s.extra[0]:
+            s.extra = (items, tuple(sorted(items)))
+    # Positional (new_totals): one record per series per tick.
+    return new_totals(
+        now,
+        scope,
+        key,
+        device_id,
+        s.energy_mj,
+        s.power_w,
+        s.extra[1],
+        "running" if s.ended_wall_s is None else "terminated",
+        s.start,
+    )
+
+
+def prune(
+    table: dict[Any, Series], now_wall_s: float, retention_s: Callable[[Any], float], max_terminated: int
+) -> list[Any]:
+    """Drop ended series past their retention (``retention_s`` of the key), and beyond ``max_terminated``
+    the ones with least energy; returns the keys dropped."""
+    ended = [(k, s) for k, s in table.items() if s.ended_wall_s is not None]
+    expired = [k for k, s in ended if now_wall_s - (s.ended_wall_s or now_wall_s) > retention_s(k)]
+    for key in expired:
+        del table[key]
+    ended = [(k, s) for k, s in ended if k in table]
+    if len(ended) > max_terminated:
+        # Bounded memory and cardinality: keep the exited ones that used the most energy.
+        ended.sort(key=lambda ks: (-ks[1].energy_mj, ks[0]))
+        for key, _ in ended[max_terminated:]:
+            del table[key]
+            expired.append(key)
+    return expired
