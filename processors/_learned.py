@@ -331,6 +331,8 @@ def _fit(window: _Window, idle_w: float, now_s: float, c: LearnedConfig) -> tupl
 
 def _fit_columns(window: _Window, keys: list[Key], idle_w: float, now_s: float, c: LearnedConfig) -> Fit:
     sums = window.sums
+    # A column whose values are so small their squares underflow (a subnormal utilisation) carries nothing.
+    keys = [key for key in keys if sums.gram[sums.slot[key]][sums.slot[key]] > 0.0]
     n, k = len(window.rows), len(keys)
     if k == 0 or n < max(c.min_ticks, c.ticks_per_coefficient * k):
         return Fit("few_ticks")
