@@ -26,12 +26,14 @@ from urllib.parse import urlparse
 
 from opentelemetry.sdk.metrics.export import MetricExportResult, MetricsData
 
+from exporters._queued_sender import SendFailed
+
 if TYPE_CHECKING:
     import requests
 
     from exporters._otlp_config import OtlpConfig
 
-__all__ = ["SDK_LOGS", "Sender", "failure_detail", "make_sender", "uses_tls"]
+__all__ = ["SDK_LOGS", "Sender", "export_once", "failure_detail", "make_sender", "uses_tls"]
 
 _SDK_LOGGERS = (
     "opentelemetry.exporter.otlp.proto.grpc.exporter",
@@ -108,6 +110,18 @@ def failure_detail(sender: Sender, lines: list[str]) -> str:
     if cause is not None and str(cause) not in detail:
         detail = f"{detail}: {type(cause).__name__}: {cause}"
     return detail
+
+
+def export_once(sender: Sender, data: MetricsData, timeout_s: float) -> None:
+    """One attempt at sending ``data``; :class:`SendFailed` with the SDK's own account of why, if it failed.
+
+    The SDK reports a failure as a result and logs the cause: its lines are taken (not logged) and the last
+    one becomes the failure's detail. Whatever else the SDK raises propagates as it is.
+    """
+    with SDK_LOGS.capture() as sdk_lines:
+        result = sender.export(data, timeout_millis=timeout_s * 1000)
+    if result is not MetricExportResult.SUCCESS:
+        raise SendFailed(failure_detail(sender, sdk_lines))
 
 
 def _root_cause(exc: BaseException) -> BaseException:

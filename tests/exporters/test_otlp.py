@@ -307,7 +307,7 @@ def test_a_shutdown_cut_short_by_the_service_leaves_no_thread_blocking_the_exit(
     assert time.monotonic() - began < 3.0
     # The collector back, the sender delivers and ends (so no thread of this test logs into the next ones).
     receiver.down = False
-    assert exporter._ended.wait(10.0)
+    assert exporter.sender.wait_ended(10.0)
 
 
 # --- what an outage logs and counts ---------------------------------------------------------------

@@ -223,14 +223,13 @@ def send_failing(exporter: OtlpExporter, telemetry: Telemetry, caplog: pytest.Lo
     async def go() -> None:
         nonlocal shutdown_s, sender_alive
         exporter.start()
-        sender = exporter._thread
-        assert sender is not None
+        assert exporter.sender.running
         await exporter.export(batch())
         what = "three failed attempts"
         await asyncio.to_thread(wait_until, lambda: counter(telemetry, FAILED) >= 3 * RECORDS, 10.0, what)
         began = time.monotonic()
         await exporter.shutdown()
-        shutdown_s, sender_alive = time.monotonic() - began, sender.is_alive()
+        shutdown_s, sender_alive = time.monotonic() - began, not exporter.sender.wait_ended(0)
 
     asyncio.run(go())
     ours = [r for r in caplog.records if r.name.startswith("wattpipe.exporter.otlp")]

@@ -1,0 +1,68 @@
+"""Delta temporality for the ``otlp`` exporter: each counter point as the increase since what was last *sent*.
+
+The records carry cumulative totals. Taking the delta at send time, against the last value the collector
+actually received, means a dropped or given-up batch widens the next delta instead of losing its energy
+(docs/otlp.md): the deltas a backend adds up always equal the totals.
+"""
+
+from __future__ import annotations
+
+import collections
+
+from exporters._otlp_snapshot import AttributeValue, Point
+
+__all__ = ["DeltaState", "PendingDeltas"]
+
+SeriesKey = tuple[str, frozenset[tuple[str, AttributeValue]]]
+
+_NOT_IDENTITY = frozenset({"wattpipe.state"})
+"""Attributes that change during a series' life: for deltas, a process's ``terminated`` series goes on from its
+``running`` one (a new series would start over from the process's start, and a backend summing deltas by
+process would count its energy twice)."""
+
+
+class DeltaState:
+    """What was last sent per series: (raw value, time_ns). Bounded: past ``max_series`` the series least
+    recently sent is forgotten (if it comes back, it starts over from its own start: nothing is counted twice
+    by a backend that sees a new start time)."""
+
+    def __init__(self, max_series: int = 100_000) -> None:
+        self.max_series = max_series
+        self._last_sent: collections.OrderedDict[SeriesKey, tuple[float, int]] = collections.OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._last_sent)
+
+    def begin(self) -> PendingDeltas:
+        """The deltas of one request: committed only once the request was sent."""
+        return PendingDeltas(self)
+
+    def _commit(self, updates: dict[SeriesKey, tuple[float, int]]) -> None:
+        last_sent = self._last_sent
+        for key, value in updates.items():
+            last_sent[key] = value
+            last_sent.move_to_end(key)
+        while len(last_sent) > self.max_series:
+            last_sent.popitem(last=False)
+
+
+class PendingDeltas:
+    """One request's deltas. A failed attempt simply drops this object: the next attempt starts again from
+    what was last sent, so a retry never subtracts the same energy twice."""
+
+    def __init__(self, state: DeltaState) -> None:
+        self._state = state
+        self._updates: dict[SeriesKey, tuple[float, int]] = {}
+
+    def of(self, metric: str, point: Point) -> tuple[float, int]:
+        """``point``'s (value, start_ns) as a delta of the series ``metric`` + its identifying attributes."""
+        key = (metric, frozenset(i for i in point.attributes.items() if i[0] not in _NOT_IDENTITY))
+        last = self._state._last_sent.get(key)
+        self._updates[key] = (point.raw, point.time_ns)
+        # A series that restarted (its total fell, or it began after what we last sent) starts over.
+        if last is not None and last[0] <= point.raw and last[1] >= point.start_ns:
+            return point.raw - last[0], last[1]
+        return point.raw, point.start_ns
+
+    def commit(self) -> None:
+        self._state._commit(self._updates)
