@@ -306,11 +306,12 @@ TRACE_FRAMES = 1  # an allocation belongs to the file of its innermost frame (de
 
 
 def _exporter_bytes() -> int:
-    """Traced bytes allocated by exporters/otlp.py and still alive: what the queues hold, the delta state, the
-    request of an attempt in progress. (The process as a whole also grows and shrinks for its own reasons,
+    """Traced bytes allocated by the exporters/ modules and still alive: what the queues hold, the delta
+    state, the request of an attempt in progress (since the OTLP exporter was split into parts, they live
+    in several files of that folder). (The process as a whole also grows and shrinks for its own reasons,
     such as the table of interned strings doubling: not what is measured here.)"""
     gc.collect()
-    mine = tracemalloc.Filter(True, inspect.getfile(_Snapshot))
+    mine = tracemalloc.Filter(True, str(Path(inspect.getfile(_Snapshot)).parent / "*"))
     return sum(stat.size for stat in tracemalloc.take_snapshot().filter_traces([mine]).statistics("filename"))
 
 
