@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pipeline.clock import Timestamp
 from pipeline.records import Attrs, Batch, DeviceAllocation, HostProcess, Workload
 from processors.k8s._cache import PodInfo, PodView
-from receivers.podresources import resolve_mig_uuids
+from processors.k8s._mig_uuids import resolve_mig_uuids
 
 __all__ = ["DEGRADED", "DeviceKey", "Owner", "resolve"]
 

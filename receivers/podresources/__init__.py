@@ -45,7 +45,7 @@ from receivers.podresources._client import (
     PodResourcesUnavailable,
     socket_path,
 )
-from receivers.podresources._device_id import DeviceIdForm, ParsedDeviceId, parse_device_id, resolve_mig_uuids
+from receivers.podresources._device_id import DeviceIdForm, ParsedDeviceId, parse_device_id
 
 __all__ = [
     "DEFAULT_ENDPOINT",
@@ -59,7 +59,6 @@ __all__ = [
     "ResourceMatcher",
     "factory",
     "parse_device_id",
-    "resolve_mig_uuids",
 ]
 
 DEFAULT_ENDPOINT = "unix:///var/lib/kubelet/pod-resources/kubelet.sock"

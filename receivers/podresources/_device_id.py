@@ -7,7 +7,7 @@ allocatable "device" to the kubelet, so two pods on one GPU get ``GPU-x::0`` and
 - ``GPU-<uuid>``: a whole GPU;
 - ``MIG-<uuid>``: a MIG device as R470+ drivers name it. Its UUID is the MIG device's own, which does
   not contain the parent GPU's UUID or the GPU instance: only NVML can map it back
-  (:class:`~pipeline.records.MigInstance` carries ``mig_uuid`` for that join, see :func:`resolve_mig_uuids`);
+  (:class:`~pipeline.records.MigInstance` carries ``mig_uuid`` for that join, made by the ``k8s`` processor);
 - ``MIG-GPU-<uuid>/<gi>/<ci>``: a MIG device as older drivers name it: parent GPU, GPU instance and
   compute instance are all in the id.
 
@@ -17,15 +17,11 @@ reboot or a re-plug: that, and anything else, is an unknown form.
 
 from __future__ import annotations
 
-import dataclasses
 import re
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from pipeline.records import DeviceAllocation, MigInstance
-
-__all__ = ["DeviceIdForm", "ParsedDeviceId", "parse_device_id", "resolve_mig_uuids"]
+__all__ = ["DeviceIdForm", "ParsedDeviceId", "parse_device_id"]
 
 DeviceIdForm = Literal["gpu", "mig", "mig-legacy"]
 """``gpu``: ``GPU-<uuid>``; ``mig``: ``MIG-<uuid>``; ``mig-legacy``: ``MIG-GPU-<uuid>/<gi>/<ci>``."""
@@ -76,26 +72,3 @@ def parse_device_id(raw: str) -> ParsedDeviceId | None:
 def _replica(match: re.Match[str]) -> int | None:
     text = match["replica"]
     return None if text is None else int(text)
-
-
-def resolve_mig_uuids(
-    allocations: Sequence[DeviceAllocation], instances: Iterable[MigInstance]
-) -> list[DeviceAllocation]:
-    """Allocations of ``MIG-<uuid>`` devices rewritten to their parent GPU and GPU instance.
-
-    ``instances`` are the MIG instances NVML reports (the ``nvml`` receiver's ``mig_instances``). An
-    allocation whose MIG UUID is among them gets ``device_id`` = the parent ``GPU-…`` UUID and its
-    ``gpu_instance_id``; ``extra`` keeps ``mig_uuid``. One whose MIG UUID is not (the instance was
-    destroyed, or NVML could not say) is returned unchanged: a join on ``device_id`` then finds no GPU
-    and the allocation is left out of attribution rather than guessed.
-    """
-    by_uuid = {inst.mig_uuid: inst for inst in instances if inst.mig_uuid}
-    out: list[DeviceAllocation] = []
-    for alloc in allocations:
-        mig_uuid = dict(alloc.extra).get("mig_uuid") if alloc.gpu_instance_id is None else None
-        inst = by_uuid.get(mig_uuid) if mig_uuid else None
-        if inst is None:
-            out.append(alloc)
-            continue
-        out.append(dataclasses.replace(alloc, device_id=inst.device_id, gpu_instance_id=inst.gpu_instance_id))
-    return out

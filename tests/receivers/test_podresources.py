@@ -22,6 +22,7 @@ from pipeline.clock import SteppedClock, Timestamp
 from pipeline.components import ENTRY_POINT_GROUP
 from pipeline.proto.podresources.v1 import api_pb2, api_pb2_grpc
 from pipeline.records import DeviceAllocation, MigInstance, Record
+from processors.k8s._mig_uuids import resolve_mig_uuids
 from receivers.podresources import (
     DEFAULT_ENDPOINT,
     ParsedDeviceId,
@@ -33,7 +34,6 @@ from receivers.podresources import (
     ResourceMatcher,
     factory,
     parse_device_id,
-    resolve_mig_uuids,
 )
 from simulator.kubelet import KUBELET_RATE_LIMIT, DeviceIdForm, KubeletServer
 from simulator.scenario import hashed_uuid, parse_scenario

@@ -1,5 +1,9 @@
 """A Kubernetes API client for the components that need one (dcgm endpoint discovery, the k8s processor).
 
+Here, in pipeline/, because a receiver and a processor both use it and components never import each
+other; pipeline/ already speaks the kubelet's API (``pipeline/proto``), so knowing how to reach the API
+server is no new kind of knowledge for it.
+
 Built on a Configuration of its own, so the kubernetes package's global default is left alone, with no
 retries (each caller retries on its own schedule). The kubernetes package costs ~20 MB to import, so
 it is imported here, at first use, never at plugin load.
