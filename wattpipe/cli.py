@@ -37,8 +37,10 @@ from wattpipe.steps import (
 # The exit codes and run_service are defined in wattpipe.steps and still importable from here.
 __all__ = ["EXIT_CONFIG", "EXIT_OK", "EXIT_RUNTIME", "main", "run_service"]
 
-# Shipped with the repository (an editable install or a checkout): the demo's node and pipeline.
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+# The demo's node and pipeline: inside the package in an installed wheel (pyproject.toml maps configs/ to
+# wattpipe/configs/), beside it in a checkout or an editable install.
+_HERE = Path(__file__).resolve().parent
+CONFIGS = next((d for d in (_HERE / "configs", _HERE.parent / "configs") if d.is_dir()), _HERE.parent / "configs")
 DEMO_CONFIG = CONFIGS / "demo.yaml"
 DEMO_SCENARIO = CONFIGS / "scenarios" / "demo.yaml"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import re
+import tomllib
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
@@ -226,10 +227,9 @@ def test_nvml_symlink_in_the_image_points_into_the_chart_driver_mount() -> None:
 
 
 def test_dockerfile_copies_every_package_and_the_ignore_file_lets_them_through() -> None:
-    pyproject = (ROOT / "pyproject.toml").read_text()
-    include = re.search(r"^include = \[(.*)\]$", pyproject, re.M)
-    assert include is not None
-    packages = {name.strip().strip('"').rstrip("*") for name in include.group(1).split(",")}
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    packages = {name.split(".")[0] for name in setuptools["packages"] if name.split(".")[0] != "wattpipe"}
+    packages |= {"wattpipe", *setuptools["package-dir"].values()}  # configs/ ships as wattpipe/configs/
     copied = re.findall(r"^COPY (\w+) \./\1$", dockerfile(), re.M)
     assert set(copied) == packages
     allowed = {
@@ -239,7 +239,7 @@ def test_dockerfile_copies_every_package_and_the_ignore_file_lets_them_through()
     }
     rules = [line for line in (DEPLOY / "Dockerfile.dockerignore").read_text().splitlines() if line[:1] not in "#"]
     assert rules[0] == "*"  # an allow-list: everything else stays out of the build context
-    assert {*packages, "pyproject.toml", "README.md", "configs/default.yaml"} == allowed
+    assert {*packages, "pyproject.toml", "README.md"} == allowed
     assert all((ROOT / path).exists() for path in allowed)
 
 
