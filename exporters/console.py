@@ -29,7 +29,12 @@ class ConsoleConfig(ComponentConfig):
 
 
 class ConsoleExporter:
-    def __init__(self, config: ConsoleConfig, stream: TextIO | None = None) -> None:
+    def __init__(
+        self, config: ConsoleConfig, ctx: CreateContext | None = None, *, stream: TextIO | None = None
+    ) -> None:
+        unknown = [k for k in config.kinds if k not in Batch.FIELDS]
+        if unknown:
+            raise ValueError(f"kinds: unknown batch field(s) {', '.join(unknown)}; known: {', '.join(Batch.FIELDS)}")
         self.config = config
         self._stream = stream
 
@@ -110,19 +115,11 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def _create(ctx: CreateContext, config: ComponentConfig) -> ConsoleExporter:
-    assert isinstance(config, ConsoleConfig)
-    unknown = [k for k in config.kinds if k not in Batch.FIELDS]
-    if unknown:
-        raise ValueError(f"kinds: unknown batch field(s) {', '.join(unknown)}; known: {', '.join(Batch.FIELDS)}")
-    return ConsoleExporter(config)
-
-
-factory = Factory(
+factory = Factory.of(
+    ConsoleExporter,
     type="console",
     kind="exporter",
     config_model=ConsoleConfig,
-    create=_create,
     description="Prints each tick as tables or JSON lines on stdout (for trying things out and debugging).",
     stability="beta",
 )

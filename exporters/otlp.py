@@ -33,7 +33,7 @@ from exporters._otlp_sdk import SDK_LOGS, Sender, export_once, make_sender, uses
 from exporters._otlp_snapshot import Snapshot, SnapshotTaker
 from exporters._queued_sender import QueuedSender, QueueSettings
 from exporters._send_log import SendLog
-from pipeline.components import ComponentConfig, CreateContext, Factory
+from pipeline.components import CreateContext, Factory
 from pipeline.records import Batch
 
 __all__ = ["OtlpConfig", "OtlpExporter", "factory"]
@@ -147,16 +147,11 @@ class OtlpExporter:
         commit()
 
 
-def _create(ctx: CreateContext, config: ComponentConfig) -> OtlpExporter:
-    assert isinstance(config, OtlpConfig)
-    return OtlpExporter(config, ctx)
-
-
-factory = Factory(
+factory = Factory.of(
+    OtlpExporter,
     type="otlp",
     kind="exporter",
     config_model=OtlpConfig,
-    create=_create,
     description="Pushes every metric family (OpenTelemetry names, explicit timestamps) over OTLP gRPC or HTTP.",
     stability="development",
 )

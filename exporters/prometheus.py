@@ -432,16 +432,11 @@ class PrometheusExporter:
         return [b""] if method == "HEAD" else [body]
 
 
-def _create(ctx: CreateContext, config: ComponentConfig) -> PrometheusExporter:
-    assert isinstance(config, PrometheusConfig)
-    return PrometheusExporter(config, ctx)
-
-
-factory = Factory(
+factory = Factory.of(
+    PrometheusExporter,
     type="prometheus",
     kind="exporter",
     config_model=PrometheusConfig,
-    create=_create,
     description="Serves every metric family on /metrics (Kepler or OpenTelemetry names), rendered once per tick.",
     stability="alpha",
 )

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ENTRY_POINT_GROUP",
     "Component",
+    "ComponentClass",
     "ComponentConfig",
     "ComponentKind",
     "CreateContext",
@@ -113,6 +114,16 @@ class CreateContext:
         return f"{self.pipeline}/{self.component_id}" if self.pipeline else self.component_id
 
 
+_C_contra = TypeVar("_C_contra", bound=ComponentConfig, contravariant=True)
+_C = TypeVar("_C", bound=ComponentConfig)
+
+
+class ComponentClass(Protocol[_C_contra]):
+    """A component class that is its own constructor: ``cls(config, ctx)``."""
+
+    def __call__(self, config: _C_contra, ctx: CreateContext, /) -> object: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Factory:
     """How to make one component type: its options model and a constructor.
@@ -128,6 +139,38 @@ class Factory:
     description: str
     stability: Stability = "development"
     provides: frozenset[str] = field(default_factory=frozenset)
+
+    @classmethod
+    def of(
+        cls,
+        component: ComponentClass[_C],
+        *,
+        type: str,
+        kind: ComponentKind,
+        config_model: builtins.type[_C],
+        description: str,
+        stability: Stability = "development",
+        provides: frozenset[str] = frozenset(),
+    ) -> Factory:
+        """The factory of a component class built as ``component(config, ctx)``. Use ``create=`` directly
+        for anything else (the custom processor's import-path classes, for one)."""
+
+        def create(ctx: CreateContext, config: ComponentConfig) -> object:
+            if not isinstance(config, config_model):
+                raise TypeError(
+                    f"{kind} '{type}': expected {config_model.__name__}, got {builtins.type(config).__name__}"
+                )
+            return component(config, ctx)
+
+        return cls(
+            type=type,
+            kind=kind,
+            config_model=config_model,
+            create=create,
+            description=description,
+            stability=stability,
+            provides=provides,
+        )
 
     def default_config(self) -> ComponentConfig:
         return self.config_model()

@@ -61,7 +61,8 @@ class AttributesProcessor:
     needs: frozenset[str] = frozenset()
     provides: frozenset[str] = frozenset()
 
-    def __init__(self, config: AttributesConfig) -> None:
+    def __init__(self, config: AttributesConfig, ctx: CreateContext | None = None) -> None:
+        # ctx: unused; every component class takes (config, ctx), so the class is its own factory.
         self.actions = tuple(
             LabelAction(
                 op=a.action,
@@ -77,16 +78,11 @@ class AttributesProcessor:
         return Batch.replace(batch, label_actions=batch.label_actions + self.actions)
 
 
-def _create(ctx: CreateContext, config: ComponentConfig) -> AttributesProcessor:
-    assert isinstance(config, AttributesConfig)
-    return AttributesProcessor(config)
-
-
-factory = Factory(
+factory = Factory.of(
+    AttributesProcessor,
     type="attributes",
     kind="processor",
     config_model=AttributesConfig,
-    create=_create,
     description="Adds static attributes (cluster, region), renames or drops attributes on exported series.",
     stability="beta",
 )

@@ -84,7 +84,8 @@ class FilterProcessor:
     needs: frozenset[str] = frozenset()
     provides: frozenset[str] = frozenset()
 
-    def __init__(self, config: FilterConfig) -> None:
+    def __init__(self, config: FilterConfig, ctx: CreateContext | None = None) -> None:
+        # ctx: unused; every component class takes (config, ctx), so the class is its own factory.
         self.include = _Rule(config.include) if config.include is not None else None
         self.exclude = _Rule(config.exclude) if config.exclude is not None else None
 
@@ -115,16 +116,11 @@ class FilterProcessor:
         return dataclasses.replace(batch, **changes)
 
 
-def _create(ctx: CreateContext, config: ComponentConfig) -> FilterProcessor:
-    assert isinstance(config, FilterConfig)
-    return FilterProcessor(config)
-
-
-factory = Factory(
+factory = Factory.of(
+    FilterProcessor,
     type="filter",
     kind="processor",
     config_model=FilterConfig,
-    create=_create,
     description="Keeps or drops records by kind (device, process, container, pod, instance) and attribute regex.",
     stability="beta",
 )

@@ -54,7 +54,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.components import ComponentConfig, CreateContext, Factory
+from pipeline.components import CreateContext, Factory
 from pipeline.records import Batch, DevicePower, DeviceSample, DeviceSignals, GpuProcessSample
 from processors._idle_chain import Estimate, IdleEstimators, Source, Work
 from processors._idle_config import IdleConfig, RegressionConfig
@@ -341,16 +341,11 @@ def _trapezoid_mj(first_w: float | None, last_w: float | None, interval_s: float
     return round(sum(powers) / len(powers) * interval_s * 1000.0)
 
 
-def _create(ctx: CreateContext, config: ComponentConfig) -> IdleProcessor:
-    assert isinstance(config, IdleConfig)
-    return IdleProcessor(config, ctx)
-
-
-factory = Factory(
+factory = Factory.of(
+    IdleProcessor,
     type="idle",
     kind="processor",
     config_model=IdleConfig,
-    create=_create,
     description="Energy per device and tick from the hardware counter, split into idle and active power.",
     stability="alpha",
     provides=frozenset({"device_power"}),

@@ -226,16 +226,11 @@ class K8sProcessor:
         return ()
 
 
-def _create(ctx: CreateContext, config: ComponentConfig) -> K8sProcessor:
-    assert isinstance(config, K8sConfig)
-    return K8sProcessor(config, ctx)
-
-
-factory = Factory(
+factory = Factory.of(
+    K8sProcessor,
     type="k8s",
     kind="processor",
     config_model=K8sConfig,
-    create=_create,
     description="Pod, namespace and container of each GPU process: cgroup, Kubernetes API (this node), pod-resources.",
     stability="development",
     provides=frozenset({"workloads"}),

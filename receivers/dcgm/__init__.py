@@ -295,16 +295,11 @@ class DcgmReceiver:
         self.rl.log.log(logging.WARNING, key, f"receiver {self.component_id}: {message}")
 
 
-def _create(ctx: CreateContext, config: ComponentConfig) -> DcgmReceiver:
-    assert isinstance(config, DcgmConfig)
-    return DcgmReceiver(config, ctx)
-
-
-factory = Factory(
+factory = Factory.of(
+    DcgmReceiver,
     type="dcgm",
     kind="receiver",
     config_model=DcgmConfig,
-    create=_create,
     description="dcgm-exporter's /metrics: activity per MIG instance, and every per-GPU field in SI units.",
     stability="development",
     provides=_PROVIDES,

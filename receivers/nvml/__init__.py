@@ -317,16 +317,11 @@ def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _create(ctx: CreateContext, config: ComponentConfig) -> NvmlReceiver:
-    assert isinstance(config, NvmlConfig)
-    return NvmlReceiver(config, ctx)
-
-
-factory = Factory(
+factory = Factory.of(
+    NvmlReceiver,
     type="nvml",
     kind="receiver",
     config_model=NvmlConfig,
-    create=_create,
     description="NVIDIA GPUs through NVML: power, energy counter, sharing mode, processes and their SM utilisation.",
     stability="alpha",
     provides=frozenset({"devices", "gpu_processes", "mig_instances"}),

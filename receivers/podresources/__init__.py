@@ -238,16 +238,11 @@ def _extra(parsed: ParsedDeviceId) -> Attrs:
     return ()
 
 
-def _create(ctx: CreateContext, config: ComponentConfig) -> PodResourcesReceiver:
-    assert isinstance(config, PodResourcesConfig)
-    return PodResourcesReceiver(config, ctx)
-
-
-factory = Factory(
+factory = Factory.of(
+    PodResourcesReceiver,
     type="podresources",
     kind="receiver",
     config_model=PodResourcesConfig,
-    create=_create,
     description="GPU, MIG and time-sliced device allocations per pod and container, from the kubelet's "
     "pod-resources API.",
     stability="alpha",

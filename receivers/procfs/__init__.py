@@ -97,16 +97,11 @@ class ProcfsReceiver:
         self.rl.log.log(logging.WARNING, key, f"receiver {self.component_id}: {message}")
 
 
-def _create(ctx: CreateContext, config: ComponentConfig) -> ProcfsReceiver:
-    assert isinstance(config, ProcfsConfig)
-    return ProcfsReceiver(config, ctx)
-
-
-factory = Factory(
+factory = Factory.of(
+    ProcfsReceiver,
     type="procfs",
     kind="receiver",
     config_model=ProcfsConfig,
-    create=_create,
     description="Processes from /proc: comm, exe, start time, CPU time, and the container and pod of their cgroup.",
     stability="alpha",
     provides=frozenset({"host_processes"}),

@@ -44,7 +44,7 @@ def sample_batch(**changes: Any) -> Batch:
 
 def export(batch: Batch, **options: Any) -> str:
     stream = io.StringIO()
-    asyncio.run(ConsoleExporter(ConsoleConfig.model_validate(options), stream).export(batch))
+    asyncio.run(ConsoleExporter(ConsoleConfig.model_validate(options), stream=stream).export(batch))
     return stream.getvalue()
 
 
@@ -200,7 +200,9 @@ def test_series_start_times_print_as_clock_times_not_dicts() -> None:
     total = Totals(time=T, scope="process", key="7", device_id="GPU-0", energy_mj=5, start=start)
     stream = io.StringIO()
     asyncio.run(
-        ConsoleExporter(ConsoleConfig(), stream).export(Batch(time=T, interval_s=5, node="n").replace(totals=(total,)))
+        ConsoleExporter(ConsoleConfig(), stream=stream).export(
+            Batch(time=T, interval_s=5, node="n").replace(totals=(total,))
+        )
     )
     assert "01:02:03" in stream.getvalue()
     assert "wall_s" not in stream.getvalue()
