@@ -18,8 +18,8 @@ Each scenario (every ``configs/scenarios/*.yaml`` unless ``--scenario`` names so
 - **residual**: the largest |counter − idle − attributed − unattributed − held| over the GPUs, in J
   (conservation: 0).
 - **unattributed**: the joules left explicitly unattributed, summed over the GPUs.
-- **held**: MIG energy measured but not yet split when the run ended (it waits for dcgm-exporter's next
-  collection), summed over the GPUs; the processes that used it are short of it.
+- **held**: energy measured but not yet split when the run ended (MIG: it waits for dcgm-exporter's next
+  collection; elsewhere for idle to be known), summed over the GPUs; the processes that used it are short of it.
 
 ``--json`` prints the same as one JSON document; ``--markdown`` the table for docs/accuracy.md.
 Exit status 1 when a scenario could not run (its row says why).
@@ -233,8 +233,8 @@ def legend(duration_s: float) -> str:
         f"{duration_s:g} s of node time per scenario. Errors: (attributed − true) / true energy of the entity\n"
         f"furthest from the truth; only entities with at least {FLOOR_J:g} J of true energy count. stray J: billed\n"
         "to processes under that floor. idle error: max |learned − true| idle power over the GPUs (absent: never\n"
-        "learned). residual: max |counter − idle − attributed − unattributed − held| over the GPUs. held J: MIG\n"
-        "energy not yet split when the run ended (its processes are short of it).\n"
+        "learned). residual: max |counter − idle − attributed − unattributed − held| over the GPUs. held J:\n"
+        "energy not yet split when the run ended (MIG, or idle not known yet; its processes are short of it).\n"
     )
 
 

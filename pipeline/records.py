@@ -276,8 +276,9 @@ class DevicePower(Record):
 
     ``energy_mj`` is the tick's energy from the hardware counter's delta (``source="counter"``), or
     power × interval where the device has no counter or it reset (``source="power"``).
-    ``idle_energy_mj + active_energy_mj == energy_mj`` exactly. ``idle_w`` is ``None`` until an idle
-    baseline is known; until then all energy is active.
+    ``idle_energy_mj + active_energy_mj == energy_mj`` exactly as the idle processor makes it. ``idle_w`` is
+    ``None`` until an idle baseline is known; until then all energy is active, and attribution may hold it
+    (``idle_pending``): then idle + active + (held now − held before) == energy_mj.
     """
 
     KIND: ClassVar[RecordKind] = "device"
@@ -300,14 +301,21 @@ class DevicePower(Record):
     # interval spans an outage longer than the idle processor's ``max_gap`` (who used the GPU then is not
     # known); ``processes_unknown``, the process listing failed. Attribution then leaves it unattributed.
     unattributable: Literal["gap", "processes_unknown"] | None = None
-    # MIG (set by attribution): active energy measured up to this tick and not yet split, held until
-    # dcgm-exporter's sample covering it arrives. A level, not this tick's: per tick, Σ shares + idle +
-    # (held now − held before) == energy_mj, and over any run Σ shares + idle + held at its end == Σ energy_mj.
+    # Set by attribution: energy measured up to this tick and not yet split. MIG: active energy held until
+    # dcgm-exporter's sample covering it arrives (counted in active_energy_mj). Idle pending (below): a tick's
+    # whole energy, held until idle is known (in neither idle nor active yet). A level, not this tick's: per
+    # tick, Σ shares + idle + (held now − held before) == energy_mj, and over any run Σ shares + idle + held
+    # at its end == Σ energy_mj.
     held_energy_mj: int = 0
     # Where ``idle_w`` comes from (the idle processor's estimators, see docs/attribution.md) and how uncertain
     # it is (W, 1σ for a regression; None: the source cannot say). Both None while idle_w is.
     idle_source: Literal["configured", "free", "quiet", "regression", "prior"] | None = None
     idle_uncertainty_w: float | None = None
+    # Idle mode auto, idle not known yet, and an estimator may still learn it (set by the idle processor):
+    # attribution holds the tick's energy until it is (processors/_idle_hold.py). Then the record says
+    # idle 0 and active 0 (nothing is known to be either yet), and ``held_energy_mj`` carries the level:
+    # per tick idle + active + (held now − held before) == energy_mj, and Σ shares == active.
+    idle_pending: bool = False
 
     @property
     def energy_j(self) -> float:

@@ -26,6 +26,7 @@ A process is attributed from its first tick.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import operator
@@ -47,6 +48,7 @@ from pipeline.records import (
     SharingMode,
     new_share,
 )
+from processors._idle_hold import HeldTick, IdleHold, Released
 from processors._learned import LearnedConfig, LearnedModel, Reason, row_of
 from processors._mig_attribution import MigAttribution
 from processors.attribution_math import apportion, fractions, since_start
@@ -64,6 +66,11 @@ class AttributionConfig(ComponentConfig):
     """time_slicing: split by SM utilisation (as Kepler does), or by each process's learned watts per unit of
     utilisation where a fit over the window identifies them (utilisation shares where not)."""
     learned: LearnedConfig = Field(default_factory=LearnedConfig)
+    idle_wait: Duration = Field(default=90.0, ge=0)
+    """While a device's idle power is not known yet but may still be learned (idle mode auto), each tick's
+    energy is held (with its split) and released once idle is known, its idle part taken off. Held at most
+    this long (its first held tick, since it ended): then released all as active, and no more held. 0: never.
+    Keep the energy processor's ``late_energy_wait`` above it plus a tick."""
 
 
 class AttributionProcessor:
@@ -74,6 +81,7 @@ class AttributionProcessor:
         self.config = config
         self.log = ctx.logger
         self._mig = MigAttribution(config.activity_hold, config.mig_max_wait, ctx.logger)
+        self._idle = IdleHold(config.idle_wait, ctx.logger)
         self._learned = LearnedModel(config.learned) if config.model == "learned" else None
         self._reasons: dict[str, Reason] = {}  # each device's last learned-model outcome (logged when it changes)
 
@@ -97,24 +105,87 @@ class AttributionProcessor:
             self._learned.begin_tick()
         # When each process started (procfs): one that started inside the tick is weighed from its start.
         starts = {h.pid: h.start_wall_s for h in batch.host_processes if h.start_wall_s is not None}
+        powers: list[DevicePower] = []
         for power in batch.device_power:
             dev = power.device_id
             procs = by_device.get(dev, [])
             device = devices.get(dev)
-            if self._mig.holding(dev, device) or (power.unattributable is None and self._mode(device, procs) == "mig"):
-                mig_shares, per_instance = self._mig.split(
-                    power, procs, instances.get(dev, {}), activity.get(dev, {}), batch
-                )
-                shares.extend(mig_shares)
+            mig = self._mig.holding(dev, device) or (
+                power.unattributable is None and self._mode(device, procs) == "mig"
+            )
+            if mig:
+                tick, per_instance = self._mig.split(power, procs, instances.get(dev, {}), activity.get(dev, {}), batch)
                 instance_energy.extend(per_instance)
             elif power.unattributable is not None:
-                shares.append(_unattributed(power, power.unattributable))
+                tick = [_unattributed(power, power.unattributable)]
             else:
-                shares.extend(self._mig.drained(dev, power, self._device(power, device, procs, starts)))
+                tick = self._mig.drained(dev, power, self._device(power, device, procs, starts))
+            tick, power = self._idle_held(
+                power, tick, holdable=not mig and not (device is not None and device.mig_enabled)
+            )
+            shares.extend(tick)
+            powers.append(power)
         return batch.replace(
             shares=batch.shares + tuple(shares),
             instance_energy=batch.instance_energy + tuple(instance_energy),
-            device_power=self._mig.with_held(batch.device_power),
+            # The same tuple where no record changed (nothing held, nothing released).
+            device_power=self._mig.with_held(
+                batch.device_power if all(map(operator.is_, powers, batch.device_power)) else tuple(powers)
+            ),
+        )
+
+    def _idle_held(
+        self, power: DevicePower, tick: list[GpuShare], *, holdable: bool
+    ) -> tuple[list[GpuShare], DevicePower]:
+        """The tick's shares and record with the idle hold applied (processors/_idle_hold.py): this tick held
+        while idle is pending, or what was held released into it once idle is known (or the wait is over)."""
+        dev = power.device_id
+        hold = self._idle
+        processes = [s for s in tick if s.pid is not None]
+        if (
+            holdable
+            and power.idle_w is None
+            and power.idle_pending
+            and power.unattributable is None
+            and processes
+            and hold.may_hold(dev)
+            and not hold.due(dev, power.time.monotonic_s)
+        ):
+            fracs = fractions([s.share for s in processes])
+            hold.hold(
+                dev,
+                HeldTick(
+                    power.time.monotonic_s,
+                    power.interval_s,
+                    power.active_energy_mj + power.idle_energy_mj,
+                    tuple(s.pid for s in processes if s.pid is not None),
+                    tuple(fracs),
+                ),
+            )
+            # Watts stay the provisional split (the best estimate of now); the energy waits.
+            held = [dataclasses.replace(s, energy_mj=0) for s in tick]
+            level = hold.held_mj(dev)
+            return held, dataclasses.replace(power, idle_energy_mj=0, active_energy_mj=0, held_energy_mj=level)
+        if not hold.holding(dev):
+            return tick, power
+        if power.idle_w is not None:
+            released = hold.take(dev, power.idle_w)
+        elif not holdable or hold.due(dev, power.time.monotonic_s) or not hold.may_hold(dev):
+            if holdable:
+                hold.give_up(dev, f"not learned within idle_wait {self.config.idle_wait:g} s")
+            released = hold.take(dev, None)
+        else:
+            # Idle pending still, but this tick is not held (unattributable, free, or idle no longer learnable):
+            # what was held waits on.
+            if not power.idle_pending:
+                released = hold.take(dev, None)
+            else:
+                return tick, dataclasses.replace(power, held_energy_mj=hold.held_mj(dev))
+        return _merged(tick, released, power), dataclasses.replace(
+            power,
+            idle_energy_mj=power.idle_energy_mj + released.idle_mj,
+            active_energy_mj=power.active_energy_mj + released.active_mj,
+            held_energy_mj=hold.held_mj(dev),
         )
 
     def _mode(self, device: DeviceSample | None, procs: list[GpuProcessSample]) -> SharingMode:
@@ -197,6 +268,30 @@ def _from_start(procs: list[GpuProcessSample], weights: list[float], starts: dic
         start_s = starts.get(p.pid)
         if start_s is not None and p.util_window_s:
             out[i] = since_start(out[i], p.sm_util_busy, start_s, p.time.wall_s - p.util_window_s, p.util_window_s)
+    return out
+
+
+def _merged(tick: list[GpuShare], released: Released, power: DevicePower) -> list[GpuShare]:
+    """This tick's shares with released held energy added: to each pid's share, to the remainder, and as late
+    shares (no watts, share 0) of the pids that are no longer listed."""
+    by_pid = dict(released.by_pid or {})
+    out = []
+    for s in tick:
+        extra = released.unattributed_mj if s.pid is None else by_pid.pop(s.pid, 0)
+        out.append(dataclasses.replace(s, energy_mj=s.energy_mj + extra) if extra else s)
+    if released.unattributed_mj and not any(s.pid is None for s in tick):
+        out.insert(
+            0,
+            dataclasses.replace(
+                _unattributed(power, "none"), share=0.0, energy_mj=released.unattributed_mj, power_w=0.0
+            ),
+        )
+    mode = tick[0].mode if tick else "none"
+    out.extend(
+        GpuShare(time=power.time, device_id=power.device_id, pid=pid, share=0.0, energy_mj=mj, power_w=0.0, mode=mode)
+        for pid, mj in sorted(by_pid.items())
+        if mj > 0
+    )
     return out
 
 

@@ -179,7 +179,9 @@ class EnergyProcessor:
         for power in batch.device_power:
             # A series starts where the energy it counts starts: the beginning of its first interval.
             d = self.devices.setdefault(power.device_id, _Device(start_wall_s=power.time.wall_s - power.interval_s))
-            d.energy_mj += power.energy_mj
+            # Energy held while the device's idle is learned is neither idle nor active yet: it joins the totals
+            # when released (attribution, processors/_idle_hold.py), so energy == idle + active always.
+            d.energy_mj += power.idle_energy_mj + power.active_energy_mj
             d.idle_energy_mj += power.idle_energy_mj
             d.active_energy_mj += power.active_energy_mj
             d.last = power

@@ -54,7 +54,7 @@ class TruthCollector:
             d = self.device.setdefault(p.device_id, {"counter": 0, "idle": 0, "attributed": 0, "unattributed": 0})
             d["counter"] += p.energy_mj
             d["idle"] += p.idle_energy_mj
-            d["held"] = p.held_energy_mj  # a level: MIG energy measured and not yet split
+            d["held"] = p.held_energy_mj  # a level: energy measured and not yet split (MIG, or idle pending)
             self.idle_w[p.device_id] = p.idle_w
             self.idle_source[p.device_id] = p.idle_source
             if p.unattributable is not None:
@@ -176,8 +176,9 @@ def print_report(report: dict[str, Any], err: TextIO) -> None:
         )
     if any(d["held_j"] for d in report["devices"]):
         print(
-            "  (held: MIG energy measured but not yet split, waiting for dcgm-exporter's next collection; the\n"
-            "   processes that used it are short of it below: end a run on a collection to compare them whole)",
+            "  (held: energy measured but not yet split: on a MIG GPU waiting for dcgm-exporter's next collection,\n"
+            "   elsewhere for idle to be known (at most attribution's idle_wait); the processes that used it are\n"
+            "   short of it below: end a run on a collection, or once idle is known, to compare them whole)",
             file=err,
         )
     for p in report["processes"]:

@@ -113,12 +113,17 @@ def run(data: dict[str, Any]) -> list[Batch]:
         return batches
 
 
-def check_conservation(batch: Batch) -> None:
+def check_conservation(batch: Batch, held: dict[str, int]) -> None:
+    """Per tick: Σ shares + idle + (held now − held before) == the counter's delta (the held level: energy held
+    while idle is being learned, processors/_idle_hold.py, or a MIG GPU's waiting for dcgm-exporter)."""
     for power in batch.device_power:
         shares = sum(s.energy_mj for s in batch.shares if s.device_id == power.device_id)
-        assert shares + power.idle_energy_mj == power.energy_mj, power
+        before = held.get(power.device_id, 0)
+        assert shares + power.idle_energy_mj + power.held_energy_mj - before == power.energy_mj, power
         assert power.idle_energy_mj >= 0
         assert power.active_energy_mj >= 0
+        assert power.held_energy_mj >= 0
+        held[power.device_id] = power.held_energy_mj
 
 
 def check_monotonic(batch: Batch, last: dict[tuple[str, str, str], int]) -> None:
@@ -187,8 +192,9 @@ def test_the_chain_keeps_its_promises_through_random_faults(data: dict[str, Any]
     assert len(batches) == TICKS
     last: dict[tuple[str, str, str], int] = {}
     seen: dict[tuple[str, str], list[float]] = {}
+    held: dict[str, int] = {}
     for batch in batches:
-        check_conservation(batch)
+        check_conservation(batch, held)
         check_monotonic(batch, last)
         check_idle(batch, seen)
         check_no_stale_watts(batch)

@@ -1,0 +1,109 @@
+"""Hold a device's energy while its idle power is not known yet, and release it once it is.
+
+A GPU that is never free (a display server on it from boot, notebooks holding contexts) gives the idle
+processor nothing to learn idle from until its load varies (the regression). Until then idle is absent
+and all of a tick's energy is active: split among the processes there, it bills them the idle watts too.
+So, on such a device (``DevicePower.idle_pending``: idle mode auto, idle not known, an estimator may still
+learn it), each tick that would be split among processes is held instead, with the split it would have had
+(each process's share of it). When idle becomes known, every held tick is released: its idle part is
+``idle_w`` × its interval (never more than its energy), the rest is split by that tick's own shares, also
+to processes that have exited since (late shares: no watts). A device whose idle is still not known
+``idle_wait`` after its first held tick is released as before (all active, by the held shares), and not
+held again.
+
+The held tick's record says nothing is idle or active yet (both 0) and carries the held level
+(``held_energy_mj``); the release tick's idle and active include the released parts. Per tick,
+idle + active + (held now − held before) == energy; Σ shares == active.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from dataclasses import dataclass
+
+from processors.attribution_math import apportion
+
+__all__ = ["HeldTick", "IdleHold", "Released", "release"]
+
+_MAX_TICKS = 4096  # held per device, whatever idle_wait and the tick interval
+
+
+@dataclass(frozen=True, slots=True)
+class HeldTick:
+    end_s: float  # monotonic
+    interval_s: float
+    energy_mj: int  # the tick's whole energy (nothing was idle)
+    pids: tuple[int, ...]
+    shares: tuple[float, ...]  # each pid's share of the tick's active energy, Σ 1
+
+
+@dataclass(slots=True)
+class Released:
+    idle_mj: int = 0
+    by_pid: dict[int, int] | None = None
+    unattributed_mj: int = 0
+
+    @property
+    def active_mj(self) -> int:
+        return sum((self.by_pid or {}).values()) + self.unattributed_mj
+
+
+def release(ticks: list[HeldTick], idle_w: float | None) -> Released:
+    """The held ``ticks`` split: idle_w × interval of each is idle (at most its energy), the rest by its shares."""
+    out = Released(by_pid={})
+    assert out.by_pid is not None
+    for tick in ticks:
+        idle_mj = 0 if idle_w is None else max(0, min(tick.energy_mj, round(idle_w * tick.interval_s * 1000.0)))
+        out.idle_mj += idle_mj
+        active = tick.energy_mj - idle_mj
+        if not tick.pids:
+            out.unattributed_mj += active
+            continue
+        for pid, mj in zip(tick.pids, apportion(active, list(tick.shares)), strict=True):
+            out.by_pid[pid] = out.by_pid.get(pid, 0) + mj
+    return out
+
+
+class IdleHold:
+    """Per device, the ticks held until idle is known (at most ``wait_s`` each device)."""
+
+    def __init__(self, wait_s: float, log: logging.Logger) -> None:
+        self.wait_s = wait_s
+        self.log = log
+        self._ticks: dict[str, deque[HeldTick]] = {}
+        self._given_up: set[str] = set()
+
+    def held_mj(self, device_id: str) -> int:
+        return sum(t.energy_mj for t in self._ticks.get(device_id, ()))
+
+    def holding(self, device_id: str) -> bool:
+        return bool(self._ticks.get(device_id))
+
+    def may_hold(self, device_id: str) -> bool:
+        return self.wait_s > 0 and device_id not in self._given_up
+
+    def hold(self, device_id: str, tick: HeldTick) -> None:
+        ticks = self._ticks.setdefault(device_id, deque())
+        ticks.append(tick)
+        if len(ticks) > _MAX_TICKS:
+            self.give_up(device_id, "held more ticks than it keeps")
+
+    def due(self, device_id: str, now_s: float) -> bool:
+        """The device's first held tick has waited ``idle_wait`` since it ended: idle did not come in time."""
+        ticks = self._ticks.get(device_id)
+        return ticks is not None and bool(ticks) and now_s - ticks[0].end_s >= self.wait_s
+
+    def give_up(self, device_id: str, why: str) -> None:
+        if device_id not in self._given_up:
+            self._given_up.add(device_id)
+            self.log.warning(
+                "device %s: idle power still not known (%s): its held energy is split as active, and no more is held",
+                device_id,
+                why,
+            )
+
+    def take(self, device_id: str, idle_w: float | None) -> Released:
+        """Release all the device's held ticks (idle part by ``idle_w``; None: all active)."""
+        ticks = self._ticks.pop(device_id, None)
+        return release(list(ticks), idle_w) if ticks else Released(by_pid={})
