@@ -275,6 +275,7 @@ class IdleProcessor:
             unattributable="gap" if gap else None if s.processes_known else "processes_unknown",
             idle_source=None if idle is None else idle[0],
             idle_uncertainty_w=None if idle is None else idle[1].uncertainty_w,
+            idle_pending=idle is None and self.config.mode == "auto" and bool(self.config.estimators),
         )
 
     # --- energy: counter continuity and gaps --------------------------------------------------
