@@ -323,16 +323,11 @@ _DEVICE = operator.attrgetter("device_id")
 _SM_UTIL = operator.attrgetter("sm_util")
 
 
-def _create(ctx: CreateContext, config: ComponentConfig) -> AttributionProcessor:
-    assert isinstance(config, AttributionConfig)
-    return AttributionProcessor(config, ctx)
-
-
-factory = Factory(
+factory = Factory.of(
+    AttributionProcessor,
     type="attribution",
     kind="processor",
     config_model=AttributionConfig,
-    create=_create,
     description="Splits each device's active energy among its processes by sharing mode; exact, with the remainder explicit.",
     stability="alpha",
     provides=frozenset({"shares", "instance_energy"}),

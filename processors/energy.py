@@ -393,16 +393,11 @@ class EnergyProcessor:
         return tuple(out)
 
 
-def _create(ctx: CreateContext, config: ComponentConfig) -> EnergyProcessor:
-    assert isinstance(config, EnergyConfig)
-    return EnergyProcessor(config, ctx)
-
-
-factory = Factory(
+factory = Factory.of(
+    EnergyProcessor,
     type="energy",
     kind="processor",
     config_model=EnergyConfig,
-    create=_create,
     description="Monotonic energy totals per process and device; exited processes kept for a retention period.",
     stability="alpha",
     provides=frozenset({"totals", "device_totals"}),
