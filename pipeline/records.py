@@ -554,15 +554,18 @@ def _positional(cls: type[Record]) -> Callable[[_F], _F]:
     per process per tick, where passing nine fields by keyword costs as much as setting them.
 
     The stub is the typed signature (mypy checks every call against it): its parameters must be exactly
-    the class's fields, in any order, none with a default. The generated function takes them in the
-    stub's order and sets each slot through its descriptor, as the class's own ``__init__`` does, so the
-    record is the very one ``cls(**fields)`` makes (equal, hashed alike, frozen)."""
+    the class's fields in the class's order (``time``, ``extra``, then the class's own), none with a
+    default, so a call reads like the class's definition. The generated function sets each slot through
+    its descriptor, as the class's own ``__init__`` does, so the record is the very one ``cls(**fields)``
+    makes (equal, hashed alike, frozen)."""
 
     def generate(stub: _F) -> _F:
         names = list(inspect.signature(stub).parameters)
         fields = [f.name for f in dataclasses.fields(cls)]
-        if sorted(names) != sorted(fields):
-            raise TypeError(f"{stub.__name__}: parameters {names} are not the fields of {cls.__name__}: {fields}")
+        if names != fields:
+            raise TypeError(
+                f"{stub.__name__}: parameters {names} are not the fields of {cls.__name__} in its order: {fields}"
+            )
         namespace, body = _slot_setters(cls, names)
         namespace.update(_new=object.__new__, _cls=cls)
         body = ["    self = _new(_cls)", *body, "    return self"]
@@ -579,6 +582,7 @@ def _positional(cls: type[Record]) -> Callable[[_F], _F]:
 @_positional(GpuProcessSample)
 def new_process_sample(
     time: Timestamp,
+    extra: Attrs,
     device_id: str,
     pid: int,
     used_memory_bytes: int | None,
@@ -586,7 +590,6 @@ def new_process_sample(
     compute_instance_id: int | None,
     sm_util: float | None,
     util_window_s: float | None,
-    extra: Attrs,
     sm_util_busy: float | None,
     mem_util: float | None,
 ) -> GpuProcessSample:
@@ -597,6 +600,7 @@ def new_process_sample(
 @_positional(GpuShare)
 def new_share(
     time: Timestamp,
+    extra: Attrs,
     device_id: str,
     pid: int | None,
     share: float,
@@ -604,7 +608,6 @@ def new_share(
     power_w: float,
     mode: SharingMode,
     gpu_instance_id: int | None,
-    extra: Attrs,
     model: ShareModel | None,
 ) -> GpuShare:
     """``GpuShare(...)`` with every field given, by position: for attribution's per-process records."""
@@ -614,12 +617,12 @@ def new_share(
 @_positional(Totals)
 def new_totals(
     time: Timestamp,
+    extra: Attrs,
     scope: Literal["process", "container", "pod", "instance"],
     key: str,
     device_id: str,
     energy_mj: int,
     power_w: float | None,
-    extra: Attrs,
     state: Literal["running", "terminated"],
     start: Timestamp | None,
 ) -> Totals:

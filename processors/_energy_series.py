@@ -80,12 +80,12 @@ def to_totals(now: Timestamp, scope: Scope, key: str, device_id: str, s: Series)
     # Positional (new_totals): one record per series per tick.
     return new_totals(
         now,
+        s.extra[1],
         scope,
         key,
         device_id,
         s.energy_mj,
         s.power_w,
-        s.extra[1],
         "running" if s.ended_wall_s is None else "terminated",
         s.start,
     )

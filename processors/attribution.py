@@ -231,7 +231,7 @@ class AttributionProcessor:
         )
         return [remainder] + [
             new_share(
-                time, device_id, p.pid, fraction, mj, mj / 1000.0 / interval_s, mode, p.gpu_instance_id, (), model
+                time, (), device_id, p.pid, fraction, mj, mj / 1000.0 / interval_s, mode, p.gpu_instance_id, model
             )
             for p, fraction, mj in zip(procs, frac, parts, strict=True)
         ]

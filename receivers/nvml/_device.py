@@ -190,6 +190,7 @@ class DeviceReader:
         processes += [
             new_process_sample(
                 now,
+                (),
                 uuid,
                 pid,
                 memory,
@@ -197,7 +198,6 @@ class DeviceReader:
                 ci if mig_enabled and ci != _NO_INSTANCE else None,
                 None if util is None else util.get(pid, 0.0),
                 window_s,
-                (),
                 busy(pid),
                 None if util is None else mem(pid, 0.0),
             )

@@ -287,10 +287,9 @@ POSITIONAL = ((new_process_sample, GpuProcessSample), (new_share, GpuShare), (ne
 
 @pytest.mark.parametrize(("make", "record_class"), POSITIONAL, ids=lambda x: getattr(x, "__name__", ""))
 def test_positional_constructor_makes_the_record_the_keyword_one_makes(make: Any, record_class: type[Record]) -> None:
-    # The hot paths' constructors take every field by position, in their stub's order (not the class's).
+    # The hot paths' constructors take every field by position, in the class's own field order.
     names = list(inspect.signature(make).parameters)
-    assert sorted(names) == sorted(f.name for f in dataclasses.fields(record_class))
-    assert names != [f.name for f in dataclasses.fields(record_class)]  # so the order really is the stub's
+    assert names == [f.name for f in dataclasses.fields(record_class)]
     given = {name: f"value-{i}" for i, name in enumerate(names)}
     record: Any = make(*given.values())  # (Any: the values are stand-ins of the wrong types)
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -320,3 +319,14 @@ def test_positional_refuses_a_stub_that_is_not_the_fields() -> None:
 
     with pytest.raises(TypeError, match="bogus"):
         _positional(Totals)(extra)
+
+
+def test_positional_refuses_a_stub_in_another_order_than_the_class() -> None:
+    # The very fields, but ``extra`` after ``start`` rather than after ``time`` as Record declares it: a
+    # positional call would then read unlike the class, so the stub is refused when it is decorated.
+    def reordered(time: Timestamp, scope: str, key: str, device_id: str, energy_mj: int, power_w: float,
+                  state: str, start: None, extra: tuple[()]) -> Totals:  # fmt: skip
+        raise NotImplementedError
+
+    with pytest.raises(TypeError, match=r"reordered: parameters .* are not the fields of Totals in its order"):
+        _positional(Totals)(reordered)
