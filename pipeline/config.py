@@ -335,6 +335,30 @@ def _shared_receiver_intervals(pipelines: Mapping[str, PipelineConfig], source: 
 
 
 def _validate(source: YamlSource, registry: Registry, environ: Mapping[str, str] | None) -> Config:
+    top, errors = _top_level(source)
+    built, component_errors = _component_configs(top, source, registry)
+    errors += component_errors
+    errors += _pipeline_references(top, source)
+    errors += _unused_components(top, source)
+    errors += _shared_receiver_intervals(top.service.pipelines, source)
+    if errors:
+        raise ConfigError(errors)
+    service = top.service
+    if not service.node_name:
+        service = service.model_copy(
+            update={"node_name": default_node_name(environ if environ is not None else os.environ)}
+        )
+    return Config(
+        source_name=source.name,
+        receivers=built["receiver"],
+        processors=built["processor"],
+        exporters=built["exporter"],
+        service=service,
+    )
+
+
+def _top_level(source: YamlSource) -> tuple[_TopLevel, list[str]]:
+    """The four sections, parsed, and the problems with unknown ones (raises where the shape is wrong)."""
     errors: list[str] = []
     data = source.data
     if not isinstance(data, dict):
@@ -355,7 +379,14 @@ def _validate(source: YamlSource, registry: Registry, environ: Mapping[str, str]
     except ValidationError as exc:
         errors.extend(_pydantic_messages(exc, source, (), _TopLevel))
         raise ConfigError(errors) from None
+    return top, errors
 
+
+def _component_configs(
+    top: _TopLevel, source: YamlSource, registry: Registry
+) -> tuple[dict[ComponentKind, dict[str, ComponentConfig]], list[str]]:
+    """Each defined component's options, validated by its factory's config model; and the problems."""
+    errors: list[str] = []
     built: dict[ComponentKind, dict[str, ComponentConfig]] = {"receiver": {}, "processor": {}, "exporter": {}}
     for section, kind in KINDS:
         for cid_text, raw in getattr(top, section).items():
@@ -380,8 +411,12 @@ def _validate(source: YamlSource, registry: Registry, environ: Mapping[str, str]
                 built[kind][cid_text] = factory.config_model.model_validate(options)
             except ValidationError as exc:
                 errors.extend(_pydantic_messages(exc, source, path, factory.config_model))
+    return built, errors
 
-    used: dict[ComponentKind, set[str]] = {"receiver": set(), "processor": set(), "exporter": set()}
+
+def _pipeline_references(top: _TopLevel, source: YamlSource) -> list[str]:
+    """The pipelines' references to components: each defined, none listed twice in one pipeline."""
+    errors: list[str] = []
     for pname, pipe in top.service.pipelines.items():
         for section, kind in KINDS:
             ids: list[str] = getattr(pipe, section)
@@ -393,10 +428,19 @@ def _validate(source: YamlSource, registry: Registry, environ: Mapping[str, str]
                 if ref in seen:
                     errors.append(f"{where}: '{ref}' is listed twice in this pipeline")
                 seen.add(ref)
-                used[kind].add(ref)
                 if ref not in defined:
                     hint = _suggest(ref, defined)
                     errors.append(f"{where}: {kind} '{ref}' is not defined under {section}:{hint}")
+    return errors
+
+
+def _unused_components(top: _TopLevel, source: YamlSource) -> list[str]:
+    """A problem for each defined component that no pipeline lists."""
+    used: dict[ComponentKind, set[str]] = {"receiver": set(), "processor": set(), "exporter": set()}
+    for pipe in top.service.pipelines.values():
+        for section, kind in KINDS:
+            used[kind].update(getattr(pipe, section))
+    errors: list[str] = []
     for section, kind in KINDS:
         for cid_text in getattr(top, section):
             if cid_text not in used[kind]:
@@ -405,19 +449,4 @@ def _validate(source: YamlSource, registry: Registry, environ: Mapping[str, str]
                     f"{source.where(path)} {format_path(path)}: defined but not used in any pipeline "
                     f"(add it to a pipeline's {section} or remove it)"
                 )
-    errors.extend(_shared_receiver_intervals(top.service.pipelines, source))
-
-    if errors:
-        raise ConfigError(errors)
-    service = top.service
-    if not service.node_name:
-        service = service.model_copy(
-            update={"node_name": default_node_name(environ if environ is not None else os.environ)}
-        )
-    return Config(
-        source_name=source.name,
-        receivers=built["receiver"],
-        processors=built["processor"],
-        exporters=built["exporter"],
-        service=service,
-    )
+    return errors

@@ -111,75 +111,14 @@ def build(config: Config, registry: Registry, clock: Clock, telemetry: Telemetry
     state = StateStore(
         Path(sconf.path) if sconf.path else None, clock, config.service.node_name, sconf.checkpoint_interval
     )
-    errors: list[str] = []
-
-    def create(kind: ComponentKind, cid: str, pipeline: str | None) -> object | None:
-        factory = registry.get(kind, parse_component_id(cid).type)
-        assert factory is not None  # load_config resolved every type
-        logger = logging.getLogger(f"wattpipe.{kind}.{cid}")
-        ctx = CreateContext(
-            component_id=cid,
-            kind=kind,
-            clock=clock,
-            node_name=config.service.node_name,
-            logger=logger,
-            telemetry=telemetry.for_component(kind, cid, logger),
-            state=state,
-            pipeline=pipeline,
-        )
-        try:
-            return factory.create(ctx, config.components(kind)[cid])
-        except ConfigError as exc:
-            errors.extend(f"{config.source_name} {kind}s.{cid}: {m}" for m in exc.messages)
-        except Exception as exc:  # a plugin's constructor may raise anything; report it against its ID
-            errors.append(f"{config.source_name} {kind}s.{cid}: cannot be built: {exc}")
-        return None
-
-    receivers: dict[str, Receiver] = {}
-    for cid in config.receivers:
-        built = create("receiver", cid, None)
-        if built is not None:
-            if isinstance(built, Receiver):
-                receivers[cid] = built
-            else:
-                errors.append(f"{config.source_name} receivers.{cid}: is not a receiver (it has no async collect())")
-    exporters: dict[str, Exporter] = {}
-    for cid in config.exporters:
-        built = create("exporter", cid, None)
-        if built is not None:
-            if isinstance(built, Exporter):
-                exporters[cid] = built
-            else:
-                errors.append(f"{config.source_name} exporters.{cid}: is not an exporter (it has no async export())")
-
-    pipelines: list[BuiltPipeline] = []
-    for pname, pconf in config.service.pipelines.items():
-        procs: list[tuple[str, Processor]] = []
-        for cid in pconf.processors:
-            built = create("processor", cid, pname)
-            if built is None:
-                continue
-            if not isinstance(built, Processor):
-                errors.append(
-                    f"{config.source_name} processors.{cid}: is not a processor "
-                    "(it needs process(batch), needs and provides)"
-                )
-                continue
-            procs.append((cid, built))
-        recv = [(cid, receivers[cid]) for cid in pconf.receivers if cid in receivers]
-        if len(procs) == len(pconf.processors) and len(recv) == len(pconf.receivers):
-            errors.extend(f"{config.source_name} {m}" for m in check_order(pname, list(recv), list(procs), registry))
-        pipelines.append(
-            BuiltPipeline(
-                name=pname,
-                config=pconf,
-                receivers=tuple(recv),
-                processors=tuple(procs),
-                exporters=tuple((cid, exporters[cid]) for cid in pconf.exporters if cid in exporters),
-            )
-        )
-    if errors:
-        raise ConfigError(errors)
+    builder = _Builder(config, registry, clock, telemetry, state)
+    receivers = builder.receivers()
+    exporters = builder.exporters()
+    pipelines = [
+        builder.pipeline(pname, pconf, receivers, exporters) for pname, pconf in config.service.pipelines.items()
+    ]
+    if builder.errors:
+        raise ConfigError(builder.errors)
     for p in pipelines:
         telemetry.register_pipeline(p.name, p.config.interval)
     return Graph(
@@ -190,3 +129,90 @@ def build(config: Config, registry: Registry, clock: Clock, telemetry: Telemetry
         pipelines=tuple(pipelines),
         state=state,
     )
+
+
+class _Builder:
+    """Creates components for :func:`build`, collecting every problem (in config order) in ``errors``."""
+
+    def __init__(
+        self, config: Config, registry: Registry, clock: Clock, telemetry: Telemetry, state: StateStore
+    ) -> None:
+        self.config, self.registry, self.clock, self.telemetry, self.state = config, registry, clock, telemetry, state
+        self.errors: list[str] = []
+
+    def create(self, kind: ComponentKind, cid: str, pipeline: str | None) -> object | None:
+        config = self.config
+        factory = self.registry.get(kind, parse_component_id(cid).type)
+        assert factory is not None  # load_config resolved every type
+        logger = logging.getLogger(f"wattpipe.{kind}.{cid}")
+        ctx = CreateContext(
+            component_id=cid,
+            kind=kind,
+            clock=self.clock,
+            node_name=config.service.node_name,
+            logger=logger,
+            telemetry=self.telemetry.for_component(kind, cid, logger),
+            state=self.state,
+            pipeline=pipeline,
+        )
+        try:
+            return factory.create(ctx, config.components(kind)[cid])
+        except ConfigError as exc:
+            self.errors.extend(f"{config.source_name} {kind}s.{cid}: {m}" for m in exc.messages)
+        except Exception as exc:  # a plugin's constructor may raise anything; report it against its ID
+            self.errors.append(f"{config.source_name} {kind}s.{cid}: cannot be built: {exc}")
+        return None
+
+    def receivers(self) -> dict[str, Receiver]:
+        receivers: dict[str, Receiver] = {}
+        for cid in self.config.receivers:
+            built = self.create("receiver", cid, None)
+            if built is not None:
+                if isinstance(built, Receiver):
+                    receivers[cid] = built
+                else:
+                    self.errors.append(
+                        f"{self.config.source_name} receivers.{cid}: is not a receiver (it has no async collect())"
+                    )
+        return receivers
+
+    def exporters(self) -> dict[str, Exporter]:
+        exporters: dict[str, Exporter] = {}
+        for cid in self.config.exporters:
+            built = self.create("exporter", cid, None)
+            if built is not None:
+                if isinstance(built, Exporter):
+                    exporters[cid] = built
+                else:
+                    self.errors.append(
+                        f"{self.config.source_name} exporters.{cid}: is not an exporter (it has no async export())"
+                    )
+        return exporters
+
+    def pipeline(
+        self, pname: str, pconf: PipelineConfig, receivers: dict[str, Receiver], exporters: dict[str, Exporter]
+    ) -> BuiltPipeline:
+        """One pipeline: its processors built, and their order checked where every component was built."""
+        source_name = self.config.source_name
+        procs: list[tuple[str, Processor]] = []
+        for cid in pconf.processors:
+            built = self.create("processor", cid, pname)
+            if built is None:
+                continue
+            if not isinstance(built, Processor):
+                self.errors.append(
+                    f"{source_name} processors.{cid}: is not a processor (it needs process(batch), needs and provides)"
+                )
+                continue
+            procs.append((cid, built))
+        recv = [(cid, receivers[cid]) for cid in pconf.receivers if cid in receivers]
+        if len(procs) == len(pconf.processors) and len(recv) == len(pconf.receivers):
+            order = check_order(pname, list(recv), list(procs), self.registry)
+            self.errors.extend(f"{source_name} {m}" for m in order)
+        return BuiltPipeline(
+            name=pname,
+            config=pconf,
+            receivers=tuple(recv),
+            processors=tuple(procs),
+            exporters=tuple((cid, exporters[cid]) for cid in pconf.exporters if cid in exporters),
+        )

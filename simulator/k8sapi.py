@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 from urllib.parse import parse_qs, urlsplit
 
 import yaml
@@ -60,7 +60,7 @@ from simulator._k8s_objects import (
 )
 from simulator._loopback import LoopbackHttp
 from simulator.node import SimulatedNode
-from simulator.scenario import Pod
+from simulator.scenario import Container, Pod
 
 __all__ = ["K8sApiOptions", "K8sApiServer", "container_id", "start_k8s_api"]
 
@@ -188,40 +188,9 @@ class K8sApiServer:
             metadata["annotations"] = annotations
         if deleted is not None:
             metadata["deletionTimestamp"] = rfc3339(wall(deleted.t_s))
-        containers, statuses = [], []
-        for container in pod.containers:
-            image = f"registry.sim.local/{pod.namespace}/{container.name}:v1"
-            spec: Json = {"name": container.name, "image": image}
-            limits = Counter(device.resource for device in container.devices)
-            if limits:
-                amounts = {resource: str(count) for resource, count in limits.items()}
-                spec["resources"] = {"limits": amounts, "requests": dict(amounts)}
-            containers.append(spec)
-            state: Json = {"running": {"startedAt": started}}
-            if deleted is not None:
-                finished = rfc3339(wall(deleted.t_s))
-                state = {
-                    "terminated": {
-                        "exitCode": 0,
-                        "reason": "Completed",
-                        "startedAt": started,
-                        "finishedAt": finished,
-                        "containerID": container_id(container),
-                    }
-                }
-            digest = hashlib.sha256(image.encode()).hexdigest()
-            statuses.append(
-                {
-                    "name": container.name,
-                    "containerID": container_id(container),
-                    "image": image,
-                    "imageID": f"registry.sim.local/{pod.namespace}/{container.name}@sha256:{digest}",
-                    "ready": deleted is None,
-                    "started": deleted is None,
-                    "restartCount": 0,
-                    "state": state,
-                }
-            )
+        finished = None if deleted is None else rfc3339(wall(deleted.t_s))
+        containers = [_container_spec(pod, container) for container in pod.containers]
+        statuses = [_container_status(pod, container, started, finished) for container in pod.containers]
         return {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -281,134 +250,182 @@ class K8sApiServer:
         return fault if isinstance(fault, K8sApiFault) else None
 
 
+def _image(pod: Pod, container: Container) -> str:
+    return f"registry.sim.local/{pod.namespace}/{container.name}:v1"
+
+
+def _container_spec(pod: Pod, container: Container) -> Json:
+    """A container's entry in the pod's ``spec.containers``: its image and its device limits."""
+    spec: Json = {"name": container.name, "image": _image(pod, container)}
+    limits = Counter(device.resource for device in container.devices)
+    if limits:
+        amounts = {resource: str(count) for resource, count in limits.items()}
+        spec["resources"] = {"limits": amounts, "requests": dict(amounts)}
+    return spec
+
+
+def _container_status(pod: Pod, container: Container, started: str, finished: str | None) -> Json:
+    """A container's entry in ``status.containerStatuses``: running, or (``finished``) terminated."""
+    image = _image(pod, container)
+    state: Json = {"running": {"startedAt": started}}
+    if finished is not None:
+        state = {
+            "terminated": {
+                "exitCode": 0,
+                "reason": "Completed",
+                "startedAt": started,
+                "finishedAt": finished,
+                "containerID": container_id(container),
+            }
+        }
+    digest = hashlib.sha256(image.encode()).hexdigest()
+    return {
+        "name": container.name,
+        "containerID": container_id(container),
+        "image": image,
+        "imageID": f"registry.sim.local/{pod.namespace}/{container.name}@sha256:{digest}",
+        "ready": finished is None,
+        "started": finished is None,
+        "restartCount": 0,
+        "state": state,
+    }
+
+
 def _handler(api: K8sApiServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"  # keep-alive like the real server; watches need chunked encoding
+    """The request handler class for ``api`` (http.server makes one instance per connection)."""
+    return type("Handler", (_Handler,), {"api": api})
 
-        def setup(self) -> None:
-            super().setup()
-            # Go servers set TCP_NODELAY; without it, headers and body in two writes wait on delayed ACKs.
-            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            with api._lock:
-                api._connections.add(self.connection)
 
-        def finish(self) -> None:
-            with api._lock:
-                api._connections.discard(self.connection)
-            super().finish()
+class _Handler(BaseHTTPRequestHandler):
+    """The API server's pod endpoints; ``api`` is set on the subclass :func:`_handler` makes."""
 
-        def do_GET(self) -> None:
-            url = urlsplit(self.path)
-            query = {key: values[-1] for key, values in parse_qs(url.query, keep_blank_values=True).items()}
-            parts = url.path.strip("/").split("/")
-            watch = query.get("watch", "").lower() in ("true", "1")
-            if parts[:3] == ["api", "v1", "pods"] and len(parts) == 3:
-                namespace, name = None, None
-            elif parts[:3] == ["api", "v1", "namespaces"] and len(parts) in (5, 6) and parts[4] == "pods":
-                namespace, name = parts[3], (parts[5] if len(parts) == 6 else None)
-            else:
-                self._json(404, status_object(404, "NotFound", "the server could not find the requested resource"))
-                return
-            with api._lock:
-                api.requests["watch" if watch and name is None else "list" if name is None else "get"] += 1
-            fault = api._fault()
-            if fault is not None and fault.kind == "down":
-                self._json(503, status_object(503, "ServiceUnavailable", "the API server is down (simulated)"))
-                return
-            if fault is not None and fault.kind == "slow":
-                api._stopping.wait(fault.delay_s)  # network latency in real seconds; close() cuts it short
-            try:
-                if name is not None:
-                    pod = api._find_pod(parts[3], name)
-                    if pod is None:
-                        status = status_object(404, "NotFound", f'pods "{name}" not found')
-                        status["details"] = {"name": name, "kind": "pods"}
-                        self._json(404, status)
-                    else:
-                        self._json(200, pod)
-                elif watch:
-                    self._watch(query, api._selected(query, namespace))
+    api: ClassVar[K8sApiServer]
+    protocol_version = "HTTP/1.1"  # keep-alive like the real server; watches need chunked encoding
+
+    def setup(self) -> None:
+        super().setup()
+        # Go servers set TCP_NODELAY; without it, headers and body in two writes wait on delayed ACKs.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with self.api._lock:
+            self.api._connections.add(self.connection)
+
+    def finish(self) -> None:
+        with self.api._lock:
+            self.api._connections.discard(self.connection)
+        super().finish()
+
+    def do_GET(self) -> None:
+        api = self.api
+        url = urlsplit(self.path)
+        query = {key: values[-1] for key, values in parse_qs(url.query, keep_blank_values=True).items()}
+        parts = url.path.strip("/").split("/")
+        watch = query.get("watch", "").lower() in ("true", "1")
+        if parts[:3] == ["api", "v1", "pods"] and len(parts) == 3:
+            namespace, name = None, None
+        elif parts[:3] == ["api", "v1", "namespaces"] and len(parts) in (5, 6) and parts[4] == "pods":
+            namespace, name = parts[3], (parts[5] if len(parts) == 6 else None)
+        else:
+            self._json(404, status_object(404, "NotFound", "the server could not find the requested resource"))
+            return
+        with api._lock:
+            api.requests["watch" if watch and name is None else "list" if name is None else "get"] += 1
+        fault = api._fault()
+        if fault is not None and fault.kind == "down":
+            self._json(503, status_object(503, "ServiceUnavailable", "the API server is down (simulated)"))
+            return
+        if fault is not None and fault.kind == "slow":
+            api._stopping.wait(fault.delay_s)  # network latency in real seconds; close() cuts it short
+        try:
+            if name is not None:
+                pod = api._find_pod(parts[3], name)
+                if pod is None:
+                    status = status_object(404, "NotFound", f'pods "{name}" not found')
+                    status["details"] = {"name": name, "kind": "pods"}
+                    self._json(404, status)
                 else:
-                    self._json(200, api._pod_list(query, namespace))
-            except BadRequest as err:
-                self._json(400, status_object(400, "BadRequest", str(err)))
+                    self._json(200, pod)
+            elif watch:
+                self._watch(query, api._selected(query, namespace))
+            else:
+                self._json(200, api._pod_list(query, namespace))
+        except BadRequest as err:
+            self._json(400, status_object(400, "BadRequest", str(err)))
 
-        def _json(self, code: int, body: Json) -> None:
-            data = json.dumps(body, separators=(",", ":")).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self._write(data)
+    def _json(self, code: int, body: Json) -> None:
+        data = json.dumps(body, separators=(",", ":")).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self._write(data)
 
-        def _watch(self, query: Mapping[str, str], selected: Callable[[Pod], bool]) -> None:
-            timeline, options = api._timeline, api.options
-            try:
-                timeout_s = float(query.get("timeoutSeconds") or options.default_watch_timeout_s)
-                since = query.get("resourceVersion", "")
-                from_count = int(since) - BASE_RV if since not in ("", "0") else None
-            except ValueError:
-                raise BadRequest(f"resourceVersion and timeoutSeconds must be numbers: {query}") from None
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Transfer-Encoding", "chunked")
-            self.end_headers()
-            end_t_s, end_real_s = api.node.t_s() + timeout_s, time.monotonic() + timeout_s
-            sent = timeline.happened(api.node.t_s())
-            if from_count is None:  # "most recent": synthetic ADDED for the current state, then changes
-                initial = [e for e in timeline.present(sent) if selected(e.pod)]
-                if not all(self._event("ADDED", api._pod(e)) for e in initial):
-                    return
-            elif options.history_events is not None and from_count < sent - options.history_events:
-                message = f"too old resource version: {since} ({BASE_RV + sent - options.history_events})"
-                self._event("ERROR", status_object(410, "Expired", message))
+    def _watch(self, query: Mapping[str, str], selected: Callable[[Pod], bool]) -> None:
+        api = self.api
+        timeline, options = api._timeline, api.options
+        try:
+            timeout_s = float(query.get("timeoutSeconds") or options.default_watch_timeout_s)
+            since = query.get("resourceVersion", "")
+            from_count = int(since) - BASE_RV if since not in ("", "0") else None
+        except ValueError:
+            raise BadRequest(f"resourceVersion and timeoutSeconds must be numbers: {query}") from None
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        end_t_s, end_real_s = api.node.t_s() + timeout_s, time.monotonic() + timeout_s
+        sent = timeline.happened(api.node.t_s())
+        if from_count is None:  # "most recent": synthetic ADDED for the current state, then changes
+            initial = [e for e in timeline.present(sent) if selected(e.pod)]
+            if not all(self._event("ADDED", api._pod(e)) for e in initial):
+                return
+        elif options.history_events is not None and from_count < sent - options.history_events:
+            message = f"too old resource version: {since} ({BASE_RV + sent - options.history_events})"
+            self._event("ERROR", status_object(410, "Expired", message))
+            self._end()
+            return
+        else:
+            sent = max(0, from_count)
+        live = {id(e.pod): e for e in timeline.events if e.type == "ADDED"}
+        while True:
+            t_s = api.node.t_s()
+            fault = api._fault()
+            if api._stopping.is_set() or (fault is not None and fault.kind == "down"):
+                self.close_connection = True  # no final chunk: the client sees the stream break
+                return
+            upto = timeline.happened(min(t_s, end_t_s))
+            for event in timeline.events[sent:upto]:
+                if selected(event.pod):
+                    added = live[id(event.pod)]
+                    obj = api._pod(event) if event.type == "ADDED" else api._pod(added, event)
+                    if not self._event(event.type, obj):
+                        return
+            sent = max(sent, upto)
+            if t_s >= end_t_s or time.monotonic() >= end_real_s:
+                if query.get("allowWatchBookmarks", "").lower() in ("true", "1"):
+                    rv = {"resourceVersion": str(BASE_RV + sent)}
+                    self._event("BOOKMARK", {"kind": "Pod", "apiVersion": "v1", "metadata": rv})
                 self._end()
                 return
-            else:
-                sent = max(0, from_count)
-            live = {id(e.pod): e for e in timeline.events if e.type == "ADDED"}
-            while True:
-                t_s = api.node.t_s()
-                fault = api._fault()
-                if api._stopping.is_set() or (fault is not None and fault.kind == "down"):
-                    self.close_connection = True  # no final chunk: the client sees the stream break
-                    return
-                upto = timeline.happened(min(t_s, end_t_s))
-                for event in timeline.events[sent:upto]:
-                    if selected(event.pod):
-                        added = live[id(event.pod)]
-                        obj = api._pod(event) if event.type == "ADDED" else api._pod(added, event)
-                        if not self._event(event.type, obj):
-                            return
-                sent = max(sent, upto)
-                if t_s >= end_t_s or time.monotonic() >= end_real_s:
-                    if query.get("allowWatchBookmarks", "").lower() in ("true", "1"):
-                        rv = {"resourceVersion": str(BASE_RV + sent)}
-                        self._event("BOOKMARK", {"kind": "Pod", "apiVersion": "v1", "metadata": rv})
-                    self._end()
-                    return
-                api._stopping.wait(options.watch_poll_s)
+            api._stopping.wait(options.watch_poll_s)
 
-        def _event(self, kind: str, obj: Json) -> bool:
-            line = json.dumps({"type": kind, "object": obj}, separators=(",", ":")).encode() + b"\n"
-            return self._write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
+    def _event(self, kind: str, obj: Json) -> bool:
+        line = json.dumps({"type": kind, "object": obj}, separators=(",", ":")).encode() + b"\n"
+        return self._write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
 
-        def _end(self) -> None:
-            self._write(b"0\r\n\r\n")
+    def _end(self) -> None:
+        self._write(b"0\r\n\r\n")
 
-        def _write(self, data: bytes) -> bool:
-            try:
-                self.wfile.write(data)
-                self.wfile.flush()
-            except OSError:  # the client went away (BrokenPipe, ConnectionReset) or close() cut us off
-                self.close_connection = True
-                return False
-            return True
+    def _write(self, data: bytes) -> bool:
+        try:
+            self.wfile.write(data)
+            self.wfile.flush()
+        except OSError:  # the client went away (BrokenPipe, ConnectionReset) or close() cut us off
+            self.close_connection = True
+            return False
+        return True
 
-        def log_message(self, format: str, *args: Any) -> None:
-            return  # no access log on stderr
-
-    return Handler
+    def log_message(self, format: str, *args: Any) -> None:
+        return  # no access log on stderr
 
 
 def start_k8s_api(node: SimulatedNode, options: K8sApiOptions | None = None) -> K8sApiServer:

@@ -72,6 +72,36 @@ class TruthCollector:
 def truth_report(collector: TruthCollector, node: simulator.SimulatedNode) -> dict[str, Any]:
     """The simulate report: attributed energy beside the ground truth, per device, process, container, pod."""
     t_s = node.t_s()
+    processes, by_container, by_pod = _process_rows(collector, node, t_s)
+    for container, sums in by_container.items():
+        sums[0] = node.truth.container_energy_j(container, t_s)
+    for (namespace, pod), sums in by_pod.items():
+        sums[0] = node.truth.pod_energy_j(namespace, pod, t_s)
+    return {
+        "ticks": collector.ticks,
+        "simulated_s": t_s,
+        "devices": _device_rows(collector, node),
+        "processes": processes,
+        "containers": [
+            {
+                "namespace": c.split("/")[0],
+                "pod": c.split("/")[1],
+                "name": c.split("/")[2],
+                "true_j": s[0],
+                "true_unattributable_j": s[2],
+                "attributed_j": s[1],
+            }
+            for c, s in sorted(by_container.items())
+        ],
+        "pods": [
+            {"namespace": ns, "name": pod, "true_j": s[0], "true_unattributable_j": s[2], "attributed_j": s[1]}
+            for (ns, pod), s in sorted(by_pod.items())
+        ],
+    }
+
+
+def _device_rows(collector: TruthCollector, node: simulator.SimulatedNode) -> list[dict[str, Any]]:
+    """Per device: the counter's energy, how it was split, and the true idle power beside the detected one."""
     uuids = [g.uuid for g in node.scenario.gpus]
     devices = []
     for uuid, d in sorted(collector.device.items()):
@@ -92,6 +122,15 @@ def truth_report(collector: TruthCollector, node: simulator.SimulatedNode) -> di
                 "detected_idle_source": collector.idle_source.get(uuid),
             }
         )
+    return devices
+
+
+def _process_rows(
+    collector: TruthCollector, node: simulator.SimulatedNode, t_s: float
+) -> tuple[list[dict[str, Any]], dict[str, list[float]], dict[tuple[str, str], list[float]]]:
+    """Per (process, device): true and attributed energy; and per container and pod, the attributed and
+    true-unattributable sums ([true (filled by the caller), attributed, unattributable], J)."""
+    uuids = [g.uuid for g in node.scenario.gpus]
     processes = []
     by_container: dict[str, list[float]] = {}
     by_pod: dict[tuple[str, str], list[float]] = {}
@@ -122,31 +161,7 @@ def truth_report(collector: TruthCollector, node: simulator.SimulatedNode) -> di
             ):
                 sums[1] += mj / 1000
                 sums[2] += unattributable_j
-    for container, sums in by_container.items():
-        sums[0] = node.truth.container_energy_j(container, t_s)
-    for (namespace, pod), sums in by_pod.items():
-        sums[0] = node.truth.pod_energy_j(namespace, pod, t_s)
-    return {
-        "ticks": collector.ticks,
-        "simulated_s": t_s,
-        "devices": devices,
-        "processes": processes,
-        "containers": [
-            {
-                "namespace": c.split("/")[0],
-                "pod": c.split("/")[1],
-                "name": c.split("/")[2],
-                "true_j": s[0],
-                "true_unattributable_j": s[2],
-                "attributed_j": s[1],
-            }
-            for c, s in sorted(by_container.items())
-        ],
-        "pods": [
-            {"namespace": ns, "name": pod, "true_j": s[0], "true_unattributable_j": s[2], "attributed_j": s[1]}
-            for (ns, pod), s in sorted(by_pod.items())
-        ],
-    }
+    return processes, by_container, by_pod
 
 
 def _true_in(windows: list[tuple[float, float]], pid: int, node: simulator.SimulatedNode) -> float:

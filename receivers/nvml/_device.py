@@ -13,7 +13,7 @@ from pipeline.clock import Timestamp
 from pipeline.records import DeviceSample, GpuProcessSample, MigInstance, new_process_sample
 from receivers.nvml._errors import DeviceLost, NotFound, NotSupported, NvmlFailure, nvml_call
 from receivers.nvml._mig import MigLayout
-from receivers.nvml._raw import ProcessList, UtilisationSamples
+from receivers.nvml._raw import ProcessEntry, ProcessList, UtilisationSamples
 
 __all__ = ["COMPUTE_MODES", "DeviceReader", "Reading", "integrate_utilisation"]
 
@@ -100,6 +100,20 @@ class Reading:
     instances: list[MigInstance] = field(default_factory=list)
 
 
+def _optional(problems: list[str], fn: Callable[..., T], *args: Any) -> T | None:
+    """``fn(*args)`` through NVML's error mapping, ``None`` where the device does not support it or the
+    call failed (the failure noted in ``problems``); a lost device still raises."""
+    try:
+        return nvml_call(fn, *args)
+    except NotSupported:
+        return None
+    except DeviceLost:
+        raise
+    except NvmlFailure as exc:
+        problems.append(str(exc))
+        return None
+
+
 @dataclass
 class DeviceReader:
     """One GPU's handle and the state its reads carry from tick to tick."""
@@ -120,33 +134,36 @@ class DeviceReader:
 
     def read(self, now: Timestamp) -> Reading:
         problems: list[str] = []
+        device = self._device_sample(now, problems)
+        procs = _optional(problems, self.list_processes, self.handle)
+        if procs is None:
+            # Unknown, not empty: "nobody on it" would let idle learn busy power and bill no one.
+            return Reading(dataclasses.replace(device, processes_known=False), [], problems)
+        mig_enabled = device.mig_enabled is True  # (always a bool here: this reader read the mode)
+        processes = self._process_samples(now, procs, mig_enabled, problems)
+        instances: list[MigInstance] = []
+        if mig_enabled:
+            instances = self._mig_instances(now, processes, problems)
+        else:
+            self.mig_layout.forget()
+        return Reading(device, processes, problems, instances)
 
-        def optional(fn: Callable[..., T], *args: Any) -> T | None:
-            try:
-                return nvml_call(fn, *args)
-            except NotSupported:
-                return None
-            except DeviceLost:
-                raise
-            except NvmlFailure as exc:
-                problems.append(str(exc))
-                return None
-
+    def _device_sample(self, now: Timestamp, problems: list[str]) -> DeviceSample:
+        """The device's own readings: power, energy counter, compute and MIG mode, utilisation."""
         # Power first: if the GPU is gone, this is where we learn it (DeviceLost propagates).
         power_mw = nvml_call(pynvml.nvmlDeviceGetPowerUsage, self.handle)
-        energy_mj = optional(pynvml.nvmlDeviceGetTotalEnergyConsumption, self.handle)
-        mode = optional(pynvml.nvmlDeviceGetComputeMode, self.handle)
-        mig = optional(pynvml.nvmlDeviceGetMigMode, self.handle)
+        energy_mj = _optional(problems, pynvml.nvmlDeviceGetTotalEnergyConsumption, self.handle)
+        mode = _optional(problems, pynvml.nvmlDeviceGetComputeMode, self.handle)
+        mig = _optional(problems, pynvml.nvmlDeviceGetMigMode, self.handle)
         mig_enabled = bool(mig[0] == pynvml.NVML_DEVICE_MIG_ENABLE) if mig is not None else False
         # The device's own utilisation: lets the idle processor tell a quiet tick from one whose work the
         # process listing cannot see. Not on MIG (NVML does not support it there).
         rates = (
-            optional(pynvml.nvmlDeviceGetUtilizationRates, self.handle)
+            _optional(problems, pynvml.nvmlDeviceGetUtilizationRates, self.handle)
             if self.read_utilisation and not mig_enabled
             else None
         )
-
-        device = DeviceSample(
+        return DeviceSample(
             time=now,
             device_id=self.uuid,
             device_index=self.index,
@@ -159,11 +176,12 @@ class DeviceReader:
             counter_epoch=self.epoch,
             util=rates.gpu / 100.0 if rates is not None else None,
         )
-        procs = optional(self.list_processes, self.handle)
-        if procs is None:
-            # Unknown, not empty: "nobody on it" would let idle learn busy power and bill no one.
-            return Reading(dataclasses.replace(device, processes_known=False), [], problems)
 
+    def _process_samples(
+        self, now: Timestamp, procs: list[ProcessEntry], mig_enabled: bool, problems: list[str]
+    ) -> list[GpuProcessSample]:
+        """One record per listed process (with its utilisation over the tick), plus one per process busy
+        in the tick but gone from the listing by its end."""
         util: dict[int, float] | None = None
         window_s: float | None = None
         self.busy_means.clear()
@@ -203,33 +221,34 @@ class DeviceReader:
             )
             for pid, memory, gi, ci in procs
         ]
-        instances: list[MigInstance] = []
-        if mig_enabled:
-            try:
-                layout = self.mig_layout.current(
-                    self.handle,
-                    now.monotonic_s,
-                    {p.gpu_instance_id for p in processes if p.gpu_instance_id is not None},
-                )
-            except DeviceLost:
-                raise
-            except NvmlFailure as exc:
-                problems.append(f"MIG layout: {exc}")
-                layout = {}
-            instances = [
-                MigInstance(
-                    time=now,
-                    device_id=self.uuid,
-                    gpu_instance_id=slot.gpu_instance_id,
-                    profile=slot.profile,
-                    compute_slices=slot.compute_slices,
-                    mig_uuid=slot.mig_uuid,
-                )
-                for slot in sorted(layout.values(), key=lambda s: s.gpu_instance_id)
-            ]
-        else:
-            self.mig_layout.forget()
-        return Reading(device, processes, problems, instances)
+        return processes
+
+    def _mig_instances(
+        self, now: Timestamp, processes: list[GpuProcessSample], problems: list[str]
+    ) -> list[MigInstance]:
+        """The device's GPU instances (MIG enabled), from the layout cache; none where it cannot be read."""
+        try:
+            layout = self.mig_layout.current(
+                self.handle,
+                now.monotonic_s,
+                {p.gpu_instance_id for p in processes if p.gpu_instance_id is not None},
+            )
+        except DeviceLost:
+            raise
+        except NvmlFailure as exc:
+            problems.append(f"MIG layout: {exc}")
+            layout = {}
+        return [
+            MigInstance(
+                time=now,
+                device_id=self.uuid,
+                gpu_instance_id=slot.gpu_instance_id,
+                profile=slot.profile,
+                compute_slices=slot.compute_slices,
+                mig_uuid=slot.mig_uuid,
+            )
+            for slot in sorted(layout.values(), key=lambda s: s.gpu_instance_id)
+        ]
 
     def _utilisation(self, now: Timestamp, problems: list[str]) -> tuple[dict[int, float] | None, float | None]:
         # The window is the tick: from the previous read, or from the newest sample already used if that
