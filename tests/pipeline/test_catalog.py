@@ -16,14 +16,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.catalog import (
-    _LABEL_CACHE_MIN,
     ATTRIBUTES,
     DEVICE_DERIVED,
     FAMILIES,
     NODE,
     Family,
     Scheme,
-    _plan,
     device_attributes,
     label_name,
     labelled_columns,
@@ -32,6 +30,7 @@ from pipeline.catalog import (
     prometheus_name,
 )
 from pipeline.clock import Timestamp
+from pipeline.labels import _LABEL_CACHE_MIN, _plan
 from pipeline.records import (
     Batch,
     DevicePower,

@@ -1,0 +1,495 @@
+"""Turning a Batch into one family's labelled values, the same way for every exporter, so the Prometheus
+and OTLP exporters cannot disagree about what a series is.
+
+Label rules, in order:
+
+1. the family's ``labels``, each from the record's attributes (after the batch's label actions), from a
+   record field (``compute_mode``, ``mode``), or derived from the device (``device_index``: records
+   that know only a ``device_id``, such as Totals and GpuShare, get it from the device records of the
+   same batch, or of an earlier one, so a series keeps its label set while its device is not read);
+2. every other attribute a record carries that is not part of its identity (``extra``, and keys that
+   label actions inserted or renamed), under its name in the scheme or, if the catalog does not know
+   it, under its own name; these never override the family's own labels;
+3. the node: ``node_name`` (Kepler) / ``k8s.node.name`` (OpenTelemetry), added by the exporter.
+
+Absent values are never rendered: a label whose value is unknown is left out, and a record whose field
+is ``None`` yields no point (absent is not zero).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import operator
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Literal, NamedTuple
+
+from pipeline.families import DEVICE_DERIVED, Family, Scheme, label_name
+from pipeline.records import Attrs, Batch, DevicePower, DeviceSample, DeviceTotals, Record
+
+__all__ = [
+    "Columns",
+    "Point",
+    "device_attributes",
+    "labelled_columns",
+    "labelled_values",
+    "points",
+    "remember_devices",
+]
+
+_LABEL_CACHE_MIN = 1024
+"""A family's label cache is renewed when it outgrows twice the series of its last call, or this."""
+
+# --- turning a batch into points ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """One labelled value of a family (labels under the scheme's names, node not included).
+
+    ``labels`` is read-only and reused from tick to tick: a record with the same identity, extras, label
+    actions and device gives the same mapping object while the catalog's (bounded) cache keeps it. An
+    exporter may therefore cache what it derives from a series' labels by the mapping's identity, as long
+    as it holds on to the mapping.
+    """
+
+    labels: Mapping[str, str]
+    value: float
+    record: Record
+
+
+def _text(value: object) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+def device_attributes(batch: Batch) -> dict[str, dict[str, str]]:
+    """device_id → its :data:`DEVICE_DERIVED` attributes, from the batch's device records."""
+    out: dict[str, dict[str, str]] = {}
+    records: tuple[DeviceSample | DevicePower | DeviceTotals, ...] = (
+        *batch.devices,
+        *batch.device_power,
+        *batch.device_totals,
+    )
+    for record in records:
+        known = out.setdefault(record.device_id, {})
+        for name in DEVICE_DERIVED:
+            value = getattr(record, name)
+            if value is not None:
+                known[name] = _text(value)
+    return out
+
+
+def remember_devices(devices: dict[str, dict[str, str]], batch: Batch, limit: int = 1024) -> None:
+    """Merge ``batch``'s :func:`device_attributes` into ``devices``, an exporter's memory of them.
+
+    An attributed series' gpu label comes from the device records; remembering them keeps the label (and so
+    the series) stable through a tick in which the device was not read. Bounded: past ``limit`` device ids
+    the memory starts over (a node has a handful of GPUs).
+    """
+    current = device_attributes(batch)
+    if len(devices) + len(current) > limit:
+        devices.clear()
+    for device_id, attrs in current.items():
+        devices.setdefault(device_id, {}).update(attrs)
+
+
+def points(
+    family: Family, batch: Batch, scheme: Scheme, devices: Mapping[str, Mapping[str, str]] | None = None
+) -> Iterator[Point]:
+    """``family``'s points in ``batch``, one per label set (in the order of their first record; the last
+    record's value wins).
+
+    ``devices`` is :func:`device_attributes` of the batch, possibly merged with what earlier batches said.
+    """
+    for labels, value, record in labelled_values(family, batch, scheme, devices):
+        yield Point(labels, value, record)
+
+
+def labelled_values(
+    family: Family, batch: Batch, scheme: Scheme, devices: Mapping[str, Mapping[str, str]] | None = None
+) -> Collection[tuple[Mapping[str, str], float, Record]]:
+    """What :func:`points` yields, as ``(labels, value, record)`` triples: for exporters that render
+    thousands of series per tick and need no :class:`Point` for each (the labels are the same mappings)."""
+    return list(zip(*labelled_columns(family, batch, scheme, devices), strict=True))
+
+
+class Columns(NamedTuple):
+    """A family's points as three parallel sequences (what :func:`labelled_values` zips into triples)."""
+
+    labels: Sequence[Mapping[str, str]]
+    values: Sequence[float]
+    records: Sequence[Record]
+
+
+_NO_COLUMNS = Columns((), (), ())
+
+
+def labelled_columns(
+    family: Family, batch: Batch, scheme: Scheme, devices: Mapping[str, Mapping[str, str]] | None = None
+) -> Columns:
+    """:func:`labelled_values` as columns, for a renderer that takes the labels and the values apart anyway.
+
+    Written column by column (``map``/``zip`` over the records, which run in C) rather than as one loop
+    over the records: it runs for every series on every tick, and this halves its cost."""
+    plan = _plan(family, scheme)
+    # A record's labels depend only on its identity, extras and label-source fields, the batch's label
+    # actions and its device's attributes, never on its values: so they are cached across ticks (a series
+    # keeps its labels from tick to tick; only the value is new). Actions and devices enter the key as
+    # tokens, hashed once per call rather than once per record. Without label actions, a family that renders
+    # none of a record's other attributes is keyed by the fields its labels come from alone: a device's
+    # shares then make one key, not one per process.
+    plain = not batch.label_actions and plan.identify_plain is not None
+    records, device_ids, identities, extras = _shared_columns(plan, batch, plain)
+    if not records:
+        return _NO_COLUMNS
+    # The family's value (1 for an info family), scaled by its divisor; records without one have no point.
+    if plan.get_value is None:
+        values: list[float] = [1.0] * len(records)
+    else:
+        raw = list(map(plan.get_value, records))
+        if None in raw:
+            keep = [value is not None for value in raw]
+            records = list(itertools.compress(records, keep))
+            device_ids = list(itertools.compress(device_ids, keep))
+            identities = list(itertools.compress(identities, keep))
+            extras = list(itertools.compress(extras, keep))
+            raw = list(itertools.compress(raw, keep))
+        values = _scaled(raw, family.divisor)
+    devices = device_attributes(batch) if devices is None else devices
+    device_token = {device_id: _token(tuple(devices.get(device_id, {}).items())) for device_id in set(device_ids)}
+    actions = _token(batch.label_actions)
+    last = plan.cache.last
+    if (
+        last is not None
+        and last.actions == actions
+        and last.device_token == device_token
+        and last.device_ids == device_ids
+        and last.identities == identities
+        and last.extras == extras
+    ):
+        # The same records, in the same order, as the last call (a steady node, tick after tick): the same
+        # labels, found without a key per record (comparing the lists is a loop in C).
+        return _kept(last.found, values, records, last.kept)
+    keys = list(zip(identities, extras, itertools.repeat(actions), map(device_token.__getitem__, device_ids)))
+    found = _find(plan, keys, records, batch, devices, device_ids)
+    # One point per label set: records that collapse onto one series (a device's many shares, for the
+    # attribution mode) would otherwise be duplicate samples, which Prometheus and OTLP both reject. The
+    # last record's value wins; the series keeps the place of its first. Which positions are kept depends on
+    # the labels alone, so a steady node reuses them (above) with the labels.
+    last_of_series = dict(zip(map(_SERIES, found), itertools.count()))  # in first-seen order: the last position
+    kept = None if len(last_of_series) == len(found) else list(last_of_series.values())
+    plan.cache.used = len(last_of_series)
+    plan.cache.last = _LastCall(actions, device_token, device_ids, identities, extras, found, kept)
+    return _kept(found, values, records, kept)
+
+
+def _shared_columns(
+    plan: _Plan, batch: Batch, plain: bool
+) -> tuple[Sequence[Record], list[str], list[object], list[Attrs]]:
+    """The records ``plan``'s family selects in ``batch``, with their devices, cache identities and extras.
+
+    Families that select the same records and key them by the same fields (a process's joules and watts)
+    share these columns: worked out once per batch. Kept per pipeline, so pipelines that render in turn do
+    not undo each other's; only its latest batch, which its exporters hold anyway (keeping older ones alive
+    cost more in the garbage collector than the sharing saves)."""
+    source = getattr(batch, plan.field)
+    shared_key = (plan.field, plan.where, plan.wanted, plan.plain_names if plain else plan.key_names, batch.pipeline)
+    shared = _COLUMNS.get(shared_key)
+    if shared is not None and shared[0] is source:
+        return shared[1:]
+    identify = plan.identify_plain if plain and plan.identify_plain is not None else plan.identify
+    records = _selected(plan, batch)
+    device_ids = list(map(plan.device_of, records))
+    identities = list(map(identify, records))
+    extras = list(map(_EXTRA, records))
+    if len(_COLUMNS) >= _COLUMNS_MAX:
+        _COLUMNS.clear()
+    _COLUMNS[shared_key] = (source, records, device_ids, identities, extras)  # one assignment: thread-safe
+    return records, device_ids, identities, extras
+
+
+def _scaled(raw: list[Any], divisor: int) -> list[float]:
+    """The values as floats, divided by ``divisor``: an int or float divided by a float is the float that
+    ``float()`` and then the division would give, in one pass; any other number a custom component put in a
+    record (a ``Decimal``, a numeric text) goes through ``float()`` first, as every value once did."""
+    if divisor == 1:
+        return list(map(float, raw))
+    try:
+        return list(map(operator.truediv, raw, itertools.repeat(float(divisor))))
+    except TypeError:
+        return list(map(operator.truediv, map(float, raw), itertools.repeat(float(divisor))))
+
+
+def _kept(found: list[_Labels], values: list[float], records: Sequence[Record], kept: list[int] | None) -> Columns:
+    """The columns at the ``kept`` positions (``None``: all of them, no two records shared a series)."""
+    if kept is None:
+        return Columns(found, values, records)
+    return Columns([found[i] for i in kept], [values[i] for i in kept], [records[i] for i in kept])
+
+
+def _find(
+    plan: _Plan,
+    keys: Sequence[tuple[object, ...]],
+    records: Sequence[Record],
+    batch: Batch,
+    devices: Mapping[str, Mapping[str, str]],
+    device_ids: list[str],
+) -> list[_Labels]:
+    """The labels of each key, from the family's cache, made where it has none."""
+    cache, older = plan.cache.renewed()
+    found: list[_Labels | None] = list(map(cache.get, keys))
+    if None in found:
+        for i, labels in enumerate(found):
+            if labels is None:
+                key = keys[i]
+                labels = cache.get(key)  # an earlier record of this call may have made it
+                if labels is None:
+                    # A series still alive since the last renewal keeps its mapping (exporters key on its identity).
+                    labels = older.get(key)
+                    if labels is None:
+                        labels = plan.labels(records[i], batch, devices.get(device_ids[i], {}))
+                    cache[key] = labels
+                found[i] = labels
+    return found  # type: ignore[return-value]  # every None was replaced
+
+
+@dataclass(frozen=True, slots=True)
+class _LastCall:
+    """What a family's last call keyed its records by, and the labels it found (see labelled_values)."""
+
+    actions: int
+    device_token: dict[str, int]
+    device_ids: list[str]
+    identities: list[object]
+    extras: list[Attrs]
+    found: list[_Labels]
+    kept: list[int] | None
+    """The position of each series' last record, in the order the series first appear; ``None`` where no
+    two records shared a series (every position is kept)."""
+
+
+_EXTRA = operator.attrgetter("extra")
+_COLUMNS: dict[
+    tuple[object, ...], tuple[tuple[Record, ...], Sequence[Record], list[str], list[object], list[Attrs]]
+] = {}
+"""Per (batch field, where test, key fields, pipeline): the pipeline's last batch's record tuple and, from
+it, the records a family selects and their devices, identities and extras (see labelled_columns). A
+Batch's fields are tuples, so the same object is the same records; the entry holds it, so its identity
+is not reused."""
+_COLUMNS_MAX = 512  # a few dozen per pipeline; past this (many pipeline names over time) it starts over
+_SERIES = operator.attrgetter("series")
+
+
+class _LabelCache:
+    """One family's labels by record key, bounded by what is in use, not by what was ever seen.
+
+    Two generations: lookups go to ``current``, then ``older`` (a hit moves the entry back into
+    ``current``). When ``current`` outgrows twice the series of the last call (or ``_LABEL_CACHE_MIN``),
+    it becomes ``older`` and the previous ``older`` is dropped: the labels of processes that are gone
+    (a node with 20 new processes a tick) are forgotten within two renewals, while a live series keeps
+    its mapping object through any number of them.
+    """
+
+    __slots__ = ("current", "last", "older", "used")
+
+    def __init__(self) -> None:
+        self.current: dict[tuple[object, ...], _Labels] = {}
+        self.older: dict[tuple[object, ...], _Labels] = {}
+        self.used = 0
+        self.last: _LastCall | None = None  # replaced whole, in one assignment: safe across threads
+
+    def renewed(self) -> tuple[dict[tuple[object, ...], _Labels], dict[tuple[object, ...], _Labels]]:
+        if len(self.current) > max(_LABEL_CACHE_MIN, 2 * self.used):
+            self.older, self.current = self.current, {}
+        return self.current, self.older
+
+    def __len__(self) -> int:
+        return len(self.current) + len(self.older)
+
+
+class _Labels(dict[str, str]):
+    """A record's labels, cached: never modified once made, and carrying their order-free identity."""
+
+    __slots__ = ("series",)
+    series: str
+    """The label set, sorted and written out: equal for records that collapse onto one series (a string,
+    because a string keeps its hash: the points of a family are collapsed by it on every tick)."""
+
+    def __init__(self, labels: dict[str, str]) -> None:
+        super().__init__(labels)
+        self.series = repr(sorted(labels.items()))
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """How one family's labels are made in one scheme, worked out once (it is the same for every record)."""
+
+    family: Family
+    scheme: Scheme
+    field: str
+    """The Batch field its records are in."""
+    where: tuple[str, ...]
+    """The fields that ``family.where`` tests."""
+    wanted: tuple[str, ...]
+    """The values ``family.where`` wants in them, as text."""
+    labels_from: tuple[tuple[str, str, Literal["attribute", "field", "device"]], ...]  # attribute, name, source
+    aliases: Mapping[str, str]
+    identity: frozenset[str]
+    identify: Callable[[Record], object]
+    """The record fields its labels can depend on (identity attributes and label-source fields), as one key."""
+    identify_plain: Callable[[Record], object] | None
+    """For a family without extras, when the batch has no label actions: only the fields its labels are
+    read from (``None``: the same as ``identify``)."""
+    key_names: tuple[str, ...]
+    """The fields ``identify`` reads."""
+    plain_names: tuple[str, ...]
+    """The fields ``identify_plain`` reads."""
+    get_value: Callable[[Record], Any] | None
+    """The family's value field (``None``: an info family, always 1)."""
+    device_of: Callable[[Record], str]
+    """The record's ``device_id`` (``""`` for a record type without one)."""
+    cache: _LabelCache
+
+    def labels(self, record: Record, batch: Batch, device: Mapping[str, str]) -> _Labels:
+        aliases = self.aliases
+        attrs = {aliases.get(k, k): v for k, v in batch.labels(record).items()}
+        out: dict[str, str] = {}
+        for attribute, name, source in self.labels_from:
+            if source == "attribute":
+                value = attrs.get(attribute)
+                if value is None and attribute in DEVICE_DERIVED and getattr(record, attribute, None) is None:
+                    # The record does not know it (device totals restored from state, before the device's
+                    # first reading) but the device records do. A value the record has and a label action
+                    # dropped stays dropped.
+                    value = device.get(attribute)
+            elif source == "field":
+                raw = getattr(record, attribute)
+                value = None if raw is None else _text(raw)
+            else:
+                value = device.get(attribute)
+            if value is not None:
+                out.setdefault(name, value)
+        if self.family.extras:
+            for attribute, value in attrs.items():
+                if attribute not in self.identity:
+                    extra_name = label_name(attribute, self.scheme)
+                    if extra_name is not None:
+                        out.setdefault(extra_name, value)
+        return _Labels(out)
+
+
+def _getter(names: list[str]) -> Callable[[Record], object]:
+    """The named fields of a record, as one tuple (or value, for one name): a part of a cache key."""
+    return operator.attrgetter(*names) if names else _nothing
+
+
+def _nothing(_: Record) -> object:
+    return ()
+
+
+def _no_device(_: Record) -> str:
+    return ""
+
+
+@functools.cache
+def _plan(family: Family, scheme: Scheme) -> _Plan:
+    aliases = dict(family.aliases)
+    labels_from = []
+    for attribute in family.labels:
+        name = label_name(attribute, scheme)
+        if name is not None:
+            labels_from.append((attribute, name, family.label_source(attribute)))
+    # Fields the record type does not have are None on every record: they cannot tell two labels apart.
+    # (No record type is subclassed; a subclass that added one would need it here.)
+    has = {f.name for f in fields(family.record)}
+    key_fields = [
+        name
+        for name in dict.fromkeys(
+            (*family.record.IDENTITY, *(a for a, _, src in labels_from if src == "field"), *DEVICE_DERIVED)
+        )
+        if name in has
+    ]
+    # With no label actions and no extras, a label's value is read from the record's field of the same name
+    # (through an alias, for Totals), from ``extra`` (part of every key) or from the device (its token).
+    field_of = {canonical: name for name, canonical in family.aliases}
+    plain_fields = [
+        name
+        for name in dict.fromkeys((*(field_of.get(a, a) for a, _, _ in labels_from), *DEVICE_DERIVED))
+        if name in has
+    ]
+    return _Plan(
+        family=family,
+        scheme=scheme,
+        field=Batch.field_for(family.record),
+        where=tuple(name for name, _ in family.where),
+        wanted=tuple(value for _, value in family.where),
+        labels_from=tuple(labels_from),
+        aliases=aliases,
+        identity=frozenset(aliases.get(k, k) for k in family.record.IDENTITY),
+        identify=_getter(key_fields),
+        identify_plain=None if family.extras else _getter(plain_fields),
+        key_names=tuple(key_fields),
+        plain_names=tuple(plain_fields),
+        get_value=operator.attrgetter(family.value) if family.value is not None else None,
+        device_of=operator.attrgetter("device_id") if "device_id" in has else _no_device,
+        cache=_LabelCache(),
+    )
+
+
+# Which records a family selects depends only on the record tuple, which is immutable. The tested field's
+# values, as text, are read once per tuple and field (six families test the Totals' scope) and kept for a
+# few recent tuples, so pipelines that render in turn do not redo each other's; each family then picks its
+# records with ``compress`` over them (a loop in C, where grouping was a Python loop per record). The set of
+# the texts is kept with them: a family whose value is not among them (the container, pod and MIG instance
+# families on a node without them) selects nothing at once.
+_TEXTS: dict[tuple[str, str], tuple[tuple[tuple[Record, ...], list[str], frozenset[str]], ...]] = {}
+_TEXTS_KEEP = 4
+_NONES = itertools.repeat(None)
+
+
+def _matches(value: object, wanted: str) -> bool:
+    return value is not None if wanted == "!None" else str(value) == wanted
+
+
+def _selected(plan: _Plan, batch: Batch) -> Sequence[Record]:
+    # Every record in a Batch field is of that field's type (Batch's contract), and a family's record
+    # type is the type of its field: no isinstance test is needed.
+    records: tuple[Record, ...] = getattr(batch, plan.field)
+    if not plan.where or not records:
+        return records
+    if len(plan.where) > 1:
+        return [r for r in records if all(_matches(getattr(r, k), v) for k, v in plan.family.where)]
+    (name,), (wanted,) = plan.where, plan.wanted
+    if wanted == "None":  # absent: tested as such, no text made for every value that is not
+        return list(itertools.compress(records, map(operator.is_, map(operator.attrgetter(name), records), _NONES)))
+    if wanted == "!None":
+        return list(itertools.compress(records, map(operator.is_not, map(operator.attrgetter(name), records), _NONES)))
+    key = (plan.field, name)
+    recent = _TEXTS.get(key, ())
+    found = next(((t, distinct) for r, t, distinct in recent if r is records), None)
+    if found is None:
+        texts = list(map(str, map(operator.attrgetter(name), records)))
+        found = texts, frozenset(texts)
+        _TEXTS[key] = ((records, *found), *recent[: _TEXTS_KEEP - 1])  # one assignment: safe across threads
+    texts, distinct = found
+    if wanted not in distinct:
+        return ()
+    return list(itertools.compress(records, map(wanted.__eq__, texts)))
+
+
+# Label actions and device attributes take part in every cache key; hashing them once per call, not once
+# per record, is what these tokens are for. A token is never reused for another value, so dropping the
+# table only costs cache misses.
+_TOKENS: dict[tuple[object, ...], int] = {}
+_TOKENS_MAX = 4096
+_TOKEN_COUNT = itertools.count()
+
+
+def _token(value: tuple[object, ...]) -> int:
+    token = _TOKENS.get(value)
+    if token is None:
+        if len(_TOKENS) >= _TOKENS_MAX:
+            _TOKENS.clear()
+        token = _TOKENS[value] = next(_TOKEN_COUNT)
+    return token
