@@ -519,7 +519,7 @@ def _quick_init(cls: type[Record]) -> None:
     signature and defaults, but each slot is set through its own descriptor instead of
     ``object.__setattr__`` by name. A frozen dataclass needs the latter for every field (its
     ``__setattr__`` refuses), and that lookup is most of a record's cost: records are made per process per
-    tick (three each), and this halves what each costs (~2.2 µs → ~0.9 µs on the benchmark machine). The
+    tick (three each), and this about halves what each costs (the figures: docs/benchmarks.md). The
     class stays a frozen, slotted dataclass: assignment still raises, ``dataclasses.replace`` uses this."""
     fields = dataclasses.fields(cls)
     namespace, body = _slot_setters(cls, [f.name for f in fields])

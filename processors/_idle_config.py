@@ -28,7 +28,7 @@ class RegressionConfig(ComponentConfig):
     window: Duration = 600.0
     """Fitted over the ticks of this much time (at most ``max_points`` of them)."""
     max_points: int = Field(default=240, ge=10, le=2000)
-    """Ticks kept per device: bounds a fit's cost (one fit of ~240 points is ~0.5 ms)."""
+    """Ticks kept per device: bounds a fit's cost, which grows with the points it is fitted over."""
     min_points: int = Field(default=10, ge=3)
     """A fit needs at least this many ticks."""
     min_spread: float = Field(default=0.1, gt=0)

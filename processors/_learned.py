@@ -56,7 +56,7 @@ Reason = Literal["learned", "idle_unknown", "too_many_processes", "few_ticks", "
 Key = tuple[int, int]  # (pid, 0: SM utilisation | 1: memory utilisation)
 _SM, _MEM = 0, 1
 _FIT_BUDGET = 2 * 32**3
-"""Fits per tick, in cubed unknowns: two of 32 unknowns (~2 ms), any number of small ones. At least one
+"""Fits per tick, in cubed unknowns: two of 32 unknowns, any number of small ones. At least one
 fit is always made; a device over the budget keeps its last fit (or its fallback) for one more tick."""
 _MUL = operator.mul
 
