@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pipeline.catalog import FAMILIES, Family, labelled_values, remember_devices
+from pipeline.catalog import FAMILIES, Family, SeriesLabels, labelled_values, remember_devices
 from pipeline.records import Batch
 
 __all__ = ["AttributeValue", "Point", "Snapshot", "SnapshotTaker"]
@@ -53,14 +53,15 @@ class SnapshotTaker:
         self.devices: dict[str, dict[str, str]] = {}
         """Device attributes seen so far: an attributed series keeps its gpu labels through a tick in which the
         device was not read."""
-        self._attributes: dict[int, tuple[Mapping[str, str], Mapping[str, AttributeValue]]] = {}
+        self._attributes: dict[int, tuple[SeriesLabels, Mapping[str, AttributeValue]]] = {}
 
     def take(self, batch: Batch) -> Snapshot:
         """``batch``'s points as the sender needs them, detached from the catalog's shared label mappings."""
         remember_devices(self.devices, batch)
         metrics: list[tuple[Family, tuple[Point, ...]]] = []
         # A series' attributes, typed for OTLP, made once while it lasts: keyed by the identity of the catalog's
-        # label mapping (held in the entry, so the identity cannot be reused), only this tick's kept.
+        # label mapping (held in the entry, so the identity cannot be reused), only this tick's kept. That
+        # identity is promised by pipeline.labels.SeriesLabels (see its docstring).
         known, self._attributes = self._attributes, {}
         for family in FAMILIES:
             out: list[Point] = []

@@ -56,6 +56,7 @@ from pipeline.catalog import (
     Family,
     Point,
     Scheme,
+    SeriesLabels,
     label_name,
     labelled_columns,
     prometheus_label,
@@ -148,7 +149,8 @@ class _FastRenderer:
     """The text format written directly: per tick, only the values are formatted (see the module docstring).
 
     Every series' prefix (``name{label="value",…} ``) is remembered for the next tick, keyed by the identity
-    of the catalog's label mapping it was made from; each entry holds its mapping, so an identity cannot be
+    of the catalog's label mapping it was made from (:class:`~pipeline.labels.SeriesLabels`, whose docstring
+    states the promise this relies on); each entry holds its mapping, so an identity cannot be
     reused by another mapping meanwhile. Only the series of the last rendering are kept: the
     cache is exactly as large as the exposition, and a series that ends is forgotten a tick later. A family
     whose label mappings are the very ones of the last rendering, in the same order (a steady node), takes
@@ -169,7 +171,7 @@ class _FastRenderer:
         previous, self._families = self._families, {}
         out: list[bytes] = []
         for family, sample_name, parts in exporter._family_values():
-            part_labels: list[Sequence[Mapping[str, str]]] = []
+            part_labels: list[Sequence[SeriesLabels]] = []
             part_values: list[Sequence[float]] = []
             for labels, values, records in parts:
                 if drop_terminated:
@@ -201,7 +203,7 @@ class _FastRenderer:
     def _prefixes(
         self,
         sample_name: str,
-        part_labels: list[Sequence[Mapping[str, str]]],
+        part_labels: list[Sequence[SeriesLabels]],
         part_ids: list[list[int]],
         last: _RenderedFamily | None,
     ) -> _RenderedFamily:
@@ -209,7 +211,7 @@ class _FastRenderer:
         known = last.by_id if last is not None else {}
         made = _RenderedFamily(part_ids, [], {})
         for labels, ids in zip(part_labels, part_ids, strict=True):
-            entries: list[tuple[Mapping[str, str], str] | None] = list(map(known.get, ids))
+            entries: list[tuple[SeriesLabels, str] | None] = list(map(known.get, ids))
             if None in entries:
                 for i, entry in enumerate(entries):
                     if entry is None:
@@ -242,7 +244,7 @@ class _RenderedFamily:
 
     ids: list[list[int]]
     prefixes: list[list[str]]
-    by_id: dict[int, tuple[Mapping[str, str], str]]
+    by_id: dict[int, tuple[SeriesLabels, str]]
     distinct: bool = False
     """One part whose prefixes are all different: its lines need no dict to drop repeated series (labels
     that differ only in characters Prometheus escapes alike, where the first one wins)."""

@@ -8,7 +8,8 @@ Two modules do the work, and this one names what they offer:
 - :mod:`pipeline.labels` is the label engine: :func:`labelled_columns` (and :func:`points`,
   :func:`labelled_values` over it) turns a Batch into one family's labelled values, the same way for every
   exporter, so the Prometheus and OTLP exporters cannot disagree about what a series is. Its docstring
-  states the label rules.
+  states the label rules; :class:`SeriesLabels`, the label mapping it hands out, states the identity
+  promise exporters key their caches on.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pipeline.families import (
 from pipeline.labels import (
     Columns,
     Point,
+    SeriesLabels,
     device_attributes,
     labelled_columns,
     labelled_values,
@@ -47,6 +49,7 @@ __all__ = [
     "Instrument",
     "Point",
     "Scheme",
+    "SeriesLabels",
     "device_attributes",
     "label_name",
     "labelled_columns",

@@ -31,6 +31,7 @@ from pipeline.records import Attrs, Batch, DevicePower, DeviceSample, DeviceTota
 __all__ = [
     "Columns",
     "Point",
+    "SeriesLabels",
     "device_attributes",
     "labelled_columns",
     "labelled_values",
@@ -44,17 +45,37 @@ _LABEL_CACHE_MIN = 1024
 # --- turning a batch into points ---------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Point:
-    """One labelled value of a family (labels under the scheme's names, node not included).
+class SeriesLabels(dict[str, str]):
+    """One series' labels (under the scheme's names, node not included), as the label engine hands them out.
 
-    ``labels`` is read-only and reused from tick to tick: a record with the same identity, extras, label
-    actions and device gives the same mapping object while the catalog's (bounded) cache keeps it. An
-    exporter may therefore cache what it derives from a series' labels by the mapping's identity, as long
-    as it holds on to the mapping.
+    The identity promise, which exporters build their caches on: for as long as a series is rendered tick
+    after tick with its labels unchanged (the same record identity, extras, label-source fields, label
+    actions and device attributes), :func:`labelled_columns` hands out *the same* ``SeriesLabels`` object
+    for it; when any of its labels changes, a new object. So an exporter may key what it derives from a
+    series' labels (a formatted Prometheus prefix, typed OTLP attributes) by ``id()`` of this object, as long
+    as its cache entry holds the object too (so the address cannot be reused by another one meanwhile). A
+    series that stops being rendered may come back with a new object (its entry in the engine's bounded cache
+    is dropped within two renewals): a cache miss, never a wrong hit. ``tests/pipeline/test_catalog.py``
+    states the promise.
+
+    Never modified once made (it is shared by every exporter and every tick): treat it as read-only.
     """
 
-    labels: Mapping[str, str]
+    __slots__ = ("series",)
+    series: str
+    """The label set, sorted and written out: equal for records that collapse onto one series (a string,
+    because a string keeps its hash: the points of a family are collapsed by it on every tick)."""
+
+    def __init__(self, labels: dict[str, str]) -> None:
+        super().__init__(labels)
+        self.series = repr(sorted(labels.items()))
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """One labelled value of a family; ``labels`` is a :class:`SeriesLabels` (see its identity promise)."""
+
+    labels: SeriesLabels
     value: float
     record: Record
 
@@ -108,7 +129,7 @@ def points(
 
 def labelled_values(
     family: Family, batch: Batch, scheme: Scheme, devices: Mapping[str, Mapping[str, str]] | None = None
-) -> Collection[tuple[Mapping[str, str], float, Record]]:
+) -> Collection[tuple[SeriesLabels, float, Record]]:
     """What :func:`points` yields, as ``(labels, value, record)`` triples: for exporters that render
     thousands of series per tick and need no :class:`Point` for each (the labels are the same mappings)."""
     return list(zip(*labelled_columns(family, batch, scheme, devices), strict=True))
@@ -117,7 +138,7 @@ def labelled_values(
 class Columns(NamedTuple):
     """A family's points as three parallel sequences (what :func:`labelled_values` zips into triples)."""
 
-    labels: Sequence[Mapping[str, str]]
+    labels: Sequence[SeriesLabels]
     values: Sequence[float]
     records: Sequence[Record]
 
@@ -221,7 +242,7 @@ def _scaled(raw: list[Any], divisor: int) -> list[float]:
         return list(map(operator.truediv, map(float, raw), itertools.repeat(float(divisor))))
 
 
-def _kept(found: list[_Labels], values: list[float], records: Sequence[Record], kept: list[int] | None) -> Columns:
+def _kept(found: list[SeriesLabels], values: list[float], records: Sequence[Record], kept: list[int] | None) -> Columns:
     """The columns at the ``kept`` positions (``None``: all of them, no two records shared a series)."""
     if kept is None:
         return Columns(found, values, records)
@@ -235,17 +256,17 @@ def _find(
     batch: Batch,
     devices: Mapping[str, Mapping[str, str]],
     device_ids: list[str],
-) -> list[_Labels]:
+) -> list[SeriesLabels]:
     """The labels of each key, from the family's cache, made where it has none."""
     cache, older = plan.cache.renewed()
-    found: list[_Labels | None] = list(map(cache.get, keys))
+    found: list[SeriesLabels | None] = list(map(cache.get, keys))
     if None in found:
         for i, labels in enumerate(found):
             if labels is None:
                 key = keys[i]
                 labels = cache.get(key)  # an earlier record of this call may have made it
                 if labels is None:
-                    # A series still alive since the last renewal keeps its mapping (exporters key on its identity).
+                    # A series still alive since the last renewal keeps its mapping (SeriesLabels' identity promise).
                     labels = older.get(key)
                     if labels is None:
                         labels = plan.labels(records[i], batch, devices.get(device_ids[i], {}))
@@ -263,7 +284,7 @@ class _LastCall:
     device_ids: list[str]
     identities: list[object]
     extras: list[Attrs]
-    found: list[_Labels]
+    found: list[SeriesLabels]
     kept: list[int] | None
     """The position of each series' last record, in the order the series first appear; ``None`` where no
     two records shared a series (every position is kept)."""
@@ -294,31 +315,18 @@ class _LabelCache:
     __slots__ = ("current", "last", "older", "used")
 
     def __init__(self) -> None:
-        self.current: dict[tuple[object, ...], _Labels] = {}
-        self.older: dict[tuple[object, ...], _Labels] = {}
+        self.current: dict[tuple[object, ...], SeriesLabels] = {}
+        self.older: dict[tuple[object, ...], SeriesLabels] = {}
         self.used = 0
         self.last: _LastCall | None = None  # replaced whole, in one assignment: safe across threads
 
-    def renewed(self) -> tuple[dict[tuple[object, ...], _Labels], dict[tuple[object, ...], _Labels]]:
+    def renewed(self) -> tuple[dict[tuple[object, ...], SeriesLabels], dict[tuple[object, ...], SeriesLabels]]:
         if len(self.current) > max(_LABEL_CACHE_MIN, 2 * self.used):
             self.older, self.current = self.current, {}
         return self.current, self.older
 
     def __len__(self) -> int:
         return len(self.current) + len(self.older)
-
-
-class _Labels(dict[str, str]):
-    """A record's labels, cached: never modified once made, and carrying their order-free identity."""
-
-    __slots__ = ("series",)
-    series: str
-    """The label set, sorted and written out: equal for records that collapse onto one series (a string,
-    because a string keeps its hash: the points of a family are collapsed by it on every tick)."""
-
-    def __init__(self, labels: dict[str, str]) -> None:
-        super().__init__(labels)
-        self.series = repr(sorted(labels.items()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,7 +359,7 @@ class _Plan:
     """The record's ``device_id`` (``""`` for a record type without one)."""
     cache: _LabelCache
 
-    def labels(self, record: Record, batch: Batch, device: Mapping[str, str]) -> _Labels:
+    def labels(self, record: Record, batch: Batch, device: Mapping[str, str]) -> SeriesLabels:
         aliases = self.aliases
         attrs = {aliases.get(k, k): v for k, v in batch.labels(record).items()}
         out: dict[str, str] = {}
@@ -376,7 +384,7 @@ class _Plan:
                     extra_name = label_name(attribute, self.scheme)
                     if extra_name is not None:
                         out.setdefault(extra_name, value)
-        return _Labels(out)
+        return SeriesLabels(out)
 
 
 def _getter(names: list[str]) -> Callable[[Record], object]:

@@ -22,6 +22,7 @@ from pipeline.catalog import (
     NODE,
     Family,
     Scheme,
+    SeriesLabels,
     device_attributes,
     label_name,
     labelled_columns,
@@ -287,6 +288,53 @@ def test_a_series_labels_are_the_same_mapping_from_tick_to_tick() -> None:
     assert labels(relabelled)["team"] == "ml"
     moved = later.replace(devices=(DeviceSample(time=T, device_id="GPU-x", device_index=3),))
     assert labels(moved)["gpu"] == "3"
+
+
+def test_series_labels_keep_their_identity_while_unchanged_and_are_new_once_a_label_changes() -> None:
+    # SeriesLabels' identity promise, which the Prometheus and OTLP exporters key their caches on: every way
+    # the engine hands out labels gives the same object for an unchanged series in the next batch, and a
+    # new one (with the new label) when one of its labels changes.
+    family = FAMILY["kepler_process_gpu_joules_total"]
+    device = DeviceSample(time=T, device_id="GPU-x", device_index=0)
+
+    def pid_labels(batch: Batch) -> dict[str, SeriesLabels]:
+        columns = labelled_columns(family, batch, "kepler")
+        by_pid = {labels["pid"]: labels for labels in columns.labels}
+        assert all(type(labels) is SeriesLabels for labels in columns.labels)
+        assert [triple[0] for triple in labelled_values(family, batch, "kepler")] == list(columns.labels)
+        assert all(
+            a is b for a, b in zip((p.labels for p in points(family, batch, "kepler")), columns.labels, strict=True)
+        )
+        return by_pid
+
+    first = pid_labels(
+        Batch(time=T, interval_s=5.0, node="n").with_records([device, _process(41, 1_000), _process(42, 1_000)])
+    )
+    # The next batch: new values, records in another order, one more series; 41 and 42 unchanged.
+    second = pid_labels(
+        Batch(time=T, interval_s=5.0, node="n").with_records(
+            [device, _process(43, 1), _process(42, 2_000), _process(41, 3_000)]
+        )
+    )
+    assert second["41"] is first["41"]
+    assert second["42"] is first["42"]
+    # 41's extras change (a new label), 42's do not: only 41 gets a new object.
+    third = pid_labels(
+        Batch(time=T, interval_s=5.0, node="n").with_records(
+            [device, _process(41, 4_000, extra=(("team", "ml"),)), _process(42, 4_000)]
+        )
+    )
+    assert third["41"] is not second["41"]
+    assert third["41"]["team"] == "ml"
+    assert third["42"] is second["42"]
+    # The device's index changes: the gpu label of both changes, and both get new objects.
+    moved = DeviceSample(time=T, device_id="GPU-x", device_index=3)
+    fourth = pid_labels(
+        Batch(time=T, interval_s=5.0, node="n").with_records([moved, _process(41, 5_000), _process(42, 5_000)])
+    )
+    assert fourth["41"] is not first["41"]
+    assert fourth["42"] is not third["42"]
+    assert fourth["41"]["gpu"] == fourth["42"]["gpu"] == "3"
 
 
 def test_label_cache_forgets_gone_series_and_keeps_live_ones_through_churn() -> None:
