@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pipeline.catalog import FAMILIES, Family, SeriesLabels, labelled_values, remember_devices
+from pipeline.catalog import FAMILIES, Family, LabelEngine, SeriesLabels, labelled_values, remember_devices
 from pipeline.records import Batch
 
 __all__ = ["AttributeValue", "Point", "Snapshot", "SnapshotTaker"]
@@ -54,6 +54,8 @@ class SnapshotTaker:
         """Device attributes seen so far: an attributed series keeps its gpu labels through a tick in which the
         device was not read."""
         self._attributes: dict[int, tuple[SeriesLabels, Mapping[str, AttributeValue]]] = {}
+        self._labels = LabelEngine()
+        """This exporter's own label caches (see pipeline.labels.LabelEngine)."""
 
     def take(self, batch: Batch) -> Snapshot:
         """``batch``'s points as the sender needs them, detached from the catalog's shared label mappings."""
@@ -65,7 +67,7 @@ class SnapshotTaker:
         known, self._attributes = self._attributes, {}
         for family in FAMILIES:
             out: list[Point] = []
-            for labels, value, record in labelled_values(family, batch, "otel", self.devices):
+            for labels, value, record in labelled_values(family, batch, "otel", self.devices, engine=self._labels):
                 entry = known.get(id(labels))
                 if entry is None or entry[0] is not labels:
                     entry = (labels, {name: _attribute(name, text) for name, text in labels.items()})

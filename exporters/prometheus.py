@@ -54,6 +54,7 @@ from pipeline.catalog import (
     NODE,
     Columns,
     Family,
+    LabelEngine,
     Point,
     Scheme,
     SeriesLabels,
@@ -326,6 +327,8 @@ class PrometheusExporter:
         """What every series carries unless its own labels say otherwise, under Prometheus names."""
         self._registry = CollectorRegistry(auto_describe=False)
         self._registry.register(_Collector(self))
+        self._labels = LabelEngine()
+        """This exporter's own label caches (see pipeline.labels.LabelEngine): rendered under the render lock."""
         self._fast = _FastRenderer(self)
         self._rendered = _Rendered(b"")
         self._render_lock = threading.Lock()
@@ -400,7 +403,9 @@ class PrometheusExporter:
         for family in FAMILIES:
             if family.kind == "process" and not config.per_process:
                 continue
-            parts = [labelled_columns(family, batch, config.naming, self.devices) for batch in batches]
+            parts = [
+                labelled_columns(family, batch, config.naming, self.devices, engine=self._labels) for batch in batches
+            ]
             yield family, prometheus_name(family, config.naming), parts
 
     @property

@@ -9,7 +9,8 @@ Two modules do the work, and this one names what they offer:
   :func:`labelled_values` over it) turns a Batch into one family's labelled values, the same way for every
   exporter, so the Prometheus and OTLP exporters cannot disagree about what a series is. Its docstring
   states the label rules; :class:`SeriesLabels`, the label mapping it hands out, states the identity
-  promise exporters key their caches on.
+  promise exporters key their caches on; :class:`LabelEngine` owns the caches (each exporter builds its
+  own, :data:`DEFAULT_ENGINE` serves calls that pass none).
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from pipeline.families import (
     prometheus_name,
 )
 from pipeline.labels import (
+    DEFAULT_ENGINE,
     Columns,
+    LabelEngine,
     Point,
     SeriesLabels,
     device_attributes,
@@ -40,6 +43,7 @@ from pipeline.labels import (
 
 __all__ = [
     "ATTRIBUTES",
+    "DEFAULT_ENGINE",
     "DEVICE_DERIVED",
     "FAMILIES",
     "NODE",
@@ -47,6 +51,7 @@ __all__ = [
     "Columns",
     "Family",
     "Instrument",
+    "LabelEngine",
     "Point",
     "Scheme",
     "SeriesLabels",

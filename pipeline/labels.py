@@ -18,7 +18,6 @@ is ``None`` yields no point (absent is not zero).
 
 from __future__ import annotations
 
-import functools
 import itertools
 import operator
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -29,7 +28,9 @@ from pipeline.families import DEVICE_DERIVED, Family, Scheme, label_name
 from pipeline.records import Attrs, Batch, DevicePower, DeviceSample, DeviceTotals, Record
 
 __all__ = [
+    "DEFAULT_ENGINE",
     "Columns",
+    "LabelEngine",
     "Point",
     "SeriesLabels",
     "device_attributes",
@@ -116,23 +117,33 @@ def remember_devices(devices: dict[str, dict[str, str]], batch: Batch, limit: in
 
 
 def points(
-    family: Family, batch: Batch, scheme: Scheme, devices: Mapping[str, Mapping[str, str]] | None = None
+    family: Family,
+    batch: Batch,
+    scheme: Scheme,
+    devices: Mapping[str, Mapping[str, str]] | None = None,
+    *,
+    engine: LabelEngine | None = None,
 ) -> Iterator[Point]:
     """``family``'s points in ``batch``, one per label set (in the order of their first record; the last
     record's value wins).
 
     ``devices`` is :func:`device_attributes` of the batch, possibly merged with what earlier batches said.
     """
-    for labels, value, record in labelled_values(family, batch, scheme, devices):
+    for labels, value, record in labelled_values(family, batch, scheme, devices, engine=engine):
         yield Point(labels, value, record)
 
 
 def labelled_values(
-    family: Family, batch: Batch, scheme: Scheme, devices: Mapping[str, Mapping[str, str]] | None = None
+    family: Family,
+    batch: Batch,
+    scheme: Scheme,
+    devices: Mapping[str, Mapping[str, str]] | None = None,
+    *,
+    engine: LabelEngine | None = None,
 ) -> Collection[tuple[SeriesLabels, float, Record]]:
     """What :func:`points` yields, as ``(labels, value, record)`` triples: for exporters that render
     thousands of series per tick and need no :class:`Point` for each (the labels are the same mappings)."""
-    return list(zip(*labelled_columns(family, batch, scheme, devices), strict=True))
+    return list(zip(*labelled_columns(family, batch, scheme, devices, engine=engine), strict=True))
 
 
 class Columns(NamedTuple):
@@ -147,87 +158,183 @@ _NO_COLUMNS = Columns((), (), ())
 
 
 def labelled_columns(
-    family: Family, batch: Batch, scheme: Scheme, devices: Mapping[str, Mapping[str, str]] | None = None
+    family: Family,
+    batch: Batch,
+    scheme: Scheme,
+    devices: Mapping[str, Mapping[str, str]] | None = None,
+    *,
+    engine: LabelEngine | None = None,
 ) -> Columns:
     """:func:`labelled_values` as columns, for a renderer that takes the labels and the values apart anyway.
 
-    Written column by column (``map``/``zip`` over the records, which run in C) rather than as one loop
-    over the records: it runs for every series on every tick, and this halves its cost."""
-    plan = _plan(family, scheme)
-    # A record's labels depend only on its identity, extras and label-source fields, the batch's label
-    # actions and its device's attributes, never on its values: so they are cached across ticks (a series
-    # keeps its labels from tick to tick; only the value is new). Actions and devices enter the key as
-    # tokens, hashed once per call rather than once per record. Without label actions, a family that renders
-    # none of a record's other attributes is keyed by the fields its labels come from alone: a device's
-    # shares then make one key, not one per process.
-    plain = not batch.label_actions and plan.identify_plain is not None
-    records, device_ids, identities, extras = _shared_columns(plan, batch, plain)
-    if not records:
-        return _NO_COLUMNS
-    # The family's value (1 for an info family), scaled by its divisor; records without one have no point.
-    if plan.get_value is None:
-        values: list[float] = [1.0] * len(records)
-    else:
-        raw = list(map(plan.get_value, records))
-        if None in raw:
-            keep = [value is not None for value in raw]
-            records = list(itertools.compress(records, keep))
-            device_ids = list(itertools.compress(device_ids, keep))
-            identities = list(itertools.compress(identities, keep))
-            extras = list(itertools.compress(extras, keep))
-            raw = list(itertools.compress(raw, keep))
-        values = _scaled(raw, family.divisor)
-    devices = device_attributes(batch) if devices is None else devices
-    device_token = {device_id: _token(tuple(devices.get(device_id, {}).items())) for device_id in set(device_ids)}
-    actions = _token(batch.label_actions)
-    last = plan.cache.last
-    if (
-        last is not None
-        and last.actions == actions
-        and last.device_token == device_token
-        and last.device_ids == device_ids
-        and last.identities == identities
-        and last.extras == extras
-    ):
-        # The same records, in the same order, as the last call (a steady node, tick after tick): the same
-        # labels, found without a key per record (comparing the lists is a loop in C).
-        return _kept(last.found, values, records, last.kept)
-    keys = list(zip(identities, extras, itertools.repeat(actions), map(device_token.__getitem__, device_ids)))
-    found = _find(plan, keys, records, batch, devices, device_ids)
-    # One point per label set: records that collapse onto one series (a device's many shares, for the
-    # attribution mode) would otherwise be duplicate samples, which Prometheus and OTLP both reject. The
-    # last record's value wins; the series keeps the place of its first. Which positions are kept depends on
-    # the labels alone, so a steady node reuses them (above) with the labels.
-    last_of_series = dict(zip(map(_SERIES, found), itertools.count()))  # in first-seen order: the last position
-    kept = None if len(last_of_series) == len(found) else list(last_of_series.values())
-    plan.cache.used = len(last_of_series)
-    plan.cache.last = _LastCall(actions, device_token, device_ids, identities, extras, found, kept)
-    return _kept(found, values, records, kept)
+    ``engine`` owns the caches the labels are found in (see :class:`LabelEngine`); ``None``: the module's
+    :data:`DEFAULT_ENGINE`, for scripts and tests. An exporter passes its own."""
+    return (DEFAULT_ENGINE if engine is None else engine).columns(family, batch, scheme, devices)
 
 
-def _shared_columns(
-    plan: _Plan, batch: Batch, plain: bool
-) -> tuple[Sequence[Record], list[str], list[object], list[Attrs]]:
-    """The records ``plan``'s family selects in ``batch``, with their devices, cache identities and extras.
+class LabelEngine:
+    """The label engine's caches, owned by whoever renders with it: each exporter builds its own, so one
+    exporter's series and batches never evict another's, and each cache has one owner (and one thread that
+    renders through it at a time, the owner's). What the caches keep is described where they are used:
 
-    Families that select the same records and key them by the same fields (a process's joules and watts)
-    share these columns: worked out once per batch. Kept per pipeline, so pipelines that render in turn do
-    not undo each other's; only its latest batch, which its exporters hold anyway (keeping older ones alive
-    cost more in the garbage collector than the sharing saves)."""
-    source = getattr(batch, plan.field)
-    shared_key = (plan.field, plan.where, plan.wanted, plan.plain_names if plain else plan.key_names, batch.pipeline)
-    shared = _COLUMNS.get(shared_key)
-    if shared is not None and shared[0] is source:
-        return shared[1:]
-    identify = plan.identify_plain if plain and plan.identify_plain is not None else plan.identify
-    records = _selected(plan, batch)
-    device_ids = list(map(plan.device_of, records))
-    identities = list(map(identify, records))
-    extras = list(map(_EXTRA, records))
-    if len(_COLUMNS) >= _COLUMNS_MAX:
-        _COLUMNS.clear()
-    _COLUMNS[shared_key] = (source, records, device_ids, identities, extras)  # one assignment: thread-safe
-    return records, device_ids, identities, extras
+    - per (family, scheme), a plan (how its labels are made) and its labels by record key (a
+      :class:`_LabelCache`, which keeps :class:`SeriesLabels`' identity promise);
+    - per (batch field, where test, key fields, pipeline), the last batch's selected records and their keys
+      (:meth:`_shared_columns`);
+    - per (batch field, tested field), the tested values as text for a few recent record tuples
+      (:meth:`_selected`);
+    - tokens for label actions and device attributes (:meth:`_token`).
+    """
+
+    __slots__ = ("_columns", "_plans", "_texts", "_tokens")
+
+    def __init__(self) -> None:
+        self._plans: dict[tuple[Family, Scheme], _Plan] = {}
+        self._columns: dict[
+            tuple[object, ...], tuple[tuple[Record, ...], Sequence[Record], list[str], list[object], list[Attrs]]
+        ] = {}
+        """Per (batch field, where test, key fields, pipeline): the pipeline's last batch's record tuple and,
+        from it, the records a family selects and their devices, identities and extras (see
+        labelled_columns). A Batch's fields are tuples, so the same object is the same records; the entry
+        holds it, so its identity is not reused."""
+        self._texts: dict[tuple[str, str], tuple[tuple[tuple[Record, ...], list[str], frozenset[str]], ...]] = {}
+        self._tokens: dict[tuple[object, ...], int] = {}
+
+    def plan(self, family: Family, scheme: Scheme) -> _Plan:
+        """``family``'s plan in ``scheme``, with this engine's label cache for it."""
+        plan = self._plans.get((family, scheme))
+        if plan is None:
+            plan = self._plans[(family, scheme)] = _new_plan(family, scheme)  # one assignment: thread-safe
+        return plan
+
+    def columns(
+        self, family: Family, batch: Batch, scheme: Scheme, devices: Mapping[str, Mapping[str, str]] | None = None
+    ) -> Columns:
+        """:func:`labelled_columns` with this engine's caches.
+
+        Written column by column (``map``/``zip`` over the records, which run in C) rather than as one loop
+        over the records: it runs for every series on every tick, and this halves its cost."""
+        plan = self.plan(family, scheme)
+        # A record's labels depend only on its identity, extras and label-source fields, the batch's label
+        # actions and its device's attributes, never on its values: so they are cached across ticks (a series
+        # keeps its labels from tick to tick; only the value is new). Actions and devices enter the key as
+        # tokens, hashed once per call rather than once per record. Without label actions, a family that renders
+        # none of a record's other attributes is keyed by the fields its labels come from alone: a device's
+        # shares then make one key, not one per process.
+        plain = not batch.label_actions and plan.identify_plain is not None
+        records, device_ids, identities, extras = self._shared_columns(plan, batch, plain)
+        if not records:
+            return _NO_COLUMNS
+        # The family's value (1 for an info family), scaled by its divisor; records without one have no point.
+        if plan.get_value is None:
+            values: list[float] = [1.0] * len(records)
+        else:
+            raw = list(map(plan.get_value, records))
+            if None in raw:
+                keep = [value is not None for value in raw]
+                records = list(itertools.compress(records, keep))
+                device_ids = list(itertools.compress(device_ids, keep))
+                identities = list(itertools.compress(identities, keep))
+                extras = list(itertools.compress(extras, keep))
+                raw = list(itertools.compress(raw, keep))
+            values = _scaled(raw, family.divisor)
+        devices = device_attributes(batch) if devices is None else devices
+        device_token = {
+            device_id: self._token(tuple(devices.get(device_id, {}).items())) for device_id in set(device_ids)
+        }
+        actions = self._token(batch.label_actions)
+        last = plan.cache.last
+        if (
+            last is not None
+            and last.actions == actions
+            and last.device_token == device_token
+            and last.device_ids == device_ids
+            and last.identities == identities
+            and last.extras == extras
+        ):
+            # The same records, in the same order, as the last call (a steady node, tick after tick): the same
+            # labels, found without a key per record (comparing the lists is a loop in C).
+            return _kept(last.found, values, records, last.kept)
+        keys = list(zip(identities, extras, itertools.repeat(actions), map(device_token.__getitem__, device_ids)))
+        found = _find(plan, keys, records, batch, devices, device_ids)
+        # One point per label set: records that collapse onto one series (a device's many shares, for the
+        # attribution mode) would otherwise be duplicate samples, which Prometheus and OTLP both reject. The
+        # last record's value wins; the series keeps the place of its first. Which positions are kept depends on
+        # the labels alone, so a steady node reuses them (above) with the labels.
+        last_of_series = dict(zip(map(_SERIES, found), itertools.count()))  # in first-seen order: the last position
+        kept = None if len(last_of_series) == len(found) else list(last_of_series.values())
+        plan.cache.used = len(last_of_series)
+        plan.cache.last = _LastCall(actions, device_token, device_ids, identities, extras, found, kept)
+        return _kept(found, values, records, kept)
+
+    def _shared_columns(
+        self, plan: _Plan, batch: Batch, plain: bool
+    ) -> tuple[Sequence[Record], list[str], list[object], list[Attrs]]:
+        """The records ``plan``'s family selects in ``batch``, with their devices, cache identities and extras.
+
+        Families that select the same records and key them by the same fields (a process's joules and watts)
+        share these columns: worked out once per batch. Kept per pipeline, so pipelines that render in turn do
+        not undo each other's; only its latest batch, which its exporters hold anyway (keeping older ones alive
+        cost more in the garbage collector than the sharing saves)."""
+        source = getattr(batch, plan.field)
+        shared_key = (
+            plan.field,
+            plan.where,
+            plan.wanted,
+            plan.plain_names if plain else plan.key_names,
+            batch.pipeline,
+        )
+        shared = self._columns.get(shared_key)
+        if shared is not None and shared[0] is source:
+            return shared[1:]
+        identify = plan.identify_plain if plain and plan.identify_plain is not None else plan.identify
+        records = self._selected(plan, batch)
+        device_ids = list(map(plan.device_of, records))
+        identities = list(map(identify, records))
+        extras = list(map(_EXTRA, records))
+        if len(self._columns) >= _COLUMNS_MAX:
+            self._columns.clear()
+        self._columns[shared_key] = (source, records, device_ids, identities, extras)  # one assignment: thread-safe
+        return records, device_ids, identities, extras
+
+    def _selected(self, plan: _Plan, batch: Batch) -> Sequence[Record]:
+        # Every record in a Batch field is of that field's type (Batch's contract), and a family's record
+        # type is the type of its field: no isinstance test is needed.
+        records: tuple[Record, ...] = getattr(batch, plan.field)
+        if not plan.where or not records:
+            return records
+        if len(plan.where) > 1:
+            return [r for r in records if all(_matches(getattr(r, k), v) for k, v in plan.family.where)]
+        (name,), (wanted,) = plan.where, plan.wanted
+        if wanted == "None":  # absent: tested as such, no text made for every value that is not
+            return list(itertools.compress(records, map(operator.is_, map(operator.attrgetter(name), records), _NONES)))
+        if wanted == "!None":
+            return list(
+                itertools.compress(records, map(operator.is_not, map(operator.attrgetter(name), records), _NONES))
+            )
+        key = (plan.field, name)
+        recent = self._texts.get(key, ())
+        found = next(((t, distinct) for r, t, distinct in recent if r is records), None)
+        if found is None:
+            texts = list(map(str, map(operator.attrgetter(name), records)))
+            found = texts, frozenset(texts)
+            self._texts[key] = ((records, *found), *recent[: _TEXTS_KEEP - 1])  # one assignment: safe across threads
+        texts, distinct = found
+        if wanted not in distinct:
+            return ()
+        return list(itertools.compress(records, map(wanted.__eq__, texts)))
+
+    def _token(self, value: tuple[object, ...]) -> int:
+        token = self._tokens.get(value)
+        if token is None:
+            if len(self._tokens) >= _TOKENS_MAX:
+                self._tokens.clear()
+            token = self._tokens[value] = next(_TOKEN_COUNT)
+        return token
+
+
+DEFAULT_ENGINE = LabelEngine()
+"""The engine of calls that pass none (scripts, tests); every exporter builds its own."""
 
 
 def _scaled(raw: list[Any], divisor: int) -> list[float]:
@@ -291,13 +398,6 @@ class _LastCall:
 
 
 _EXTRA = operator.attrgetter("extra")
-_COLUMNS: dict[
-    tuple[object, ...], tuple[tuple[Record, ...], Sequence[Record], list[str], list[object], list[Attrs]]
-] = {}
-"""Per (batch field, where test, key fields, pipeline): the pipeline's last batch's record tuple and, from
-it, the records a family selects and their devices, identities and extras (see labelled_columns). A
-Batch's fields are tuples, so the same object is the same records; the entry holds it, so its identity
-is not reused."""
 _COLUMNS_MAX = 512  # a few dozen per pipeline; past this (many pipeline names over time) it starts over
 _SERIES = operator.attrgetter("series")
 
@@ -400,8 +500,12 @@ def _no_device(_: Record) -> str:
     return ""
 
 
-@functools.cache
 def _plan(family: Family, scheme: Scheme) -> _Plan:
+    """``family``'s plan in :data:`DEFAULT_ENGINE`."""
+    return DEFAULT_ENGINE.plan(family, scheme)
+
+
+def _new_plan(family: Family, scheme: Scheme) -> _Plan:
     aliases = dict(family.aliases)
     labels_from = []
     for attribute in family.labels:
@@ -445,13 +549,12 @@ def _plan(family: Family, scheme: Scheme) -> _Plan:
     )
 
 
-# Which records a family selects depends only on the record tuple, which is immutable. The tested field's
+# LabelEngine._selected. Which records a family selects depends only on the record tuple, which is immutable. The tested field's
 # values, as text, are read once per tuple and field (six families test the Totals' scope) and kept for a
 # few recent tuples, so pipelines that render in turn do not redo each other's; each family then picks its
 # records with ``compress`` over them (a loop in C, where grouping was a Python loop per record). The set of
 # the texts is kept with them: a family whose value is not among them (the container, pod and MIG instance
 # families on a node without them) selects nothing at once.
-_TEXTS: dict[tuple[str, str], tuple[tuple[tuple[Record, ...], list[str], frozenset[str]], ...]] = {}
 _TEXTS_KEEP = 4
 _NONES = itertools.repeat(None)
 
@@ -460,44 +563,8 @@ def _matches(value: object, wanted: str) -> bool:
     return value is not None if wanted == "!None" else str(value) == wanted
 
 
-def _selected(plan: _Plan, batch: Batch) -> Sequence[Record]:
-    # Every record in a Batch field is of that field's type (Batch's contract), and a family's record
-    # type is the type of its field: no isinstance test is needed.
-    records: tuple[Record, ...] = getattr(batch, plan.field)
-    if not plan.where or not records:
-        return records
-    if len(plan.where) > 1:
-        return [r for r in records if all(_matches(getattr(r, k), v) for k, v in plan.family.where)]
-    (name,), (wanted,) = plan.where, plan.wanted
-    if wanted == "None":  # absent: tested as such, no text made for every value that is not
-        return list(itertools.compress(records, map(operator.is_, map(operator.attrgetter(name), records), _NONES)))
-    if wanted == "!None":
-        return list(itertools.compress(records, map(operator.is_not, map(operator.attrgetter(name), records), _NONES)))
-    key = (plan.field, name)
-    recent = _TEXTS.get(key, ())
-    found = next(((t, distinct) for r, t, distinct in recent if r is records), None)
-    if found is None:
-        texts = list(map(str, map(operator.attrgetter(name), records)))
-        found = texts, frozenset(texts)
-        _TEXTS[key] = ((records, *found), *recent[: _TEXTS_KEEP - 1])  # one assignment: safe across threads
-    texts, distinct = found
-    if wanted not in distinct:
-        return ()
-    return list(itertools.compress(records, map(wanted.__eq__, texts)))
-
-
-# Label actions and device attributes take part in every cache key; hashing them once per call, not once
+# LabelEngine._token. Label actions and device attributes take part in every cache key; hashing them once per call, not once
 # per record, is what these tokens are for. A token is never reused for another value, so dropping the
-# table only costs cache misses.
-_TOKENS: dict[tuple[object, ...], int] = {}
+# table only costs cache misses. The count is shared by every engine.
 _TOKENS_MAX = 4096
 _TOKEN_COUNT = itertools.count()
-
-
-def _token(value: tuple[object, ...]) -> int:
-    token = _TOKENS.get(value)
-    if token is None:
-        if len(_TOKENS) >= _TOKENS_MAX:
-            _TOKENS.clear()
-        token = _TOKENS[value] = next(_TOKEN_COUNT)
-    return token

@@ -21,6 +21,7 @@ from pipeline.catalog import (
     FAMILIES,
     NODE,
     Family,
+    LabelEngine,
     Scheme,
     SeriesLabels,
     device_attributes,
@@ -335,6 +336,24 @@ def test_series_labels_keep_their_identity_while_unchanged_and_are_new_once_a_la
     assert fourth["41"] is not first["41"]
     assert fourth["42"] is not third["42"]
     assert fourth["41"]["gpu"] == fourth["42"]["gpu"] == "3"
+
+
+def test_each_label_engine_owns_its_caches_and_keeps_the_identity_promise_within_itself() -> None:
+    family = FAMILY["kepler_process_gpu_joules_total"]
+    batch = Batch(time=T, interval_s=5.0, node="n").with_records(
+        [DeviceSample(time=T, device_id="GPU-x", device_index=0), _process(51, 1_000)]
+    )
+    later = batch.replace(totals=(_process(51, 2_000),))
+    one, other = LabelEngine(), LabelEngine()
+    (mine,) = labelled_columns(family, batch, "kepler", engine=one).labels
+    (theirs,) = labelled_columns(family, batch, "kepler", engine=other).labels
+    assert mine == theirs
+    assert mine is not theirs  # no cache shared between engines
+    assert labelled_columns(family, later, "kepler", engine=one).labels[0] is mine
+    assert labelled_columns(family, later, "kepler", engine=other).labels[0] is theirs
+    (default,) = labelled_columns(family, later, "kepler").labels  # DEFAULT_ENGINE
+    assert default is not mine
+    assert default is not theirs
 
 
 def test_label_cache_forgets_gone_series_and_keeps_live_ones_through_churn() -> None:
