@@ -45,8 +45,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from pipeline.config import parse_duration
 from wattpipe.cli import main as wattpipe_main
+from wattpipe.pipeline.config import parse_duration
 
 __all__ = ["FLOOR_J", "Failed", "Score", "Worst", "main", "run_scenario", "score", "scoreboard"]
 

@@ -51,8 +51,8 @@ service:
 def child(mode: str, config: str) -> int:
     """Run the service in this process, with the listener ``mode`` asks for."""
     sys.path.insert(0, str(ROOT))
-    from pipeline.httpserver import HttpServer
     from wattpipe.cli import main
+    from wattpipe.pipeline.httpserver import HttpServer
 
     if mode == "polling":
         # The serving loop before issue 16: socketserver wakes every 50 ms to check for shutdown().

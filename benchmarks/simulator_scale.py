@@ -21,16 +21,16 @@ from pathlib import Path
 
 import pynvml
 
-import simulator
-from pipeline.clock import SteppedClock
-from pipeline.components import Registry
-from pipeline.config import load_config_text
-from pipeline.graph import build
-from pipeline.runtime import PipelineRunner
-from pipeline.telemetry import Telemetry
-from simulator.dcgm import DcgmExporterOptions, start_dcgm_exporter
-from simulator.procfs import ProcfsWriter
-from simulator.scale import scale_scenario
+from wattpipe import simulator
+from wattpipe.pipeline.clock import SteppedClock
+from wattpipe.pipeline.components import Registry
+from wattpipe.pipeline.config import load_config_text
+from wattpipe.pipeline.graph import build
+from wattpipe.pipeline.runtime import PipelineRunner
+from wattpipe.pipeline.telemetry import Telemetry
+from wattpipe.simulator.dcgm_server import DcgmExporterOptions, start_dcgm_exporter
+from wattpipe.simulator.fake_host import ProcfsWriter
+from wattpipe.simulator.scale import scale_scenario
 
 PIPELINE = textwrap.dedent(
     """

@@ -34,14 +34,14 @@ from typing import Any
 import httpx
 import pynvml
 
-import simulator
-from pipeline.clock import SteppedClock
-from pipeline.components import Registry, call_optional
-from pipeline.config import load_config_text
-from pipeline.graph import Graph, build
-from pipeline.runtime import PipelineRunner, settle_heap
-from pipeline.telemetry import Telemetry
-from simulator.scale import scale_scenario
+from wattpipe import simulator
+from wattpipe.pipeline.clock import SteppedClock
+from wattpipe.pipeline.components import Registry, call_optional
+from wattpipe.pipeline.config import load_config_text
+from wattpipe.pipeline.graph import Graph, build
+from wattpipe.pipeline.runtime import PipelineRunner, settle_heap
+from wattpipe.pipeline.telemetry import Telemetry
+from wattpipe.simulator.scale import scale_scenario
 
 PIPELINE = textwrap.dedent(
     """

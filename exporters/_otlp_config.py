@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from pipeline.components import ComponentConfig
+from wattpipe.pipeline.components import ComponentConfig
 
 __all__ = ["OtlpConfig"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import collections
 
-from exporters._otlp_snapshot import AttributeValue, Point
+from wattpipe.exporters._otlp_snapshot import AttributeValue, Point
 
 __all__ = ["DeltaState", "PendingDeltas"]
 

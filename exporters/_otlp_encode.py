@@ -22,9 +22,9 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from exporters._otlp_delta import DeltaState, PendingDeltas
-from exporters._otlp_snapshot import Point, Snapshot
-from pipeline.catalog import Family
+from wattpipe.exporters._otlp_delta import DeltaState, PendingDeltas
+from wattpipe.exporters._otlp_snapshot import Point, Snapshot
+from wattpipe.pipeline.catalog import Family
 
 __all__ = ["Encoder"]
 

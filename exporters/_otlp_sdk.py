@@ -26,12 +26,12 @@ from urllib.parse import urlparse
 
 from opentelemetry.sdk.metrics.export import MetricExportResult, MetricsData
 
-from exporters._queued_sender import SendFailed
+from wattpipe.exporters._queued_sender import SendFailed
 
 if TYPE_CHECKING:
     import requests
 
-    from exporters._otlp_config import OtlpConfig
+    from wattpipe.exporters._otlp_config import OtlpConfig
 
 __all__ = ["SDK_LOGS", "Sender", "export_once", "failure_detail", "make_sender", "uses_tls"]
 

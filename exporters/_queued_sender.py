@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, Literal, Protocol, TypeVar
 
-from pipeline.telemetry import ComponentTelemetry
+from wattpipe.pipeline.telemetry import ComponentTelemetry
 
 __all__ = ["GiveUpReason", "QueueSettings", "QueuedSender", "Request", "SendEvents", "SendFailed"]
 

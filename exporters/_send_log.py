@@ -12,8 +12,8 @@ from __future__ import annotations
 import logging
 import time
 
-from exporters._queued_sender import GiveUpReason, QueueSettings, Request
-from pipeline.telemetry import ComponentTelemetry
+from wattpipe.exporters._queued_sender import GiveUpReason, QueueSettings, Request
+from wattpipe.pipeline.telemetry import ComponentTelemetry
 
 __all__ = ["SendLog"]
 

@@ -15,8 +15,8 @@ from typing import Any, Literal, TextIO
 from rich.console import Console
 from rich.table import Table
 
-from pipeline.components import ComponentConfig, CreateContext, Factory
-from pipeline.records import Batch, Record, record_kind
+from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
+from wattpipe.pipeline.records import Batch, Record, record_kind
 
 __all__ = ["ConsoleConfig", "ConsoleExporter", "factory"]
 

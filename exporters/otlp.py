@@ -26,15 +26,15 @@ import socket
 
 from opentelemetry.sdk.resources import Resource
 
-from exporters._otlp_config import OtlpConfig  # defined there (the SDK glue needs it too), exported here
-from exporters._otlp_delta import DeltaState
-from exporters._otlp_encode import Encoder
-from exporters._otlp_sdk import SDK_LOGS, Sender, export_once, make_sender, uses_tls
-from exporters._otlp_snapshot import Snapshot, SnapshotTaker
-from exporters._queued_sender import QueuedSender, QueueSettings
-from exporters._send_log import SendLog
-from pipeline.components import CreateContext, Factory
-from pipeline.records import Batch
+from wattpipe.exporters._otlp_config import OtlpConfig  # defined there (the SDK glue needs it too), exported here
+from wattpipe.exporters._otlp_delta import DeltaState
+from wattpipe.exporters._otlp_encode import Encoder
+from wattpipe.exporters._otlp_sdk import SDK_LOGS, Sender, export_once, make_sender, uses_tls
+from wattpipe.exporters._otlp_snapshot import Snapshot, SnapshotTaker
+from wattpipe.exporters._queued_sender import QueuedSender, QueueSettings
+from wattpipe.exporters._send_log import SendLog
+from wattpipe.pipeline.components import CreateContext, Factory
+from wattpipe.pipeline.records import Batch
 
 __all__ = ["OtlpConfig", "OtlpExporter", "factory"]
 

@@ -49,7 +49,7 @@ from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 from pydantic import Field, field_validator
 
-from pipeline.catalog import (
+from wattpipe.pipeline.catalog import (
     FAMILIES,
     NODE,
     Columns,
@@ -64,10 +64,10 @@ from pipeline.catalog import (
     prometheus_name,
     remember_devices,
 )
-from pipeline.components import ComponentConfig, CreateContext, Factory
-from pipeline.httpserver import HttpServer, parse_listen
-from pipeline.records import Batch
-from pipeline.webconfig import WebConfig, load_web_config, serve
+from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
+from wattpipe.pipeline.httpserver import HttpServer, parse_listen
+from wattpipe.pipeline.records import Batch
+from wattpipe.pipeline.webconfig import WebConfig, load_web_config, serve
 
 __all__ = ["PrometheusConfig", "PrometheusExporter", "factory"]
 

@@ -15,7 +15,7 @@ Two modules do the work, and this one names what they offer:
 
 from __future__ import annotations
 
-from pipeline.families import (
+from wattpipe.pipeline.families import (
     ATTRIBUTES,
     DEVICE_DERIVED,
     FAMILIES,
@@ -28,7 +28,7 @@ from pipeline.families import (
     prometheus_label,
     prometheus_name,
 )
-from pipeline.labels import (
+from wattpipe.pipeline.labels import (
     DEFAULT_ENGINE,
     Columns,
     LabelEngine,

@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Literal, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
-from pipeline.clock import Clock
-from pipeline.records import Batch, Record
+from wattpipe.pipeline.clock import Clock
+from wattpipe.pipeline.records import Batch, Record
 
 if TYPE_CHECKING:
-    from pipeline.state import StateStore
-    from pipeline.telemetry import ComponentTelemetry
+    from wattpipe.pipeline.state import StateStore
+    from wattpipe.pipeline.telemetry import ComponentTelemetry
 
 __all__ = [
     "ENTRY_POINT_GROUP",

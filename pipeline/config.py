@@ -27,9 +27,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, ValidationError, field_validator
 
-from pipeline.components import ComponentConfig, ComponentKind, Registry
-from pipeline.errors import ConfigError  # re-exported: `from pipeline.config import ConfigError` still works
-from pipeline.yamlsource import KeyPath, SourceError, YamlSource, format_path, load_yaml_text
+from wattpipe.pipeline.components import ComponentConfig, ComponentKind, Registry
+from wattpipe.pipeline.errors import ConfigError  # re-exported: `from pipeline.config import ConfigError` still works
+from wattpipe.pipeline.yamlsource import KeyPath, SourceError, YamlSource, format_path, load_yaml_text
 
 __all__ = [
     "ComponentId",

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, fields
 from typing import Literal
 
-from pipeline.records import (
+from wattpipe.pipeline.records import (
     DevicePower,
     DeviceSample,
     DeviceTotals,

@@ -12,8 +12,8 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.clock import Clock
-from pipeline.components import (
+from wattpipe.pipeline.clock import Clock
+from wattpipe.pipeline.components import (
     ComponentKind,
     CreateContext,
     Exporter,
@@ -21,9 +21,9 @@ from pipeline.components import (
     Receiver,
     Registry,
 )
-from pipeline.config import Config, ConfigError, PipelineConfig, parse_component_id
-from pipeline.state import StateStore
-from pipeline.telemetry import Telemetry
+from wattpipe.pipeline.config import Config, ConfigError, PipelineConfig, parse_component_id
+from wattpipe.pipeline.state import StateStore
+from wattpipe.pipeline.telemetry import Telemetry
 
 __all__ = ["BuiltPipeline", "Graph", "build", "check_order"]
 

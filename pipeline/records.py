@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeVar
 
-from pipeline.clock import Timestamp
+from wattpipe.pipeline.clock import Timestamp
 
 __all__ = [
     "Attrs",

@@ -20,11 +20,11 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from pipeline.clock import Timestamp
-from pipeline.components import Exporter, Receiver, call_optional
-from pipeline.graph import BuiltPipeline, Graph
-from pipeline.records import Batch, Record
-from pipeline.telemetry import RateLimitedLog
+from wattpipe.pipeline.clock import Timestamp
+from wattpipe.pipeline.components import Exporter, Receiver, call_optional
+from wattpipe.pipeline.graph import BuiltPipeline, Graph
+from wattpipe.pipeline.records import Batch, Record
+from wattpipe.pipeline.telemetry import RateLimitedLog
 
 __all__ = ["YOUNG_GC_THRESHOLD", "PipelineGroup", "PipelineRunner", "Service", "settle_heap"]
 

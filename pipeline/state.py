@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from pipeline.clock import Clock
+from wattpipe.pipeline.clock import Clock
 
 __all__ = ["FORMAT", "VERSION", "StateStore"]
 

@@ -14,9 +14,9 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from pipeline.clock import Clock
-from pipeline.httpserver import HttpServer, WsgiApp
-from pipeline.webconfig import WebConfig, serve
+from wattpipe.pipeline.clock import Clock
+from wattpipe.pipeline.httpserver import HttpServer, WsgiApp
+from wattpipe.pipeline.webconfig import WebConfig, serve
 
 __all__ = ["ComponentTelemetry", "RateLimitedLog", "Telemetry"]
 

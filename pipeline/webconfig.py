@@ -30,8 +30,8 @@ from typing import Any
 import bcrypt
 import yaml
 
-from pipeline.errors import ConfigError
-from pipeline.httpserver import HttpServer, WsgiApp
+from wattpipe.pipeline.errors import ConfigError
+from wattpipe.pipeline.httpserver import HttpServer, WsgiApp
 
 __all__ = ["WebConfig", "load_web_config", "serve"]
 

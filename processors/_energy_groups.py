@@ -18,10 +18,10 @@ from collections.abc import Callable, Mapping
 from itertools import repeat
 from typing import Any
 
-from pipeline.clock import Timestamp
-from pipeline.records import Batch, DevicePower, HostProcess, Totals, Workload
-from processors._energy_series import Order, Series, prune, restore, saved, to_totals
-from processors.attribution_math import apportion
+from wattpipe.pipeline.clock import Timestamp
+from wattpipe.pipeline.records import Batch, DevicePower, HostProcess, Totals, Workload
+from wattpipe.processors._energy_series import Order, Series, prune, restore, saved, to_totals
+from wattpipe.processors.attribution_math import apportion
 
 __all__ = ["GroupKey", "GroupSeries", "Late"]
 

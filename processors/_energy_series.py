@@ -7,8 +7,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pipeline.clock import Timestamp
-from pipeline.records import Totals, new_totals
+from wattpipe.pipeline.clock import Timestamp
+from wattpipe.pipeline.records import Totals, new_totals
 
 __all__ = ["Order", "Series", "prune", "restore", "saved", "start_at", "to_totals"]
 

@@ -19,9 +19,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pipeline.records import DeviceSample
-from processors._idle_regression import Regression, RegressionSettings
-from processors._idle_window import Estimate, Guard, IdleWindow, QuietRun
+from wattpipe.pipeline.records import DeviceSample
+from wattpipe.processors._idle_regression import Regression, RegressionSettings
+from wattpipe.processors._idle_window import Estimate, Guard, IdleWindow, QuietRun
 
 __all__ = ["PRECEDENCE", "ChainSettings", "Estimate", "IdleEstimators", "Source", "Work"]
 

@@ -6,11 +6,11 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from pipeline.components import ComponentConfig
-from pipeline.config import Duration
-from processors._idle_chain import ChainSettings
-from processors._idle_regression import RegressionSettings
-from processors._idle_window import Guard
+from wattpipe.pipeline.components import ComponentConfig
+from wattpipe.pipeline.config import Duration
+from wattpipe.processors._idle_chain import ChainSettings
+from wattpipe.processors._idle_regression import RegressionSettings
+from wattpipe.processors._idle_window import Guard
 
 __all__ = ["Estimator", "IdleConfig", "RegressionConfig"]
 

@@ -22,7 +22,7 @@ import logging
 from collections import deque
 from dataclasses import dataclass
 
-from processors.attribution_math import apportion
+from wattpipe.processors.attribution_math import apportion
 
 __all__ = ["HeldTick", "IdleHold", "Released", "release"]
 

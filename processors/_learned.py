@@ -46,9 +46,9 @@ from typing import Literal
 
 from pydantic import Field
 
-from pipeline.components import ComponentConfig
-from pipeline.config import Duration
-from processors._linalg import cholesky, inverse_diagonal, nnls, solve
+from wattpipe.pipeline.components import ComponentConfig
+from wattpipe.pipeline.config import Duration
+from wattpipe.processors._linalg import cholesky, inverse_diagonal, nnls, solve
 
 __all__ = ["Fit", "LearnedConfig", "LearnedModel", "Reason", "Row", "row_of"]
 

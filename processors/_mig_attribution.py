@@ -21,7 +21,7 @@ import dataclasses
 import logging
 from collections.abc import Sequence
 
-from pipeline.records import (
+from wattpipe.pipeline.records import (
     Batch,
     DevicePower,
     DeviceSample,
@@ -31,8 +31,8 @@ from pipeline.records import (
     MigInstance,
     SharingMode,
 )
-from processors._mig_shares import Group, MigSplit, instance_parts, members_of, split_members
-from processors._mig_window import Collection, Hold, Release
+from wattpipe.processors._mig_shares import Group, MigSplit, instance_parts, members_of, split_members
+from wattpipe.processors._mig_window import Collection, Hold, Release
 
 __all__ = ["MigAttribution"]
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from processors.attribution_math import apportion
+from wattpipe.processors.attribution_math import apportion
 
 __all__ = ["Group", "MigSplit", "group_order", "instance_parts", "members_of", "split_members", "split_mig"]
 

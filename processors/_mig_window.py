@@ -30,8 +30,8 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from processors._mig_shares import Group, group_order
-from processors.attribution_math import apportion
+from wattpipe.processors._mig_shares import Group, group_order
+from wattpipe.processors.attribution_math import apportion
 
 __all__ = ["Collection", "Hold", "Release", "take"]
 

@@ -16,8 +16,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from pipeline.components import ComponentConfig, CreateContext, Factory
-from pipeline.records import Batch, LabelAction, RecordKind
+from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
+from wattpipe.pipeline.records import Batch, LabelAction, RecordKind
 
 __all__ = ["Action", "AttributesConfig", "AttributesProcessor", "factory"]
 

@@ -34,9 +34,9 @@ from typing import Literal
 
 from pydantic import Field
 
-from pipeline.components import ComponentConfig, CreateContext, Factory
-from pipeline.config import Duration
-from pipeline.records import (
+from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
+from wattpipe.pipeline.config import Duration
+from wattpipe.pipeline.records import (
     Batch,
     DevicePower,
     DeviceSample,
@@ -48,10 +48,10 @@ from pipeline.records import (
     SharingMode,
     new_share,
 )
-from processors._idle_hold import HeldTick, IdleHold, Released
-from processors._learned import LearnedConfig, LearnedModel, Reason, row_of
-from processors._mig_attribution import MigAttribution
-from processors.attribution_math import apportion, fractions, since_start
+from wattpipe.processors._idle_hold import HeldTick, IdleHold, Released
+from wattpipe.processors._learned import LearnedConfig, LearnedModel, Reason, row_of
+from wattpipe.processors._mig_attribution import MigAttribution
+from wattpipe.processors.attribution_math import apportion, fractions, since_start
 
 __all__ = ["AttributionConfig", "AttributionProcessor", "apportion", "factory"]
 

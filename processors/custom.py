@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import ConfigDict, Field
 
-from pipeline.components import ComponentConfig, ComponentKind, CreateContext, Factory
+from wattpipe.pipeline.components import ComponentConfig, ComponentKind, CreateContext, Factory
 
 __all__ = ["CustomConfig", "factory", "load_class"]
 

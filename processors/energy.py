@@ -40,12 +40,12 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from pipeline.clock import Timestamp
-from pipeline.components import ComponentConfig, CreateContext, Factory
-from pipeline.config import Duration
-from pipeline.records import Batch, DevicePower, DeviceTotals, GpuShare, HostProcess, Totals
-from processors._energy_groups import GroupSeries, Late
-from processors._energy_series import Order, Series, prune, restore, saved, start_at, to_totals
+from wattpipe.pipeline.clock import Timestamp
+from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
+from wattpipe.pipeline.config import Duration
+from wattpipe.pipeline.records import Batch, DevicePower, DeviceTotals, GpuShare, HostProcess, Totals
+from wattpipe.processors._energy_groups import GroupSeries, Late
+from wattpipe.processors._energy_series import Order, Series, prune, restore, saved, start_at, to_totals
 
 __all__ = ["EnergyConfig", "EnergyProcessor", "factory"]
 

@@ -19,8 +19,8 @@ from typing import Any, get_args
 
 from pydantic import field_validator
 
-from pipeline.components import ComponentConfig, CreateContext, Factory
-from pipeline.records import Batch, Record, RecordKind, record_kind
+from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
+from wattpipe.pipeline.records import Batch, Record, RecordKind, record_kind
 
 __all__ = ["FilterConfig", "FilterProcessor", "MatchRule", "factory"]
 

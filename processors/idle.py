@@ -54,10 +54,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipeline.components import CreateContext, Factory
-from pipeline.records import Batch, DevicePower, DeviceSample, DeviceSignals, GpuProcessSample
-from processors._idle_chain import Estimate, IdleEstimators, Source, Work
-from processors._idle_config import IdleConfig, RegressionConfig
+from wattpipe.pipeline.components import CreateContext, Factory
+from wattpipe.pipeline.records import Batch, DevicePower, DeviceSample, DeviceSignals, GpuProcessSample
+from wattpipe.processors._idle_chain import Estimate, IdleEstimators, Source, Work
+from wattpipe.processors._idle_config import IdleConfig, RegressionConfig
 
 __all__ = ["IdleConfig", "IdleProcessor", "RegressionConfig", "factory", "split_idle"]
 

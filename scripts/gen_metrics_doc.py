@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from anywhere, without installing the package
     sys.path.insert(0, str(ROOT))
 
-from pipeline.catalog import ATTRIBUTES, FAMILIES, NODE, Family, label_name, prometheus_name  # noqa: E402
+from wattpipe.pipeline.catalog import ATTRIBUTES, FAMILIES, NODE, Family, label_name, prometheus_name  # noqa: E402
 
 DOC = Path("docs") / "metrics.md"
 

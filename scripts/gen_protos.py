@@ -3,8 +3,9 @@
     python scripts/gen_protos.py           # rewrite the generated files in the tree
     python scripts/gen_protos.py --check   # exit 1, naming each file that is stale or hand-edited
 
-protoc runs from the repository root with ``-I .``, so a file at ``pipeline/proto/x/v1/api.proto`` becomes
-the module ``pipeline.proto.x.v1.api_pb2`` and its ``_grpc`` module imports it by that full package path.
+protoc runs from the repository root with ``-I .`` on ``wattpipe/pipeline/proto`` (the installed name of the
+repository's ``pipeline/`` folder; see pyproject.toml), so ``pipeline/proto/x/v1/api.proto`` becomes the module
+``wattpipe.pipeline.proto.x.v1.api_pb2`` and its ``_grpc`` module imports it by that full package path.
 The output depends on the grpcio-tools version (it embeds the protobuf and grpcio versions it needs at
 run time), which is why the dev extra pins grpcio-tools.
 """
@@ -18,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PROTO_DIR = Path("pipeline") / "proto"
+PROTO_DIR = Path("wattpipe") / "pipeline" / "proto"
 GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
 
 

@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pynvml
 
-from receivers.nvml._raw import ProcessList, UtilisationSamples
+from wattpipe.receivers.nvml._raw import ProcessList, UtilisationSamples
 
 
 def main() -> int:

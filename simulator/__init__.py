@@ -14,16 +14,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.clock import Clock
-from simulator.dcgm import DcgmExporter, DcgmExporterOptions, start_dcgm_exporter
-from simulator.k8sapi import K8sApiOptions, K8sApiServer, container_id, start_k8s_api
-from simulator.kubelet import KUBELET_RATE_LIMIT, KubeletServer, RateLimit, start_kubelet
-from simulator.node import SimulatedNode, build
-from simulator.nvml import SimulatedNvmlLibrary, install_nvml, installed_node, mig_uuid, uninstall_nvml
-from simulator.procfs import ProcfsWriter, cgroup_path
-from simulator.scale import scale_scenario
-from simulator.scenario import Scenario, ScenarioError, load_scenario, parse_scenario
-from simulator.truth import GpuState, GroundTruth, ProcessPlan
+from wattpipe.pipeline.clock import Clock
+from wattpipe.simulator.dcgm_server import DcgmExporter, DcgmExporterOptions, start_dcgm_exporter
+from wattpipe.simulator.fake_host import ProcfsWriter, cgroup_path
+from wattpipe.simulator.fake_nvml import SimulatedNvmlLibrary, install_nvml, installed_node, mig_uuid, uninstall_nvml
+from wattpipe.simulator.k8sapi import K8sApiOptions, K8sApiServer, container_id, start_k8s_api
+from wattpipe.simulator.kubelet import KUBELET_RATE_LIMIT, KubeletServer, RateLimit, start_kubelet
+from wattpipe.simulator.node import SimulatedNode, build
+from wattpipe.simulator.scale import scale_scenario
+from wattpipe.simulator.scenario import Scenario, ScenarioError, load_scenario, parse_scenario
+from wattpipe.simulator.truth import GpuState, GroundTruth, ProcessPlan
 
 __all__ = [
     "KUBELET_RATE_LIMIT",

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from simulator.hardware import mig_profile_memory_mib
-from simulator.node import SimulatedNode
+from wattpipe.simulator.hardware import mig_profile_memory_mib
+from wattpipe.simulator.node import SimulatedNode
 
 __all__ = ["DEFAULT_FIELDS", "FIELDS", "OPTIONAL_FIELDS", "Row", "render"]
 

@@ -7,8 +7,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from simulator._nvml_symbols import ERROR_CODES, c_symbol
-from simulator._schema_base import MigSpec, _Model
+from wattpipe.simulator._nvml_symbols import ERROR_CODES, c_symbol
+from wattpipe.simulator._schema_base import MigSpec, _Model
 
 __all__ = ["DcgmFault", "Fault", "GpuChange", "GpuFault", "K8sApiFault", "KubeletFault", "NvmlFault"]
 

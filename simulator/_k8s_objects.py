@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from simulator.node import SimulatedNode
-from simulator.scenario import Container, Pod
+from wattpipe.simulator.node import SimulatedNode
+from wattpipe.simulator.scenario import Container, Pod
 
 Json = dict[str, Any]
 

@@ -12,10 +12,10 @@ from typing import Any
 
 import pynvml
 
-from simulator._ctypes_io import DeviceRef, as_int, out, write_handle, write_string
-from simulator._util_samples import utilisation_entries
-from simulator.hardware import gpu_model_info, mig_profile_memory_mib
-from simulator.node import SimulatedNode
+from wattpipe.simulator._ctypes_io import DeviceRef, as_int, out, write_handle, write_string
+from wattpipe.simulator._util_samples import utilisation_entries
+from wattpipe.simulator.hardware import gpu_model_info, mig_profile_memory_mib
+from wattpipe.simulator.node import SimulatedNode
 
 __all__ = ["DEVICE_CALLS", "Impl"]
 

@@ -12,11 +12,11 @@ from typing import Any
 
 import pynvml
 
-from simulator._ctypes_io import DeviceRef, as_int, decode_handle, out
-from simulator._nvml_calls import INVALID_ARGUMENT, NOT_FOUND, NOT_SUPPORTED, SUCCESS, _call, fill_pci
-from simulator.hardware import gpu_model_info
-from simulator.node import SimulatedNode
-from simulator.scenario import Gpu
+from wattpipe.simulator._ctypes_io import DeviceRef, as_int, decode_handle, out
+from wattpipe.simulator._nvml_calls import INVALID_ARGUMENT, NOT_FOUND, NOT_SUPPORTED, SUCCESS, _call, fill_pci
+from wattpipe.simulator.hardware import gpu_model_info
+from wattpipe.simulator.node import SimulatedNode
+from wattpipe.simulator.scenario import Gpu
 
 __all__ = ["link_peers"]
 

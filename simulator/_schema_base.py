@@ -6,7 +6,7 @@ import hashlib
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from simulator.hardware import mig_profile_slices
+from wattpipe.simulator.hardware import mig_profile_slices
 
 __all__ = ["MigInstance", "MigSpec", "hashed_uuid"]
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from simulator.truth import GroundTruth, ProcessPlan
+from wattpipe.simulator.truth import GroundTruth, ProcessPlan
 
 __all__ = ["SAMPLES_PER_S", "UtilEntry", "sample_offset_us", "utilisation_entries"]
 

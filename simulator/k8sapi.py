@@ -44,8 +44,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
-from simulator._faults import K8sApiFault
-from simulator._k8s_objects import (
+from wattpipe.simulator._faults import K8sApiFault
+from wattpipe.simulator._k8s_objects import (
     BASE_RV,
     BadRequest,
     Event,
@@ -58,9 +58,9 @@ from simulator._k8s_objects import (
     rfc3339,
     status_object,
 )
-from simulator._loopback import LoopbackHttp
-from simulator.node import SimulatedNode
-from simulator.scenario import Container, Pod
+from wattpipe.simulator._loopback import LoopbackHttp
+from wattpipe.simulator.node import SimulatedNode
+from wattpipe.simulator.scenario import Container, Pod
 
 __all__ = ["K8sApiOptions", "K8sApiServer", "container_id", "start_k8s_api"]
 

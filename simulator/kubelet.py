@@ -52,11 +52,11 @@ from typing import Any, Literal
 
 import grpc
 
-from pipeline.proto.podresources.v1 import api_pb2, api_pb2_grpc
-from simulator._faults import KubeletFault
-from simulator.node import SimulatedNode
-from simulator.nvml import mig_uuid
-from simulator.scenario import Container, DeviceRef, Pod, Scenario
+from wattpipe.pipeline.proto.podresources.v1 import api_pb2, api_pb2_grpc
+from wattpipe.simulator._faults import KubeletFault
+from wattpipe.simulator.fake_nvml import mig_uuid
+from wattpipe.simulator.node import SimulatedNode
+from wattpipe.simulator.scenario import Container, DeviceRef, Pod, Scenario
 
 __all__ = ["KUBELET_RATE_LIMIT", "DeviceIdForm", "KubeletServer", "RateLimit", "device_id", "start_kubelet"]
 

@@ -11,10 +11,10 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
-from pipeline.clock import Clock
-from simulator._faults import DcgmFault, K8sApiFault, KubeletFault, NvmlFault
-from simulator.scenario import Scenario, load_scenario
-from simulator.truth import GroundTruth
+from wattpipe.pipeline.clock import Clock
+from wattpipe.simulator._faults import DcgmFault, K8sApiFault, KubeletFault, NvmlFault
+from wattpipe.simulator.scenario import Scenario, load_scenario
+from wattpipe.simulator.truth import GroundTruth
 
 __all__ = ["SimulatedNode", "build"]
 
@@ -128,7 +128,7 @@ def build(scenario: Scenario | str | Path, clock: Clock) -> SimulatedNode:
     """A node from a scenario (or a scenario file), with its scenario time starting now.
 
     Builds the ground truth only; the faces are started separately (``simulator.install`` for NVML,
-    ``simulator.dcgm.start_dcgm_exporter``, ``simulator.procfs.ProcfsWriter``).
+    ``simulator.dcgm_server.start_dcgm_exporter``, ``simulator.fake_host.ProcfsWriter``).
     """
     if not isinstance(scenario, Scenario):
         scenario = load_scenario(scenario)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from simulator.scenario import Scenario, parse_scenario
+from wattpipe.simulator.scenario import Scenario, parse_scenario
 
 __all__ = ["churn_scenario", "scale_scenario"]
 

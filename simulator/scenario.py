@@ -14,9 +14,9 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from simulator._faults import Fault, GpuChange, GpuFault, NvmlFault
-from simulator._schema_base import MigInstance, MigSpec, _hex64, _Model, hashed_uuid
-from simulator.hardware import gpu_model_info
+from wattpipe.simulator._faults import Fault, GpuChange, GpuFault, NvmlFault
+from wattpipe.simulator._schema_base import MigInstance, MigSpec, _hex64, _Model, hashed_uuid
+from wattpipe.simulator.hardware import gpu_model_info
 
 __all__ = [
     "Container",

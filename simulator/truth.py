@@ -21,11 +21,11 @@ from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from simulator._faults import ComputeMode
-from simulator._schema_base import MigSpec
-from simulator._step import StepFunction
-from simulator.hardware import gpu_model_info
-from simulator.scenario import Process, Scenario
+from wattpipe.simulator._faults import ComputeMode
+from wattpipe.simulator._schema_base import MigSpec
+from wattpipe.simulator._step import StepFunction
+from wattpipe.simulator.hardware import gpu_model_info
+from wattpipe.simulator.scenario import Process, Scenario
 
 __all__ = ["GpuState", "GroundTruth", "ProcessPlan"]
 

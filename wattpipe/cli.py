@@ -20,9 +20,9 @@ from typing import TextIO
 
 import yaml
 
-from pipeline.clock import RealClock
-from pipeline.components import Receiver, call_optional
-from pipeline.config import parse_duration
+from wattpipe.pipeline.clock import RealClock
+from wattpipe.pipeline.components import Receiver, call_optional
+from wattpipe.pipeline.config import parse_duration
 from wattpipe.steps import (
     EXIT_CONFIG,
     EXIT_OK,

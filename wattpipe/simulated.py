@@ -20,14 +20,16 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-import simulator
-from pipeline.clock import Clock, RealClock, SteppedClock
-from pipeline.components import Registry
-from pipeline.config import Config
-from pipeline.graph import Graph
-from pipeline.records import Batch
-from pipeline.runtime import Service
-from wattpipe import steps  # the shared loading, building and running steps
+from wattpipe import (
+    simulator,
+    steps,  # the shared loading, building and running steps
+)
+from wattpipe.pipeline.clock import Clock, RealClock, SteppedClock
+from wattpipe.pipeline.components import Registry
+from wattpipe.pipeline.config import Config
+from wattpipe.pipeline.graph import Graph
+from wattpipe.pipeline.records import Batch
+from wattpipe.pipeline.runtime import Service
 from wattpipe.steps import EXIT_CONFIG, EXIT_OK
 
 __all__ = ["TruthCollector", "cmd_demo", "cmd_simulate", "truth_report"]

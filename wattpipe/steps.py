@@ -14,13 +14,13 @@ import signal
 import sys
 from typing import TextIO
 
-from pipeline.clock import Clock
-from pipeline.components import Registry
-from pipeline.config import Config, ConfigError, load_config
-from pipeline.graph import Graph, build
-from pipeline.runtime import Service
-from pipeline.telemetry import Telemetry
-from pipeline.webconfig import WebConfig, load_web_config
+from wattpipe.pipeline.clock import Clock
+from wattpipe.pipeline.components import Registry
+from wattpipe.pipeline.config import Config, ConfigError, load_config
+from wattpipe.pipeline.graph import Graph, build
+from wattpipe.pipeline.runtime import Service
+from wattpipe.pipeline.telemetry import Telemetry
+from wattpipe.pipeline.webconfig import WebConfig, load_web_config
 
 __all__ = [
     "EXIT_CONFIG",

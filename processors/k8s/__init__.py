@@ -31,14 +31,14 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, field_validator
 
-from pipeline.components import ComponentConfig, CreateContext, Factory
-from pipeline.config import Duration
-from pipeline.records import Batch, Workload
-from processors.k8s._cache import PodCache, PodInfo, PodView, pod_info, strip_runtime
-from processors.k8s._exited import ExitedProcesses
-from processors.k8s._resolve import DEGRADED, resolve
-from processors.k8s._roster import from_allocations, from_api
-from processors.k8s._watch import PodWatcher, api_client
+from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
+from wattpipe.pipeline.config import Duration
+from wattpipe.pipeline.records import Batch, Workload
+from wattpipe.processors.k8s._cache import PodCache, PodInfo, PodView, pod_info, strip_runtime
+from wattpipe.processors.k8s._exited import ExitedProcesses
+from wattpipe.processors.k8s._resolve import DEGRADED, resolve
+from wattpipe.processors.k8s._roster import from_allocations, from_api
+from wattpipe.processors.k8s._watch import PodWatcher, api_client
 
 if TYPE_CHECKING:  # the kubernetes client costs ~20 MB to import: only when it is used
     from kubernetes.client import ApiClient

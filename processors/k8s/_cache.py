@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from pipeline.records import Attrs
+from wattpipe.pipeline.records import Attrs
 
 __all__ = ["PodCache", "PodInfo", "PodView", "pod_info", "strip_runtime"]
 

@@ -20,8 +20,8 @@ import dataclasses
 from collections import deque
 from collections.abc import Sequence
 
-from pipeline.clock import Timestamp
-from pipeline.records import GpuProcessSample, GpuShare, Workload
+from wattpipe.pipeline.clock import Timestamp
+from wattpipe.pipeline.records import GpuProcessSample, GpuShare, Workload
 
 __all__ = ["ExitedProcesses"]
 

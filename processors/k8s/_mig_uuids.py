@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Sequence
 
-from pipeline.records import DeviceAllocation, MigInstance
+from wattpipe.pipeline.records import DeviceAllocation, MigInstance
 
 __all__ = ["resolve_mig_uuids"]
 

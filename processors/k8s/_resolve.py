@@ -24,10 +24,10 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from pipeline.clock import Timestamp
-from pipeline.records import Attrs, Batch, DeviceAllocation, HostProcess, Workload
-from processors.k8s._cache import PodInfo, PodView
-from processors.k8s._mig_uuids import resolve_mig_uuids
+from wattpipe.pipeline.clock import Timestamp
+from wattpipe.pipeline.records import Attrs, Batch, DeviceAllocation, HostProcess, Workload
+from wattpipe.processors.k8s._cache import PodInfo, PodView
+from wattpipe.processors.k8s._mig_uuids import resolve_mig_uuids
 
 __all__ = ["DEGRADED", "DeviceKey", "Owner", "resolve"]
 

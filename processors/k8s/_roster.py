@@ -20,9 +20,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
-from pipeline.clock import Timestamp
-from pipeline.records import DeviceAllocation, Workload
-from processors.k8s._cache import PodView
+from wattpipe.pipeline.clock import Timestamp
+from wattpipe.pipeline.records import DeviceAllocation, Workload
+from wattpipe.processors.k8s._cache import PodView
 
 __all__ = ["from_allocations", "from_api"]
 

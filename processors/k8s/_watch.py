@@ -28,9 +28,9 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from pipeline.kube import api_client
-from pipeline.telemetry import RateLimitedLog
-from processors.k8s._cache import PodCache, PodInfo
+from wattpipe.pipeline.kube import api_client
+from wattpipe.pipeline.telemetry import RateLimitedLog
+from wattpipe.processors.k8s._cache import PodCache, PodInfo
 
 if TYPE_CHECKING:  # the kubernetes client costs ~20 MB to import: only when it is used
     from kubernetes import client

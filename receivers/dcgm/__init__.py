@@ -38,15 +38,15 @@ from typing import Self
 import httpx
 from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 
-from pipeline.components import ComponentConfig, CreateContext, Factory
-from pipeline.config import Duration
-from pipeline.records import Record
-from pipeline.telemetry import ComponentTelemetry
-from receivers.dcgm._collections import Collection, CollectionTracker
-from receivers.dcgm._discovery import Discovery, discover
-from receivers.dcgm._fields import FIELDS, Signal, instance_scoped, signal_for
-from receivers.dcgm._parse import ParseError, Scrape, Series, parse_exposition, to_records
-from receivers.dcgm._scrape import DcgmScrapeError, ScrapeReason, TlsOptions, fetch, redact, ssl_context
+from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
+from wattpipe.pipeline.config import Duration
+from wattpipe.pipeline.records import Record
+from wattpipe.pipeline.telemetry import ComponentTelemetry
+from wattpipe.receivers.dcgm._collections import Collection, CollectionTracker
+from wattpipe.receivers.dcgm._discovery import Discovery, discover
+from wattpipe.receivers.dcgm._fields import FIELDS, Signal, instance_scoped, signal_for
+from wattpipe.receivers.dcgm._parse import ParseError, Scrape, Series, parse_exposition, to_records
+from wattpipe.receivers.dcgm._scrape import DcgmScrapeError, ScrapeReason, TlsOptions, fetch, redact, ssl_context
 
 __all__ = [
     "FIELDS",

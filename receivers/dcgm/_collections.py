@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # _parse uses Collection
-    from receivers.dcgm._parse import Series
+    from wattpipe.receivers.dcgm._parse import Series
 
 __all__ = ["Collection", "CollectionTracker"]
 

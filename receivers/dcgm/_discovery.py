@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pipeline.kube import api_client as _api_client
+from wattpipe.pipeline.kube import api_client as _api_client
 
 if TYPE_CHECKING:  # the kubernetes client costs ~20 MB to import: only when it is used
     from kubernetes.client import V1Pod

@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from pipeline.clock import Timestamp
-from pipeline.records import DeviceSignals, MigActivity, Record
-from receivers.dcgm._collections import Collection
-from receivers.dcgm._fields import instance_scoped, signal_for
+from wattpipe.pipeline.clock import Timestamp
+from wattpipe.pipeline.records import DeviceSignals, MigActivity, Record
+from wattpipe.receivers.dcgm._collections import Collection
+from wattpipe.receivers.dcgm._fields import instance_scoped, signal_for
 
 __all__ = ["ParseError", "Scrape", "Series", "parse_exposition", "to_records"]
 

@@ -25,14 +25,14 @@ from dataclasses import dataclass, field
 import pynvml
 from pydantic import Field
 
-from pipeline.clock import Timestamp
-from pipeline.components import ComponentConfig, CreateContext, Factory
-from pipeline.config import Duration
-from pipeline.records import DeviceSample, Record
-from pipeline.telemetry import ComponentTelemetry
-from receivers.nvml._device import DeviceReader, Reading
-from receivers.nvml._errors import DeviceLost, LibraryMissing, NvmlFailure, nvml_call
-from receivers.nvml._mig import MigLayout
+from wattpipe.pipeline.clock import Timestamp
+from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
+from wattpipe.pipeline.config import Duration
+from wattpipe.pipeline.records import DeviceSample, Record
+from wattpipe.pipeline.telemetry import ComponentTelemetry
+from wattpipe.receivers.nvml._device import DeviceReader, Reading
+from wattpipe.receivers.nvml._errors import DeviceLost, LibraryMissing, NvmlFailure, nvml_call
+from wattpipe.receivers.nvml._mig import MigLayout
 
 __all__ = ["NvmlConfig", "NvmlReceiver", "factory"]
 

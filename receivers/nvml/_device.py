@@ -9,11 +9,11 @@ from typing import Any, TypeVar
 
 import pynvml
 
-from pipeline.clock import Timestamp
-from pipeline.records import DeviceSample, GpuProcessSample, MigInstance, new_process_sample
-from receivers.nvml._errors import DeviceLost, NotFound, NotSupported, NvmlFailure, nvml_call
-from receivers.nvml._mig import MigLayout
-from receivers.nvml._raw import ProcessEntry, ProcessList, UtilisationSamples
+from wattpipe.pipeline.clock import Timestamp
+from wattpipe.pipeline.records import DeviceSample, GpuProcessSample, MigInstance, new_process_sample
+from wattpipe.receivers.nvml._errors import DeviceLost, NotFound, NotSupported, NvmlFailure, nvml_call
+from wattpipe.receivers.nvml._mig import MigLayout
+from wattpipe.receivers.nvml._raw import ProcessEntry, ProcessList, UtilisationSamples
 
 __all__ = ["COMPUTE_MODES", "DeviceReader", "Reading", "integrate_utilisation"]
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pynvml
 
-from receivers.nvml._errors import NotFound, NotSupported, NvmlFailure, nvml_call
+from wattpipe.receivers.nvml._errors import NotFound, NotSupported, NvmlFailure, nvml_call
 
 __all__ = ["MigLayout", "MigSlot", "compute_slices", "profile_from_name"]
 

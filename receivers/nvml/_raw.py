@@ -20,7 +20,7 @@ from typing import Any
 
 import pynvml
 
-from receivers.nvml._errors import NotSupported
+from wattpipe.receivers.nvml._errors import NotSupported
 
 __all__ = ["ProcessEntry", "ProcessList", "UtilisationSamples"]
 

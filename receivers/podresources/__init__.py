@@ -32,20 +32,20 @@ from dataclasses import dataclass
 
 from pydantic import Field, field_validator
 
-from pipeline.clock import Timestamp
-from pipeline.components import ComponentConfig, CreateContext, Factory
-from pipeline.config import Duration
-from pipeline.proto.podresources.v1 import api_pb2
-from pipeline.records import Attrs, DeviceAllocation, Record
-from pipeline.telemetry import ComponentTelemetry
-from receivers.podresources._client import (
+from wattpipe.pipeline.clock import Timestamp
+from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
+from wattpipe.pipeline.config import Duration
+from wattpipe.pipeline.proto.podresources.v1 import api_pb2
+from wattpipe.pipeline.records import Attrs, DeviceAllocation, Record
+from wattpipe.pipeline.telemetry import ComponentTelemetry
+from wattpipe.receivers.podresources._client import (
     KubeletClient,
     PodResourcesError,
     PodResourcesRateLimited,
     PodResourcesUnavailable,
     socket_path,
 )
-from receivers.podresources._device_id import DeviceIdForm, ParsedDeviceId, parse_device_id
+from wattpipe.receivers.podresources._device_id import DeviceIdForm, ParsedDeviceId, parse_device_id
 
 __all__ = [
     "DEFAULT_ENDPOINT",

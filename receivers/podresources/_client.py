@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 from grpc import aio
 
-from pipeline.proto.podresources.v1 import api_pb2, api_pb2_grpc
+from wattpipe.pipeline.proto.podresources.v1 import api_pb2, api_pb2_grpc
 
 __all__ = ["KubeletClient", "PodResourcesError", "PodResourcesRateLimited", "PodResourcesUnavailable", "socket_path"]
 

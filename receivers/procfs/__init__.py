@@ -26,11 +26,11 @@ from pathlib import Path
 
 from pydantic import Field
 
-from pipeline.components import ComponentConfig, CreateContext, Factory
-from pipeline.records import Record
-from pipeline.telemetry import ComponentTelemetry
-from receivers.procfs._cgroup import CgroupIdentity, Runtime, parse_cgroup, parse_cgroup_path
-from receivers.procfs._proc import ProcessTable, ProcStat, Scan, parse_stat
+from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
+from wattpipe.pipeline.records import Record
+from wattpipe.pipeline.telemetry import ComponentTelemetry
+from wattpipe.receivers.procfs._cgroup import CgroupIdentity, Runtime, parse_cgroup, parse_cgroup_path
+from wattpipe.receivers.procfs._proc import ProcessTable, ProcStat, Scan, parse_stat
 
 __all__ = [
     "CgroupIdentity",

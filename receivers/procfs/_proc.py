@@ -11,9 +11,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.clock import Timestamp
-from pipeline.records import HostProcess
-from receivers.procfs._cgroup import CgroupIdentity, parse_cgroup
+from wattpipe.pipeline.clock import Timestamp
+from wattpipe.pipeline.records import HostProcess
+from wattpipe.receivers.procfs._cgroup import CgroupIdentity, parse_cgroup
 
 __all__ = ["ProcStat", "ProcessTable", "Scan", "parse_stat"]
 

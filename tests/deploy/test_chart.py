@@ -228,8 +228,10 @@ def test_nvml_symlink_in_the_image_points_into_the_chart_driver_mount() -> None:
 
 def test_dockerfile_copies_every_package_and_the_ignore_file_lets_them_through() -> None:
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    packages = {name.split(".")[0] for name in setuptools["packages"] if name.split(".")[0] != "wattpipe"}
-    packages |= {"wattpipe", *setuptools["package-dir"].values()}  # configs/ ships as wattpipe/configs/
+    # wattpipe/ and every folder its symlinks reach (pipeline/, ..., configs/): COPY keeps the links.
+    linked = {name.split(".")[1] for name in setuptools["packages"] if name.count(".") >= 1}
+    assert all((ROOT / "wattpipe" / name).is_symlink() for name in linked)
+    packages = {"wattpipe", *linked}
     copied = re.findall(r"^COPY (\w+) \./\1$", dockerfile(), re.M)
     assert set(copied) == packages
     allowed = {

@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 
-import simulator
-from pipeline.clock import SteppedClock
-from pipeline.components import Registry
-from pipeline.config import load_config_text
-from pipeline.graph import build
-from pipeline.runtime import Service
-from pipeline.telemetry import Telemetry
-from simulator.scenario import parse_scenario
+from wattpipe import simulator
+from wattpipe.pipeline.clock import SteppedClock
+from wattpipe.pipeline.components import Registry
+from wattpipe.pipeline.config import load_config_text
+from wattpipe.pipeline.graph import build
+from wattpipe.pipeline.runtime import Service
+from wattpipe.pipeline.telemetry import Telemetry
+from wattpipe.simulator.scenario import parse_scenario
 
 H = "tests.helpers.components"
 

@@ -22,15 +22,15 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import simulator
-from pipeline.clock import SteppedClock
-from pipeline.components import Registry
-from pipeline.config import load_config_text
-from pipeline.graph import build
-from pipeline.records import Batch, DeviceSample
-from pipeline.runtime import Service
-from pipeline.telemetry import Telemetry
-from simulator.scenario import parse_scenario
+from wattpipe import simulator
+from wattpipe.pipeline.clock import SteppedClock
+from wattpipe.pipeline.components import Registry
+from wattpipe.pipeline.config import load_config_text
+from wattpipe.pipeline.graph import build
+from wattpipe.pipeline.records import Batch, DeviceSample
+from wattpipe.pipeline.runtime import Service
+from wattpipe.pipeline.telemetry import Telemetry
+from wattpipe.simulator.scenario import parse_scenario
 
 H = "tests.helpers.components"
 TICK_S = 5.0

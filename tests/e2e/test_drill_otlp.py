@@ -40,16 +40,16 @@ from typing import Any, Literal
 
 import pytest
 
-import simulator
-from exporters.otlp import _Snapshot
-from pipeline.clock import SteppedClock
-from pipeline.components import Registry
-from pipeline.config import load_config_text
-from pipeline.graph import build
-from pipeline.runtime import Service
-from pipeline.telemetry import Telemetry
-from simulator.scenario import parse_scenario
 from tests.helpers.otlp_receiver import OtlpReceiver, ReceivedPoint, flatten
+from wattpipe import simulator
+from wattpipe.exporters.otlp import _Snapshot
+from wattpipe.pipeline.clock import SteppedClock
+from wattpipe.pipeline.components import Registry
+from wattpipe.pipeline.config import load_config_text
+from wattpipe.pipeline.graph import build
+from wattpipe.pipeline.runtime import Service
+from wattpipe.pipeline.telemetry import Telemetry
+from wattpipe.simulator.scenario import parse_scenario
 
 NODE = "drill-node"
 INTERVAL_S = 5.0

@@ -57,16 +57,16 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-import simulator
-from pipeline.clock import SteppedClock
-from pipeline.components import Registry
-from pipeline.config import load_config_text
-from pipeline.graph import Graph, build
-from pipeline.records import Batch
-from pipeline.runtime import Service
-from pipeline.telemetry import Telemetry
-from simulator.scale import churn_scenario
 from tests.helpers.drill_components import ChurnGpu, SlowOtlpSink, read_ledger, stamp
+from wattpipe import simulator
+from wattpipe.pipeline.clock import SteppedClock
+from wattpipe.pipeline.components import Registry
+from wattpipe.pipeline.config import load_config_text
+from wattpipe.pipeline.graph import Graph, build
+from wattpipe.pipeline.records import Batch
+from wattpipe.pipeline.runtime import Service
+from wattpipe.pipeline.telemetry import Telemetry
+from wattpipe.simulator.scale import churn_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 H = "tests.helpers.components"

@@ -27,16 +27,16 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-import simulator
-from pipeline.clock import SteppedClock
-from pipeline.components import Registry
-from pipeline.config import load_config_text
-from pipeline.graph import Graph, build
-from pipeline.records import Batch, DeviceTotals, Totals
-from pipeline.runtime import Service
-from pipeline.telemetry import Telemetry
-from simulator.dcgm import DcgmExporterOptions
-from simulator.scenario import parse_scenario
+from wattpipe import simulator
+from wattpipe.pipeline.clock import SteppedClock
+from wattpipe.pipeline.components import Registry
+from wattpipe.pipeline.config import load_config_text
+from wattpipe.pipeline.graph import Graph, build
+from wattpipe.pipeline.records import Batch, DeviceTotals, Totals
+from wattpipe.pipeline.runtime import Service
+from wattpipe.pipeline.telemetry import Telemetry
+from wattpipe.simulator.dcgm_server import DcgmExporterOptions
+from wattpipe.simulator.scenario import parse_scenario
 
 H = "tests.helpers.components"
 INTERVAL = 5.0

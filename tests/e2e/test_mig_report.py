@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from simulator.scenario import load_scenario
 from wattpipe.cli import main
+from wattpipe.simulator.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "configs" / "scenarios"
@@ -22,10 +22,10 @@ def simulate(tmp_path: Path, scenario: str, monkeypatch: pytest.MonkeyPatch, **a
     monkeypatch.setenv("WATTPIPE_CONSOLE_FORMAT", "json")
     config = yaml.safe_load((ROOT / "configs" / "demo.yaml").read_text())
     config["processors"]["attribution"] = attribution or None
-    (tmp_path / "pipeline.yaml").write_text(yaml.safe_dump(config))
+    (tmp_path / "wattpipe.pipeline.yaml").write_text(yaml.safe_dump(config))
     report = tmp_path / "report.json"
     err = io.StringIO()
-    args = ["simulate", "--scenario", str(SCENARIOS / scenario), "-c", str(tmp_path / "pipeline.yaml"),
+    args = ["simulate", "--scenario", str(SCENARIOS / scenario), "-c", str(tmp_path / "wattpipe.pipeline.yaml"),
             "--duration", "3m", "--report", str(report), "--log-level", "error"]  # fmt: skip
     assert main(args, io.StringIO(), err) == 0, err.getvalue()
     return json.loads(report.read_text())  # type: ignore[no-any-return]

@@ -22,16 +22,16 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-import simulator
-from pipeline.clock import SteppedClock
-from pipeline.components import Registry
-from pipeline.config import load_config_text
-from pipeline.graph import build
-from pipeline.records import Batch
-from pipeline.runtime import Service
-from pipeline.telemetry import Telemetry
-from simulator.scenario import parse_scenario
 from tests.helpers.otlp_receiver import CUMULATIVE, OtlpReceiver, ReceivedPoint, flatten, wait_until
+from wattpipe import simulator
+from wattpipe.pipeline.clock import SteppedClock
+from wattpipe.pipeline.components import Registry
+from wattpipe.pipeline.config import load_config_text
+from wattpipe.pipeline.graph import build
+from wattpipe.pipeline.records import Batch
+from wattpipe.pipeline.runtime import Service
+from wattpipe.pipeline.telemetry import Telemetry
+from wattpipe.simulator.scenario import parse_scenario
 
 NODE = "otlp-node"
 TICKS = 25  # 0 … 120 s of node time, 5 s apart

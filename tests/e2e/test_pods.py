@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 import yaml
 
-import simulator
-from pipeline.clock import SteppedClock
-from simulator.scenario import parse_scenario
+from wattpipe import simulator
 from wattpipe.cli import main
+from wattpipe.pipeline.clock import SteppedClock
+from wattpipe.simulator.scenario import parse_scenario
 
 # Processes start after 10 s, so idle power is learned first. Per GPU, processes draw the same power per
 # unit of utilisation (per compute slice on the MIG GPU), so the split methods are exact in principle.
@@ -102,11 +102,11 @@ service:
 def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tmp = tmp_path_factory.mktemp("pods")
     (tmp / "node.yaml").write_text(yaml.safe_dump(SCENARIO))
-    (tmp / "pipeline.yaml").write_text(PIPELINE)
+    (tmp / "wattpipe.pipeline.yaml").write_text(PIPELINE)
     out, err, logs = io.StringIO(), io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(logs):
         code = main(
-            ["simulate", "--scenario", str(tmp / "node.yaml"), "-c", str(tmp / "pipeline.yaml"), "--duration", "150s",
+            ["simulate", "--scenario", str(tmp / "node.yaml"), "-c", str(tmp / "wattpipe.pipeline.yaml"), "--duration", "150s",
              "--log-level", "warning"],
             out,
             err,

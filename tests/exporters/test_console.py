@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from exporters.console import ConsoleConfig, ConsoleExporter, factory
-from pipeline.clock import SteppedClock, Timestamp
-from pipeline.components import CreateContext
-from pipeline.records import Batch, DevicePower, DeviceSample, GpuProcessSample, LabelAction, Totals
 from tests.helpers.context import make_context
+from wattpipe.exporters.console import ConsoleConfig, ConsoleExporter, factory
+from wattpipe.pipeline.clock import SteppedClock, Timestamp
+from wattpipe.pipeline.components import CreateContext
+from wattpipe.pipeline.records import Batch, DevicePower, DeviceSample, GpuProcessSample, LabelAction, Totals
 
 T = Timestamp(monotonic_s=1000.0, wall_s=1_767_225_600.0)
 EARLIER = Timestamp(monotonic_s=999.5, wall_s=1_767_225_599.5)

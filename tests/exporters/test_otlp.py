@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from exporters.otlp import OtlpConfig, OtlpExporter, factory
-from pipeline.clock import Timestamp
-from pipeline.components import Registry
-from pipeline.records import Batch, DevicePower, DeviceTotals, Totals
-from pipeline.telemetry import Telemetry
 from tests.helpers.context import make_context
 from tests.helpers.otlp_receiver import CUMULATIVE, DELTA, OtlpReceiver, attributes, wait_until
+from wattpipe.exporters.otlp import OtlpConfig, OtlpExporter, factory
+from wattpipe.pipeline.clock import Timestamp
+from wattpipe.pipeline.components import Registry
+from wattpipe.pipeline.records import Batch, DevicePower, DeviceTotals, Totals
+from wattpipe.pipeline.telemetry import Telemetry
 
 START = Timestamp(monotonic_s=900.0, wall_s=1_767_225_500.0)
 GPU = "GPU-aaaa"

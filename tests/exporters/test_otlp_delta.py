@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from exporters._otlp_delta import DeltaState
-from exporters._otlp_snapshot import AttributeValue, Point
+from wattpipe.exporters._otlp_delta import DeltaState
+from wattpipe.exporters._otlp_snapshot import AttributeValue, Point
 
 PID: dict[str, AttributeValue] = {"process.pid": 42, "hw.id": "GPU-a", "wattpipe.state": "running"}
 

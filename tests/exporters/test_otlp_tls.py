@@ -24,14 +24,14 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from exporters.otlp import OtlpConfig, OtlpExporter
-from pipeline.clock import Timestamp
-from pipeline.components import Registry
-from pipeline.config import load_config_text
-from pipeline.records import Batch, DevicePower, DeviceTotals
-from pipeline.telemetry import Telemetry
 from tests.helpers.context import make_context
 from tests.helpers.otlp_receiver import OtlpReceiver, ReceivedRequest, ServerTls, flatten, wait_until
+from wattpipe.exporters.otlp import OtlpConfig, OtlpExporter
+from wattpipe.pipeline.clock import Timestamp
+from wattpipe.pipeline.components import Registry
+from wattpipe.pipeline.config import load_config_text
+from wattpipe.pipeline.records import Batch, DevicePower, DeviceTotals
+from wattpipe.pipeline.telemetry import Telemetry
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is not installed")
 

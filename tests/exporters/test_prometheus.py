@@ -19,10 +19,11 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
-from exporters.prometheus import PrometheusConfig, PrometheusExporter, _escape_label_value, factory
-from pipeline.clock import SteppedClock, Timestamp
-from pipeline.components import Registry
-from pipeline.records import (
+from tests.helpers.context import make_context
+from wattpipe.exporters.prometheus import PrometheusConfig, PrometheusExporter, _escape_label_value, factory
+from wattpipe.pipeline.clock import SteppedClock, Timestamp
+from wattpipe.pipeline.components import Registry
+from wattpipe.pipeline.records import (
     Batch,
     DevicePower,
     DeviceSample,
@@ -33,10 +34,9 @@ from pipeline.records import (
     Record,
     Totals,
 )
-from processors.attribution import AttributionConfig, AttributionProcessor
-from processors.energy import EnergyConfig, EnergyProcessor
-from processors.idle import IdleConfig, IdleProcessor
-from tests.helpers.context import make_context
+from wattpipe.processors.attribution import AttributionConfig, AttributionProcessor
+from wattpipe.processors.energy import EnergyConfig, EnergyProcessor
+from wattpipe.processors.idle import IdleConfig, IdleProcessor
 
 T = Timestamp(monotonic_s=1000.0, wall_s=1_767_225_600.0)
 A, B = "GPU-aaaa", "GPU-bbbb"

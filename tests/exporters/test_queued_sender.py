@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from exporters._queued_sender import GiveUpReason, QueuedSender, QueueSettings, Request, SendFailed
-from exporters._send_log import SendLog
-from pipeline.clock import SteppedClock
-from pipeline.telemetry import ComponentTelemetry, Telemetry
 from tests.helpers.otlp_receiver import wait_until
+from wattpipe.exporters._queued_sender import GiveUpReason, QueuedSender, QueueSettings, Request, SendFailed
+from wattpipe.exporters._send_log import SendLog
+from wattpipe.pipeline.clock import SteppedClock
+from wattpipe.pipeline.telemetry import ComponentTelemetry, Telemetry
 
 LOGGER = logging.getLogger("wattpipe.exporter.queued")
 

@@ -11,8 +11,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from pipeline.components import CreateContext
-from pipeline.records import Batch, DevicePower, DeviceSample, GpuProcessSample, GpuShare, Record
+from wattpipe.pipeline.components import CreateContext
+from wattpipe.pipeline.records import Batch, DevicePower, DeviceSample, GpuProcessSample, GpuShare, Record
 
 
 class CountingGpu:

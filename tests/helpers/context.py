@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import logging
 
-from pipeline.clock import Clock, SteppedClock
-from pipeline.components import ComponentKind, CreateContext
-from pipeline.state import StateStore
-from pipeline.telemetry import Telemetry
+from wattpipe.pipeline.clock import Clock, SteppedClock
+from wattpipe.pipeline.components import ComponentKind, CreateContext
+from wattpipe.pipeline.state import StateStore
+from wattpipe.pipeline.telemetry import Telemetry
 
 
 def make_context(

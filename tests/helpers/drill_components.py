@@ -19,8 +19,8 @@ from typing import Any
 
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 
-from pipeline.components import CreateContext
-from pipeline.records import Batch, DeviceSample, GpuProcessSample, Record
+from wattpipe.pipeline.components import CreateContext
+from wattpipe.pipeline.records import Batch, DeviceSample, GpuProcessSample, Record
 
 
 def stamp(poll: int) -> float:

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.catalog import (
+from wattpipe.pipeline.catalog import (
     ATTRIBUTES,
     DEVICE_DERIVED,
     FAMILIES,
@@ -31,9 +31,9 @@ from pipeline.catalog import (
     points,
     prometheus_name,
 )
-from pipeline.clock import Timestamp
-from pipeline.labels import _LABEL_CACHE_MIN, _plan
-from pipeline.records import (
+from wattpipe.pipeline.clock import Timestamp
+from wattpipe.pipeline.labels import _LABEL_CACHE_MIN, _plan
+from wattpipe.pipeline.records import (
     Batch,
     DevicePower,
     DeviceSample,

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.components import ComponentConfig, Factory, Registry
-from pipeline.config import (
+from wattpipe.pipeline.components import ComponentConfig, Factory, Registry
+from wattpipe.pipeline.config import (
     ConfigError,
     format_duration,
     load_config,
@@ -17,7 +17,7 @@ from pipeline.config import (
     parse_component_id,
     parse_duration,
 )
-from pipeline.yamlsource import expand_env
+from wattpipe.pipeline.yamlsource import expand_env
 
 
 class DcgmLikeConfig(ComponentConfig):

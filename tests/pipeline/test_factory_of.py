@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.components import ComponentConfig, CreateContext, Factory
 from tests.helpers.context import make_context
+from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
 
 
 class EchoConfig(ComponentConfig):

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from pipeline.httpserver import HttpServer
+from wattpipe.pipeline.httpserver import HttpServer
 
 
 def hello(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:

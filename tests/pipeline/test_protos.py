@@ -12,10 +12,10 @@ from typing import Any
 from google.protobuf import descriptor_pb2
 from google.protobuf.descriptor import FieldDescriptor
 
-from pipeline.proto.podresources.v1 import api_pb2, api_pb2_grpc
+from wattpipe.pipeline.proto.podresources.v1 import api_pb2, api_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[2]
-V1 = Path("pipeline/proto/podresources/v1")
+V1 = Path("wattpipe/pipeline/proto/podresources/v1")  # pipeline/ by its installed name
 
 
 def _gen_protos() -> ModuleType:
@@ -36,7 +36,7 @@ def test_committed_generated_files_match_a_fresh_generation() -> None:
 
 def test_check_names_a_hand_edited_and_a_stale_file(tmp_path: Path) -> None:
     gen = _gen_protos()
-    shutil.copytree(ROOT / "pipeline" / "proto", tmp_path / "pipeline" / "proto")
+    shutil.copytree(ROOT / "pipeline" / "proto", tmp_path / "wattpipe" / "pipeline" / "proto")
     grpc_module = tmp_path / V1 / "api_pb2_grpc.py"
     grpc_module.write_text(grpc_module.read_text() + "# hand edit\n")
     (tmp_path / V1 / "old_pb2.py").write_text("")
@@ -50,9 +50,9 @@ def test_check_names_a_hand_edited_and_a_stale_file(tmp_path: Path) -> None:
 
 def test_generated_grpc_module_imports_messages_by_package_path() -> None:
     source = (ROOT / V1 / "api_pb2_grpc.py").read_text()
-    assert "from pipeline.proto.podresources.v1 import api_pb2 as" in source
-    assert api_pb2_grpc.PodResourcesListerStub.__module__ == "pipeline.proto.podresources.v1.api_pb2_grpc"
-    assert "pipeline.proto.podresources.v1.api_pb2" in sys.modules
+    assert "from wattpipe.pipeline.proto.podresources.v1 import api_pb2 as" in source
+    assert api_pb2_grpc.PodResourcesListerStub.__module__ == "wattpipe.pipeline.proto.podresources.v1.api_pb2_grpc"
+    assert "wattpipe.pipeline.proto.podresources.v1.api_pb2" in sys.modules
 
 
 def test_service_and_package_names_are_the_kubelets() -> None:

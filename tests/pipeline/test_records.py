@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from pipeline.clock import Timestamp
-from pipeline.records import (
+from wattpipe.pipeline.clock import Timestamp
+from wattpipe.pipeline.records import (
     Batch,
     DeviceAllocation,
     DevicePower,
@@ -279,7 +279,7 @@ def test_each_record_constructor_sets_every_field_and_default_and_stays_frozen(r
     assert [(p.name, p.kind, p.annotation) for p in signature.parameters.values()] == [
         (f.name, inspect.Parameter.KEYWORD_ONLY, f.type) for f in fields
     ]
-    assert record_class.__init__.__module__ == "pipeline.records"
+    assert record_class.__init__.__module__ == "wattpipe.pipeline.records"
 
 
 POSITIONAL = ((new_process_sample, GpuProcessSample), (new_share, GpuShare), (new_totals, Totals))
@@ -300,7 +300,7 @@ def test_positional_constructor_makes_the_record_the_keyword_one_makes(make: Any
     assert hash(record) == hash(record_class(**given))
     with pytest.raises(TypeError):
         make(*list(given.values())[:-1])  # every field is required
-    assert make.__module__ == "pipeline.records"
+    assert make.__module__ == "wattpipe.pipeline.records"
     assert record_class.__name__ in make.__doc__
     # The stub's annotations are kept (inspect and documentation tools show the typed signature).
     assert inspect.signature(make).return_annotation == record_class.__name__

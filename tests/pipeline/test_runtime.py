@@ -10,13 +10,13 @@ import time
 
 import pytest
 
-from pipeline.clock import SteppedClock
-from pipeline.components import Registry
-from pipeline.config import ConfigError, load_config_text
-from pipeline.graph import Graph, build, check_order
-from pipeline.records import Batch
-from pipeline.runtime import YOUNG_GC_THRESHOLD, PipelineRunner, Service, settle_heap
-from pipeline.telemetry import Telemetry
+from wattpipe.pipeline.clock import SteppedClock
+from wattpipe.pipeline.components import Registry
+from wattpipe.pipeline.config import ConfigError, load_config_text
+from wattpipe.pipeline.graph import Graph, build, check_order
+from wattpipe.pipeline.records import Batch
+from wattpipe.pipeline.runtime import YOUNG_GC_THRESHOLD, PipelineRunner, Service, settle_heap
+from wattpipe.pipeline.telemetry import Telemetry
 
 H = "tests.helpers.components"
 
@@ -231,7 +231,7 @@ def test_processor_without_any_provider_is_told_what_to_add() -> None:
 
 
 def test_order_check_suggests_a_registered_provider() -> None:
-    from pipeline.components import ComponentConfig, Factory
+    from wattpipe.pipeline.components import ComponentConfig, Factory
 
     registry = Registry(
         [

@@ -10,13 +10,13 @@ from collections.abc import Sequence
 
 import pytest
 
-from pipeline.clock import SteppedClock
-from pipeline.components import CreateContext, Registry
-from pipeline.config import ConfigError, load_config_text
-from pipeline.graph import Graph, build
-from pipeline.records import Batch, GpuProcessSample, Record
-from pipeline.runtime import PipelineRunner, Service
-from pipeline.telemetry import Telemetry
+from wattpipe.pipeline.clock import SteppedClock
+from wattpipe.pipeline.components import CreateContext, Registry
+from wattpipe.pipeline.config import ConfigError, load_config_text
+from wattpipe.pipeline.graph import Graph, build
+from wattpipe.pipeline.records import Batch, GpuProcessSample, Record
+from wattpipe.pipeline.runtime import PipelineRunner, Service
+from wattpipe.pipeline.telemetry import Telemetry
 
 H = "tests.helpers.components"
 HERE = "tests.pipeline.test_shared_receivers"

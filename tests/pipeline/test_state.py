@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.clock import SteppedClock
-from pipeline.components import Registry
-from pipeline.config import load_config_text
-from pipeline.graph import build
-from pipeline.runtime import PipelineRunner, Service
-from pipeline.state import FORMAT, VERSION, StateStore
-from pipeline.telemetry import Telemetry
+from wattpipe.pipeline.clock import SteppedClock
+from wattpipe.pipeline.components import Registry
+from wattpipe.pipeline.config import load_config_text
+from wattpipe.pipeline.graph import build
+from wattpipe.pipeline.runtime import PipelineRunner, Service
+from wattpipe.pipeline.state import FORMAT, VERSION, StateStore
+from wattpipe.pipeline.telemetry import Telemetry
 
 H = "tests.helpers.components"
 

@@ -11,9 +11,9 @@ import httpx
 import pytest
 from prometheus_client import generate_latest
 
-from pipeline.clock import SteppedClock
-from pipeline.httpserver import HttpServer, parse_listen
-from pipeline.telemetry import RateLimitedLog, Telemetry
+from wattpipe.pipeline.clock import SteppedClock
+from wattpipe.pipeline.httpserver import HttpServer, parse_listen
+from wattpipe.pipeline.telemetry import RateLimitedLog, Telemetry
 
 
 class ListHandler(logging.Handler):

@@ -15,14 +15,14 @@ import httpx
 import pytest
 import yaml
 
-from exporters.prometheus import PrometheusConfig, PrometheusExporter
-from pipeline.clock import SteppedClock
-from pipeline.config import ConfigError
-from pipeline.httpserver import HttpServer
-from pipeline.telemetry import Telemetry
-from pipeline.webconfig import WebConfig, load_web_config, serve
 from tests.helpers.context import make_context
 from wattpipe.cli import EXIT_CONFIG, main
+from wattpipe.exporters.prometheus import PrometheusConfig, PrometheusExporter
+from wattpipe.pipeline.clock import SteppedClock
+from wattpipe.pipeline.config import ConfigError
+from wattpipe.pipeline.httpserver import HttpServer
+from wattpipe.pipeline.telemetry import Telemetry
+from wattpipe.pipeline.webconfig import WebConfig, load_web_config, serve
 
 needs_openssl = pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is not installed")
 

@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from pipeline.clock import Timestamp
-from pipeline.components import Registry
-from pipeline.config import load_config_text
-from pipeline.records import Batch, DeviceSample, GpuProcessSample, HostProcess
-from processors.attributes import AttributesConfig, AttributesProcessor
+from wattpipe.pipeline.clock import Timestamp
+from wattpipe.pipeline.components import Registry
+from wattpipe.pipeline.config import load_config_text
+from wattpipe.pipeline.records import Batch, DeviceSample, GpuProcessSample, HostProcess
+from wattpipe.processors.attributes import AttributesConfig, AttributesProcessor
 
 T = Timestamp(monotonic_s=1000.0, wall_s=1_767_225_600.0)
 DEVICE = DeviceSample(time=T, device_id="GPU-0", device_name="H100", vendor="nvidia")

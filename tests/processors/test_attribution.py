@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.clock import SteppedClock, Timestamp
-from pipeline.records import (
+from tests.helpers.context import make_context
+from wattpipe.pipeline.clock import SteppedClock, Timestamp
+from wattpipe.pipeline.records import (
     Batch,
     DevicePower,
     DeviceSample,
@@ -20,10 +21,9 @@ from pipeline.records import (
     MigActivity,
     MigInstance,
 )
-from processors._mig_shares import split_mig
-from processors.attribution import AttributionConfig, AttributionProcessor, apportion
-from processors.attribution_math import since_start
-from tests.helpers.context import make_context
+from wattpipe.processors._mig_shares import split_mig
+from wattpipe.processors.attribution import AttributionConfig, AttributionProcessor, apportion
+from wattpipe.processors.attribution_math import since_start
 
 T = Timestamp(monotonic_s=1005.0, wall_s=1_767_225_605.0)
 weights_st = st.lists(st.floats(min_value=0, max_value=1e6, allow_nan=False), min_size=1, max_size=64)

@@ -12,16 +12,16 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from pipeline.clock import SteppedClock, Timestamp
-from pipeline.components import ComponentKind, CreateContext, Factory, Registry
-from pipeline.config import ConfigError, load_config_text
-from pipeline.graph import build
-from pipeline.records import Batch, DevicePower, DeviceSample
-from pipeline.runtime import PipelineRunner
-from pipeline.telemetry import Telemetry
-from processors.custom import CustomConfig, factory, load_class
 from tests.helpers.components import CountingGpu, EvenSplit, Recorder
 from tests.helpers.context import make_context
+from wattpipe.pipeline.clock import SteppedClock, Timestamp
+from wattpipe.pipeline.components import ComponentKind, CreateContext, Factory, Registry
+from wattpipe.pipeline.config import ConfigError, load_config_text
+from wattpipe.pipeline.graph import build
+from wattpipe.pipeline.records import Batch, DevicePower, DeviceSample
+from wattpipe.pipeline.runtime import PipelineRunner
+from wattpipe.pipeline.telemetry import Telemetry
+from wattpipe.processors.custom import CustomConfig, factory, load_class
 
 H = "tests.helpers.components"
 
@@ -139,10 +139,10 @@ def test_missing_attribute_is_an_attribute_error_naming_it() -> None:
 
 
 def test_nested_attribute_path_is_followed() -> None:
-    assert load_class("pipeline.records:Batch") is Batch
-    assert load_class("pipeline.clock:SteppedClock") is SteppedClock
+    assert load_class("wattpipe.pipeline.records:Batch") is Batch
+    assert load_class("wattpipe.pipeline.clock:SteppedClock") is SteppedClock
     with pytest.raises(AttributeError, match=r"has no 'Batch\.Nope'"):
-        load_class("pipeline.records:Batch.Nope")
+        load_class("wattpipe.pipeline.records:Batch.Nope")
 
 
 def test_not_a_class_is_a_type_error_saying_what_it_is(plugin_module: types.ModuleType) -> None:

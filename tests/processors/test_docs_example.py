@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.clock import SteppedClock
-from pipeline.components import Registry
-from pipeline.config import load_config_text
-from pipeline.graph import build
-from pipeline.runtime import PipelineRunner
-from pipeline.telemetry import Telemetry
+from wattpipe.pipeline.clock import SteppedClock
+from wattpipe.pipeline.components import Registry
+from wattpipe.pipeline.config import load_config_text
+from wattpipe.pipeline.graph import build
+from wattpipe.pipeline.runtime import PipelineRunner
+from wattpipe.pipeline.telemetry import Telemetry
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 H = "tests.helpers.components"

@@ -7,11 +7,11 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from pipeline.clock import SteppedClock, Timestamp
-from pipeline.records import Batch, DevicePower, DeviceTotals, GpuShare, InstanceEnergy, Totals, Workload
-from pipeline.state import StateStore
-from processors.energy import EnergyConfig, EnergyProcessor
 from tests.processors.test_idle_energy import energy, power, share
+from wattpipe.pipeline.clock import SteppedClock, Timestamp
+from wattpipe.pipeline.records import Batch, DevicePower, DeviceTotals, GpuShare, InstanceEnergy, Totals, Workload
+from wattpipe.pipeline.state import StateStore
+from wattpipe.processors.energy import EnergyConfig, EnergyProcessor
 
 T0 = Timestamp(0.0, 0.0)
 

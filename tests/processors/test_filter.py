@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from pipeline.clock import SteppedClock, Timestamp
-from pipeline.records import (
+from tests.helpers.context import make_context
+from wattpipe.pipeline.clock import SteppedClock, Timestamp
+from wattpipe.pipeline.records import (
     Batch,
     DevicePower,
     DeviceSample,
@@ -20,9 +21,8 @@ from pipeline.records import (
     Totals,
     Workload,
 )
-from pipeline.telemetry import Telemetry
-from processors.filter import FilterConfig, FilterProcessor, factory
-from tests.helpers.context import make_context
+from wattpipe.pipeline.telemetry import Telemetry
+from wattpipe.processors.filter import FilterConfig, FilterProcessor, factory
 
 T = Timestamp(monotonic_s=1000.0, wall_s=1_767_225_600.0)
 

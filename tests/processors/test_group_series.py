@@ -16,14 +16,14 @@ from typing import Literal
 
 import pytest
 
-from pipeline.clock import SteppedClock, Timestamp
-from pipeline.records import Batch, DeviceAllocation, GpuProcessSample, GpuShare, HostProcess, Totals, Workload
-from pipeline.state import StateStore
-from processors.energy import EnergyProcessor
-from processors.k8s import K8sConfig, K8sProcessor, PodInfo
 from tests.helpers.context import make_context
 from tests.processors.test_idle_energy import energy, power, share
 from wattpipe.cli import main
+from wattpipe.pipeline.clock import SteppedClock, Timestamp
+from wattpipe.pipeline.records import Batch, DeviceAllocation, GpuProcessSample, GpuShare, HostProcess, Totals, Workload
+from wattpipe.pipeline.state import StateStore
+from wattpipe.processors.energy import EnergyProcessor
+from wattpipe.processors.k8s import K8sConfig, K8sProcessor, PodInfo
 
 T0 = Timestamp(0.0, 0.0)
 CID = "c" * 64
@@ -287,10 +287,18 @@ service:
 def test_the_faults_pods_scenario_keeps_one_series_per_pod_through_a_pause_and_a_lost_gpu(tmp_path: Path) -> None:
     """ml/etl-1 has no GPU process from 60 s to 160 s (past the 60 s retention); GPU 0 under ml/trainer-0 is
     lost from 100 s to 190 s."""
-    (tmp_path / "pipeline.yaml").write_text(PIPELINE)
+    (tmp_path / "wattpipe.pipeline.yaml").write_text(PIPELINE)
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-        args = ["simulate", "--scenario", str(SCENARIO), "-c", str(tmp_path / "pipeline.yaml"), "--duration", "5m"]
+        args = [
+            "simulate",
+            "--scenario",
+            str(SCENARIO),
+            "-c",
+            str(tmp_path / "wattpipe.pipeline.yaml"),
+            "--duration",
+            "5m",
+        ]
         assert main([*args, "--log-level", "warning"], out, err) == 0, err.getvalue()
     rows = [json.loads(line) for line in out.getvalue().splitlines() if line.startswith("{")]
 

@@ -8,12 +8,20 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.clock import SteppedClock, Timestamp
-from pipeline.records import Batch, DevicePower, DeviceSample, GpuProcessSample, GpuShare, HostProcess, Workload
-from pipeline.state import StateStore
-from processors.energy import EnergyConfig, EnergyProcessor
-from processors.idle import IdleConfig, IdleProcessor, split_idle
 from tests.helpers.context import make_context
+from wattpipe.pipeline.clock import SteppedClock, Timestamp
+from wattpipe.pipeline.records import (
+    Batch,
+    DevicePower,
+    DeviceSample,
+    GpuProcessSample,
+    GpuShare,
+    HostProcess,
+    Workload,
+)
+from wattpipe.pipeline.state import StateStore
+from wattpipe.processors.energy import EnergyConfig, EnergyProcessor
+from wattpipe.processors.idle import IdleConfig, IdleProcessor, split_idle
 
 
 class Gpu:

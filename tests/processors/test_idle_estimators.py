@@ -15,12 +15,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.catalog import FAMILIES, points
-from pipeline.clock import SteppedClock
-from pipeline.records import Batch, DevicePower, DeviceSample, DeviceSignals, GpuProcessSample
-from pipeline.state import StateStore
-from processors.idle import IdleConfig, IdleProcessor
 from tests.helpers.context import make_context
+from wattpipe.pipeline.catalog import FAMILIES, points
+from wattpipe.pipeline.clock import SteppedClock
+from wattpipe.pipeline.records import Batch, DevicePower, DeviceSample, DeviceSignals, GpuProcessSample
+from wattpipe.pipeline.state import StateStore
+from wattpipe.processors.idle import IdleConfig, IdleProcessor
 
 UUID = "GPU-a"
 H100 = "NVIDIA H100 80GB HBM3"

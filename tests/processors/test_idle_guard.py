@@ -9,14 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.clock import SteppedClock
-from pipeline.records import Batch, DevicePower, DeviceSample, GpuProcessSample
-from pipeline.state import StateStore
-from pipeline.telemetry import Telemetry
-from processors._idle_window import Estimate
-from processors.attribution import AttributionConfig, AttributionProcessor
-from processors.idle import IdleConfig, IdleProcessor
 from tests.helpers.context import make_context
+from wattpipe.pipeline.clock import SteppedClock
+from wattpipe.pipeline.records import Batch, DevicePower, DeviceSample, GpuProcessSample
+from wattpipe.pipeline.state import StateStore
+from wattpipe.pipeline.telemetry import Telemetry
+from wattpipe.processors._idle_window import Estimate
+from wattpipe.processors.attribution import AttributionConfig, AttributionProcessor
+from wattpipe.processors.idle import IdleConfig, IdleProcessor
 
 UUID = "GPU-a"
 HOUR_S = 3600.0

@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.clock import SteppedClock, Timestamp
-from pipeline.records import Batch, DevicePower, DeviceSample, GpuProcessSample
-from processors._idle_hold import HeldTick, release
-from processors.attribution import AttributionConfig, AttributionProcessor
-from processors.idle import split_idle
 from tests.helpers.context import make_context
+from wattpipe.pipeline.clock import SteppedClock, Timestamp
+from wattpipe.pipeline.records import Batch, DevicePower, DeviceSample, GpuProcessSample
+from wattpipe.processors._idle_hold import HeldTick, release
+from wattpipe.processors.attribution import AttributionConfig, AttributionProcessor
+from wattpipe.processors.idle import split_idle
 
 TICK_S = 5.0
 IDLE_W = 70.0

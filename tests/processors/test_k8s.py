@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-import simulator
-from pipeline.clock import SteppedClock
-from pipeline.components import Registry
-from pipeline.records import Batch, DeviceAllocation, GpuProcessSample, HostProcess, MigInstance, Workload
-from processors.k8s import DEGRADED, K8sConfig, K8sProcessor, PodCache, PodInfo, factory, pod_info
-from simulator.k8sapi import K8sApiOptions, K8sApiServer, start_k8s_api
-from simulator.scenario import Scenario, parse_scenario
 from tests.helpers.context import make_context
+from wattpipe import simulator
+from wattpipe.pipeline.clock import SteppedClock
+from wattpipe.pipeline.components import Registry
+from wattpipe.pipeline.records import Batch, DeviceAllocation, GpuProcessSample, HostProcess, MigInstance, Workload
+from wattpipe.processors.k8s import DEGRADED, K8sConfig, K8sProcessor, PodCache, PodInfo, factory, pod_info
+from wattpipe.simulator.k8sapi import K8sApiOptions, K8sApiServer, start_k8s_api
+from wattpipe.simulator.scenario import Scenario, parse_scenario
 
 NODE = "kube-node"
 MIG_GPU = "GPU-0000aaaa-0000-0000-0000-000000000000"

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.clock import SteppedClock
-from pipeline.records import Batch, DevicePower, GpuProcessSample, GpuShare, HostProcess, Totals, Workload
-from pipeline.state import StateStore
-from processors.energy import EnergyProcessor
-from processors.k8s import K8sConfig, K8sProcessor
 from tests.helpers.context import make_context
 from tests.processors.test_idle_energy import energy
+from wattpipe.pipeline.clock import SteppedClock
+from wattpipe.pipeline.records import Batch, DevicePower, GpuProcessSample, GpuShare, HostProcess, Totals, Workload
+from wattpipe.pipeline.state import StateStore
+from wattpipe.processors.energy import EnergyProcessor
+from wattpipe.processors.k8s import K8sConfig, K8sProcessor
 
 CID = "c" * 64
 

@@ -14,19 +14,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-import simulator
-from pipeline.catalog import FAMILIES, points
-from pipeline.clock import SteppedClock, Timestamp
-from pipeline.components import Registry
-from pipeline.config import load_config_text
-from pipeline.graph import build
-from pipeline.records import Batch, DevicePower, GpuProcessSample, GpuShare
-from pipeline.runtime import Service
-from pipeline.telemetry import Telemetry
-from processors._linalg import nnls
-from processors.attribution import AttributionConfig, AttributionProcessor
-from simulator.scenario import parse_scenario
 from tests.helpers.context import make_context
+from wattpipe import simulator
+from wattpipe.pipeline.catalog import FAMILIES, points
+from wattpipe.pipeline.clock import SteppedClock, Timestamp
+from wattpipe.pipeline.components import Registry
+from wattpipe.pipeline.config import load_config_text
+from wattpipe.pipeline.graph import build
+from wattpipe.pipeline.records import Batch, DevicePower, GpuProcessSample, GpuShare
+from wattpipe.pipeline.runtime import Service
+from wattpipe.pipeline.telemetry import Telemetry
+from wattpipe.processors._linalg import nnls
+from wattpipe.processors.attribution import AttributionConfig, AttributionProcessor
+from wattpipe.simulator.scenario import parse_scenario
 
 IDLE_W = 70.0
 TICK_S = 2.0

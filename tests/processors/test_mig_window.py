@@ -15,8 +15,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline.clock import SteppedClock, Timestamp
-from pipeline.records import (
+from tests.helpers.context import make_context
+from wattpipe.pipeline.clock import SteppedClock, Timestamp
+from wattpipe.pipeline.records import (
     Batch,
     DevicePower,
     DeviceSample,
@@ -25,9 +26,8 @@ from pipeline.records import (
     MigActivity,
     MigInstance,
 )
-from processors._mig_window import Collection, Hold
-from processors.attribution import AttributionConfig, AttributionProcessor
-from tests.helpers.context import make_context
+from wattpipe.processors._mig_window import Collection, Hold
+from wattpipe.processors.attribution import AttributionConfig, AttributionProcessor
 
 LAYOUT = {1: "3g.40gb", 2: "1g.10gb"}
 STALE = {1: 1.0, 2: 0.0}

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from receivers.procfs import CgroupIdentity, Runtime, parse_cgroup, parse_cgroup_path
-from simulator.procfs import cgroup_text
-from simulator.scenario import parse_scenario
+from wattpipe.receivers.procfs import CgroupIdentity, Runtime, parse_cgroup, parse_cgroup_path
+from wattpipe.simulator.fake_host import cgroup_text
+from wattpipe.simulator.scenario import parse_scenario
 
 ID = "3f2b9c0e6a1d4e5f8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f"
 OUTER = "0123456789abcdef" * 4  # a kind node: the Docker container the inner pod runs in

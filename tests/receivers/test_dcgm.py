@@ -21,15 +21,16 @@ import yaml
 from kubernetes.client import V1ObjectMeta, V1Pod, V1PodStatus
 from pydantic import ValidationError
 
-import simulator
-from pipeline.clock import SteppedClock
-from pipeline.components import Registry
-from pipeline.config import load_config_text
-from pipeline.graph import build
-from pipeline.records import DeviceSignals, MigActivity, Record
-from pipeline.runtime import PipelineRunner
-from pipeline.telemetry import Telemetry
-from receivers.dcgm import (
+from tests.helpers.context import make_context
+from wattpipe import simulator
+from wattpipe.pipeline.clock import SteppedClock
+from wattpipe.pipeline.components import Registry
+from wattpipe.pipeline.config import load_config_text
+from wattpipe.pipeline.graph import build
+from wattpipe.pipeline.records import DeviceSignals, MigActivity, Record
+from wattpipe.pipeline.runtime import PipelineRunner
+from wattpipe.pipeline.telemetry import Telemetry
+from wattpipe.receivers.dcgm import (
     DcgmConfig,
     DcgmReceiver,
     DcgmScrapeError,
@@ -38,12 +39,11 @@ from receivers.dcgm import (
     discover,
     parse_exposition,
 )
-from receivers.dcgm._discovery import choose_pod
-from receivers.dcgm._scrape import TlsOptions, ssl_context
-from simulator.dcgm import DcgmExporterOptions
-from simulator.k8sapi import K8sApiOptions
-from simulator.scenario import parse_scenario
-from tests.helpers.context import make_context
+from wattpipe.receivers.dcgm._discovery import choose_pod
+from wattpipe.receivers.dcgm._scrape import TlsOptions, ssl_context
+from wattpipe.simulator.dcgm_server import DcgmExporterOptions
+from wattpipe.simulator.k8sapi import K8sApiOptions
+from wattpipe.simulator.scenario import parse_scenario
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "dcgm-exporter"
 MIG_SCENARIO = Path(__file__).resolve().parents[2] / "configs" / "scenarios" / "mig.yaml"
@@ -817,7 +817,8 @@ def test_an_empty_endpoint_is_discovered_and_rediscovered_after_repeated_failure
 ) -> None:
     calls: list[str] = []
     monkeypatch.setattr(
-        "receivers.dcgm.discover", _fake_discovery(iter(["http://old:9400/metrics", "http://new:9400/metrics"]), calls)
+        "wattpipe.receivers.dcgm.discover",
+        _fake_discovery(iter(["http://old:9400/metrics", "http://new:9400/metrics"]), calls),
     )
     good = (FIXTURES / "t4_2gpu_nonmig_pod_labels.txt").read_bytes()
     transport = httpx.MockTransport(
@@ -846,7 +847,7 @@ def test_an_empty_endpoint_is_discovered_and_rediscovered_after_repeated_failure
 
 def test_an_explicit_endpoint_is_never_rediscovered(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
-    monkeypatch.setattr("receivers.dcgm.discover", _fake_discovery(iter(["http://x/metrics"]), calls))
+    monkeypatch.setattr("wattpipe.receivers.dcgm.discover", _fake_discovery(iter(["http://x/metrics"]), calls))
     receiver = _receiver(_serving("", 503), rediscover_after=1)
 
     async def go() -> None:

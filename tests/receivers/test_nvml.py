@@ -14,15 +14,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import simulator
-from pipeline.clock import SteppedClock, Timestamp
-from pipeline.records import DeviceSample, GpuProcessSample, MigInstance, Record
-from pipeline.telemetry import Telemetry
-from receivers.nvml import NvmlConfig, NvmlReceiver
-from receivers.nvml._device import integrate_utilisation
-from receivers.nvml._mig import compute_slices, profile_from_name
-from simulator.scenario import parse_scenario
 from tests.helpers.context import make_context
+from wattpipe import simulator
+from wattpipe.pipeline.clock import SteppedClock, Timestamp
+from wattpipe.pipeline.records import DeviceSample, GpuProcessSample, MigInstance, Record
+from wattpipe.pipeline.telemetry import Telemetry
+from wattpipe.receivers.nvml import NvmlConfig, NvmlReceiver
+from wattpipe.receivers.nvml._device import integrate_utilisation
+from wattpipe.receivers.nvml._mig import compute_slices, profile_from_name
+from wattpipe.simulator.scenario import parse_scenario
 
 
 def scenario(**overrides: Any) -> dict[str, Any]:

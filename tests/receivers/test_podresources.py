@@ -17,13 +17,14 @@ import grpc
 import pytest
 from pydantic import ValidationError
 
-import simulator
-from pipeline.clock import SteppedClock, Timestamp
-from pipeline.components import ENTRY_POINT_GROUP
-from pipeline.proto.podresources.v1 import api_pb2, api_pb2_grpc
-from pipeline.records import DeviceAllocation, MigInstance, Record
-from processors.k8s._mig_uuids import resolve_mig_uuids
-from receivers.podresources import (
+from tests.helpers.context import make_context
+from wattpipe import simulator
+from wattpipe.pipeline.clock import SteppedClock, Timestamp
+from wattpipe.pipeline.components import ENTRY_POINT_GROUP
+from wattpipe.pipeline.proto.podresources.v1 import api_pb2, api_pb2_grpc
+from wattpipe.pipeline.records import DeviceAllocation, MigInstance, Record
+from wattpipe.processors.k8s._mig_uuids import resolve_mig_uuids
+from wattpipe.receivers.podresources import (
     DEFAULT_ENDPOINT,
     ParsedDeviceId,
     PodResourcesConfig,
@@ -35,9 +36,8 @@ from receivers.podresources import (
     factory,
     parse_device_id,
 )
-from simulator.kubelet import KUBELET_RATE_LIMIT, DeviceIdForm, KubeletServer
-from simulator.scenario import hashed_uuid, parse_scenario
-from tests.helpers.context import make_context
+from wattpipe.simulator.kubelet import KUBELET_RATE_LIMIT, DeviceIdForm, KubeletServer
+from wattpipe.simulator.scenario import hashed_uuid, parse_scenario
 
 H100 = "GPU-00000000-1111-2222-3333-444444444444"
 A100 = "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"

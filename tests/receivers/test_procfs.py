@@ -11,16 +11,16 @@ from typing import Any
 
 import pytest
 
-import simulator
-from pipeline.clock import SteppedClock, Timestamp
-from pipeline.components import Registry
-from pipeline.records import HostProcess
-from pipeline.telemetry import Telemetry
-from receivers.procfs import ProcfsConfig, ProcfsReceiver, factory, parse_stat
-from receivers.procfs._proc import Scan
-from simulator.procfs import ProcfsWriter
-from simulator.scenario import Scenario, parse_scenario
 from tests.helpers.context import make_context
+from wattpipe import simulator
+from wattpipe.pipeline.clock import SteppedClock, Timestamp
+from wattpipe.pipeline.components import Registry
+from wattpipe.pipeline.records import HostProcess
+from wattpipe.pipeline.telemetry import Telemetry
+from wattpipe.receivers.procfs import ProcfsConfig, ProcfsReceiver, factory, parse_stat
+from wattpipe.receivers.procfs._proc import Scan
+from wattpipe.simulator.fake_host import ProcfsWriter
+from wattpipe.simulator.scenario import Scenario, parse_scenario
 
 UPTIME_S = 1000.0
 TICKS = 100  # the simulator writes USER_HZ = 100

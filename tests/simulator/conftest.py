@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from simulator.scenario import Scenario, parse_scenario
+from wattpipe.simulator.scenario import Scenario, parse_scenario
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "configs" / "scenarios"
 

@@ -11,11 +11,11 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-import simulator
-from pipeline.clock import SteppedClock
-from simulator.dcgm import DcgmExporter, DcgmExporterOptions, start_dcgm_exporter
-from simulator.scenario import parse_scenario
 from tests.simulator.conftest import two_gpu_data
+from wattpipe import simulator
+from wattpipe.pipeline.clock import SteppedClock
+from wattpipe.simulator.dcgm_server import DcgmExporter, DcgmExporterOptions, start_dcgm_exporter
+from wattpipe.simulator.scenario import parse_scenario
 
 Samples = dict[tuple[str, str | None], tuple[dict[str, str], float]]
 

@@ -13,10 +13,10 @@ import pytest
 import urllib3
 from kubernetes import client, config, watch
 
-import simulator
-from pipeline.clock import SteppedClock
-from simulator.k8sapi import K8sApiOptions, K8sApiServer, container_id, start_k8s_api
-from simulator.scenario import Container, hashed_uuid, parse_scenario
+from wattpipe import simulator
+from wattpipe.pipeline.clock import SteppedClock
+from wattpipe.simulator.k8sapi import K8sApiOptions, K8sApiServer, container_id, start_k8s_api
+from wattpipe.simulator.scenario import Container, hashed_uuid, parse_scenario
 
 NODE = "kube-node"
 ON_NODE = f"spec.nodeName={NODE}"

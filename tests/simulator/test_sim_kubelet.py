@@ -14,12 +14,12 @@ from typing import Any
 import grpc
 import pytest
 
-import simulator
-from pipeline.clock import SteppedClock
-from pipeline.proto.podresources.v1 import api_pb2, api_pb2_grpc
-from simulator.kubelet import KUBELET_RATE_LIMIT, KubeletServer, RateLimit, device_id, start_kubelet
-from simulator.nvml import mig_uuid
-from simulator.scenario import DeviceRef, hashed_uuid, parse_scenario
+from wattpipe import simulator
+from wattpipe.pipeline.clock import SteppedClock
+from wattpipe.pipeline.proto.podresources.v1 import api_pb2, api_pb2_grpc
+from wattpipe.simulator.fake_nvml import mig_uuid
+from wattpipe.simulator.kubelet import KUBELET_RATE_LIMIT, KubeletServer, RateLimit, device_id, start_kubelet
+from wattpipe.simulator.scenario import DeviceRef, hashed_uuid, parse_scenario
 
 H100 = "GPU-00000000-1111-2222-3333-444444444444"
 A100 = "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import simulator
-from pipeline.clock import SteppedClock
-from simulator.scenario import parse_scenario
 from tests.simulator.conftest import two_gpu_data
+from wattpipe import simulator
+from wattpipe.pipeline.clock import SteppedClock
+from wattpipe.simulator.scenario import parse_scenario
 
 
 @pytest.fixture

@@ -9,14 +9,14 @@ from typing import Any
 import pynvml
 import pytest
 
-import simulator
-from pipeline.clock import SteppedClock
-from pipeline.records import GpuProcessSample
-from receivers.nvml import NvmlConfig, NvmlReceiver
-from simulator.scenario import ScenarioError, parse_scenario
-from simulator.truth import GroundTruth
 from tests.helpers.context import make_context
 from tests.simulator.conftest import SCENARIOS
+from wattpipe import simulator
+from wattpipe.pipeline.clock import SteppedClock
+from wattpipe.pipeline.records import GpuProcessSample
+from wattpipe.receivers.nvml import NvmlConfig, NvmlReceiver
+from wattpipe.simulator.scenario import ScenarioError, parse_scenario
+from wattpipe.simulator.truth import GroundTruth
 
 
 def _data() -> dict[str, Any]:

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-import simulator
-from pipeline.clock import SteppedClock
-from simulator.procfs import CLOCK_TICKS_PER_S, ProcfsWriter, cgroup_path
-from simulator.scenario import Scenario, load_scenario, parse_scenario
 from tests.simulator.conftest import SCENARIOS, two_gpu_data
+from wattpipe import simulator
+from wattpipe.pipeline.clock import SteppedClock
+from wattpipe.simulator.fake_host import CLOCK_TICKS_PER_S, ProcfsWriter, cgroup_path
+from wattpipe.simulator.scenario import Scenario, load_scenario, parse_scenario
 
 
 def _stat_fields(root: Path, pid: int) -> list[str]:

@@ -7,11 +7,11 @@ from typing import Any
 import pynvml
 import pytest
 
-import simulator
-from pipeline.clock import SteppedClock
-from simulator._faults import NvmlFault
-from simulator.scenario import ScenarioError, parse_scenario
 from tests.simulator.conftest import two_gpu_data
+from wattpipe import simulator
+from wattpipe.pipeline.clock import SteppedClock
+from wattpipe.simulator._faults import NvmlFault
+from wattpipe.simulator.scenario import ScenarioError, parse_scenario
 
 
 def _reload(**fault: Any) -> dict[str, Any]:

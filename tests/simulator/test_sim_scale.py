@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pynvml
 
-import simulator
-from pipeline.clock import SteppedClock
-from simulator.dcgm import DcgmExporterOptions, start_dcgm_exporter
-from simulator.procfs import ProcfsWriter
-from simulator.scale import scale_scenario
+from wattpipe import simulator
+from wattpipe.pipeline.clock import SteppedClock
+from wattpipe.simulator.dcgm_server import DcgmExporterOptions, start_dcgm_exporter
+from wattpipe.simulator.fake_host import ProcfsWriter
+from wattpipe.simulator.scale import scale_scenario
 
 
 def _nvml_tick(count: int, last_seen_us: int) -> int:

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from simulator.scenario import ScenarioError, load_scenario, parse_scenario
 from tests.simulator.conftest import SCENARIOS, two_gpu_data
+from wattpipe.simulator.scenario import ScenarioError, load_scenario, parse_scenario
 
 
 def test_example_scenarios_load() -> None:
@@ -105,7 +105,7 @@ def test_load_reports_yaml_errors_with_the_file(tmp_path: Path) -> None:
 
 
 def test_public_surface_is_explicit() -> None:
-    import simulator
+    from wattpipe import simulator
 
     assert sorted(simulator.__all__) == sorted(
         ["KUBELET_RATE_LIMIT", "KubeletServer", "RateLimit", "start_kubelet",
@@ -120,5 +120,6 @@ def test_public_surface_is_explicit() -> None:
 
 def test_simulator_imports_no_pipeline_components() -> None:
     source = "\n".join(p.read_text() for p in (Path(__file__).parents[2] / "simulator").glob("*.py"))
-    for package in ("receivers", "processors", "exporters", "wattpipe"):
-        assert not re.search(rf"^\s*(from|import) {package}\b", source, re.MULTILINE), package
+    for package in ("receivers", "processors", "exporters", "cli", "steps", "simulated"):
+        assert not re.search(rf"^\s*(from|import) wattpipe\.{package}\b", source, re.MULTILINE), package
+        assert not re.search(rf"^\s*from wattpipe import .*\b{package}\b", source, re.MULTILINE), package

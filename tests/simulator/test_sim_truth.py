@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.scenario import Scenario, parse_scenario
-from simulator.truth import GroundTruth
 from tests.simulator.conftest import two_gpu_data
+from wattpipe.simulator.scenario import Scenario, parse_scenario
+from wattpipe.simulator.truth import GroundTruth
 
 
 def test_device_energy_is_the_exact_integral_including_the_cap(two_gpu: Scenario) -> None:

@@ -27,11 +27,11 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any, Literal
 
-from simulator._dcgm_text import DEFAULT_FIELDS, FIELDS, Row, render
-from simulator._faults import DcgmFault
-from simulator._loopback import LoopbackHttp
-from simulator.node import SimulatedNode
-from simulator.scenario import Container, Pod
+from wattpipe.simulator._dcgm_text import DEFAULT_FIELDS, FIELDS, Row, render
+from wattpipe.simulator._faults import DcgmFault
+from wattpipe.simulator._loopback import LoopbackHttp
+from wattpipe.simulator.node import SimulatedNode
+from wattpipe.simulator.scenario import Container, Pod
 
 __all__ = ["DcgmExporter", "DcgmExporterOptions", "start_dcgm_exporter"]
 

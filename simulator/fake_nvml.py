@@ -15,11 +15,11 @@ from typing import Any
 
 import pynvml
 
-import simulator._nvml_topology  # noqa: F401  (registers the topology calls)
-from simulator._ctypes_io import decode_handle
-from simulator._nvml_calls import DEVICE_CALLS, INVALID_ARGUMENT, SUCCESS, UNINITIALIZED, Impl, mig_uuid
-from simulator._nvml_symbols import ERROR_CODES, SYMBOLS
-from simulator.node import SimulatedNode
+import wattpipe.simulator._nvml_topology  # noqa: F401  (registers the topology calls)
+from wattpipe.simulator._ctypes_io import decode_handle
+from wattpipe.simulator._nvml_calls import DEVICE_CALLS, INVALID_ARGUMENT, SUCCESS, UNINITIALIZED, Impl, mig_uuid
+from wattpipe.simulator._nvml_symbols import ERROR_CODES, SYMBOLS
+from wattpipe.simulator.node import SimulatedNode
 
 __all__ = ["SimulatedNvmlLibrary", "install_nvml", "installed_node", "mig_uuid", "uninstall_nvml"]
 

@@ -15,8 +15,8 @@ import shutil
 import threading
 from pathlib import Path
 
-from simulator.node import SimulatedNode
-from simulator.scenario import Process, Scenario
+from wattpipe.simulator.node import SimulatedNode
+from wattpipe.simulator.scenario import Process, Scenario
 
 __all__ = ["CLOCK_TICKS_PER_S", "ProcfsWriter", "cgroup_path", "cgroup_text"]
 
