@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.catalog import FAMILIES, Family, LabelEngine, SeriesLabels, labelled_values, remember_devices
-from wattpipe.pipeline.records import Batch
 
 __all__ = ["AttributeValue", "Point", "Snapshot", "SnapshotTaker"]
 

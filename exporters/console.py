@@ -15,8 +15,9 @@ from typing import Any, Literal, TextIO
 from rich.console import Console
 from rich.table import Table
 
+from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
-from wattpipe.pipeline.records import Batch, Record, record_kind
+from wattpipe.pipeline.records import Record, record_kind
 
 __all__ = ["ConsoleConfig", "ConsoleExporter", "factory"]
 

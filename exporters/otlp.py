@@ -33,8 +33,8 @@ from wattpipe.exporters._otlp_sdk import SDK_LOGS, Sender, export_once, make_sen
 from wattpipe.exporters._otlp_snapshot import Snapshot, SnapshotTaker
 from wattpipe.exporters._queued_sender import QueuedSender, QueueSettings
 from wattpipe.exporters._send_log import SendLog
+from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.components import CreateContext, Factory
-from wattpipe.pipeline.records import Batch
 
 __all__ = ["OtlpConfig", "OtlpExporter", "factory"]
 

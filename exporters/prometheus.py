@@ -49,6 +49,7 @@ from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 from pydantic import Field, field_validator
 
+from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.catalog import (
     FAMILIES,
     NODE,
@@ -66,7 +67,6 @@ from wattpipe.pipeline.catalog import (
 )
 from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
 from wattpipe.pipeline.httpserver import HttpServer, parse_listen
-from wattpipe.pipeline.records import Batch
 from wattpipe.pipeline.webconfig import WebConfig, load_web_config, serve
 
 __all__ = ["PrometheusConfig", "PrometheusExporter", "factory"]

@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Literal, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
+from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.clock import Clock
-from wattpipe.pipeline.records import Batch, Record
+from wattpipe.pipeline.records import Record
 
 if TYPE_CHECKING:
     from wattpipe.pipeline.state import StateStore

@@ -24,8 +24,9 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Literal, NamedTuple
 
+from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.families import DEVICE_DERIVED, Family, Scheme, label_name
-from wattpipe.pipeline.records import Attrs, Batch, DevicePower, DeviceSample, DeviceTotals, Record
+from wattpipe.pipeline.records import Attrs, DevicePower, DeviceSample, DeviceTotals, Record
 
 __all__ = [
     "DEFAULT_ENGINE",

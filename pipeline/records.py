@@ -1,4 +1,4 @@
-"""The typed records that flow through a pipeline, and the Batch that carries one tick's worth.
+"""The typed records that flow through a pipeline (``pipeline/batch.py`` carries one tick's worth).
 
 Every record is a frozen, slotted dataclass; units live in field names (``power_w``, ``energy_j``,
 ``util`` as a 0–1 fraction). Every record carries the :class:`Timestamp` at which it was read or
@@ -12,18 +12,16 @@ maps to the Kepler and OpenTelemetry schemes.
 from __future__ import annotations
 
 import dataclasses
-import functools
-import inspect
-import itertools
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, TypeVar
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
 
+from wattpipe.pipeline._slots import quick_init
 from wattpipe.pipeline.clock import Timestamp
 
 __all__ = [
+    "RECORD_TYPES",
     "Attrs",
-    "Batch",
     "DeviceAllocation",
     "DevicePower",
     "DeviceSample",
@@ -33,7 +31,6 @@ __all__ = [
     "GpuShare",
     "HostProcess",
     "InstanceEnergy",
-    "LabelAction",
     "MigActivity",
     "MigInstance",
     "Record",
@@ -41,9 +38,6 @@ __all__ = [
     "SharingMode",
     "Totals",
     "Workload",
-    "new_process_sample",
-    "new_share",
-    "new_totals",
     "record_kind",
 ]
 
@@ -454,182 +448,6 @@ class DeviceTotals(Record):
     start: Timestamp | None = None
 
 
-# --- the batch -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class LabelAction:
-    """One edit of the attributes exporters render: insert a static value, rename or drop a key.
-
-    ``kinds`` limits the edit to records of those kinds (empty: every record). ``insert`` never
-    overwrites an attribute the record already has; ``upsert`` does.
-    """
-
-    op: Literal["insert", "upsert", "rename", "drop"]
-    key: str
-    value: str | None = None
-    new_key: str | None = None
-    kinds: frozenset[str] = frozenset()
-
-    def apply(self, kind: str, labels: dict[str, str]) -> None:
-        if self.kinds and kind not in self.kinds:
-            return
-        if self.op == "insert":
-            labels.setdefault(self.key, self.value or "")
-        elif self.op == "upsert":
-            labels[self.key] = self.value or ""
-        elif self.op == "rename":
-            if self.key in labels and self.new_key:
-                labels[self.new_key] = labels.pop(self.key)
-        else:
-            labels.pop(self.key, None)
-
-
-_FIELD_BY_TYPE: dict[type[Record], str] = {
-    DeviceSample: "devices",
-    GpuProcessSample: "gpu_processes",
-    MigInstance: "mig_instances",
-    MigActivity: "mig_activity",
-    DeviceSignals: "device_signals",
-    DeviceAllocation: "allocations",
-    HostProcess: "host_processes",
-    DevicePower: "device_power",
-    GpuShare: "shares",
-    InstanceEnergy: "instance_energy",
-    Workload: "workloads",
-    Totals: "totals",
-    DeviceTotals: "device_totals",
-}
-
-
-def _slot_setters(cls: type[Record], names: list[str]) -> tuple[dict[str, Any], list[str]]:
-    """For a generated constructor: each named field's slot descriptor setter (``_set0``, ``_set1``, … in a
-    namespace for ``exec``) and the body line that sets it on ``self`` from the parameter of its name."""
-    namespace: dict[str, Any] = {}
-    body: list[str] = []
-    for number, name in enumerate(names):
-        owner = next(klass for klass in cls.__mro__ if name in vars(klass))
-        namespace[f"_set{number}"] = vars(owner)[name].__set__
-        body.append(f"    _set{number}(self, {name})")
-    return namespace, body
-
-
-def _quick_init(cls: type[Record]) -> None:
-    """Give a record class the ``__init__`` dataclasses writes, made cheaper: the same keyword-only
-    signature and defaults, but each slot is set through its own descriptor instead of
-    ``object.__setattr__`` by name. A frozen dataclass needs the latter for every field (its
-    ``__setattr__`` refuses), and that lookup is most of a record's cost: records are made per process per
-    tick (three each), and this about halves what each costs (the figures: docs/benchmarks.md). The
-    class stays a frozen, slotted dataclass: assignment still raises, ``dataclasses.replace`` uses this."""
-    fields = dataclasses.fields(cls)
-    namespace, body = _slot_setters(cls, [f.name for f in fields])
-    params: list[str] = []
-    for number, f in enumerate(fields):
-        if f.default_factory is not dataclasses.MISSING:
-            raise TypeError(f"{cls.__name__}.{f.name}: a default factory needs the dataclass __init__")
-        if f.default is dataclasses.MISSING:
-            params.append(f.name)
-        else:
-            namespace[f"_default{number}"] = f.default
-            params.append(f"{f.name}=_default{number}")
-    source = f"def __init__(self, *, {', '.join(params)}):\n" + "\n".join(body) + "\n"
-    exec(source, namespace)  # generated from the class's own field names, as dataclasses does
-    init = namespace["__init__"]
-    init.__qualname__ = f"{cls.__qualname__}.__init__"
-    init.__module__ = cls.__module__
-    init.__doc__ = cls.__init__.__doc__
-    init.__annotations__ = dict(cls.__init__.__annotations__)  # inspect.signature shows the field types
-    cls.__init__ = init  # type: ignore[method-assign]
-
-
-for _record_type in _FIELD_BY_TYPE:
-    _quick_init(_record_type)
-
-
-_F = TypeVar("_F", bound=Callable[..., Record])
-
-
-def _positional(cls: type[Record]) -> Callable[[_F], _F]:
-    """Replace the decorated stub by a positional constructor of ``cls`` for a hot path: a record made
-    per process per tick, where passing nine fields by keyword costs as much as setting them.
-
-    The stub is the typed signature (mypy checks every call against it): its parameters must be exactly
-    the class's fields in the class's order (``time``, ``extra``, then the class's own), none with a
-    default, so a call reads like the class's definition. The generated function sets each slot through
-    its descriptor, as the class's own ``__init__`` does, so the record is the very one ``cls(**fields)``
-    makes (equal, hashed alike, frozen)."""
-
-    def generate(stub: _F) -> _F:
-        names = list(inspect.signature(stub).parameters)
-        fields = [f.name for f in dataclasses.fields(cls)]
-        if names != fields:
-            raise TypeError(
-                f"{stub.__name__}: parameters {names} are not the fields of {cls.__name__} in its order: {fields}"
-            )
-        namespace, body = _slot_setters(cls, names)
-        namespace.update(_new=object.__new__, _cls=cls)
-        body = ["    self = _new(_cls)", *body, "    return self"]
-        source = f"def {stub.__name__}({', '.join(names)}):\n" + "\n".join(body) + "\n"
-        exec(source, namespace)  # generated from the stub's own parameter names
-        made: _F = namespace[stub.__name__]
-        functools.update_wrapper(made, stub)
-        del made.__wrapped__  # type: ignore[attr-defined]  # the stub's body is not the function
-        return made
-
-    return generate
-
-
-@_positional(GpuProcessSample)
-def new_process_sample(
-    time: Timestamp,
-    extra: Attrs,
-    device_id: str,
-    pid: int,
-    used_memory_bytes: int | None,
-    gpu_instance_id: int | None,
-    compute_instance_id: int | None,
-    sm_util: float | None,
-    util_window_s: float | None,
-    sm_util_busy: float | None,
-    mem_util: float | None,
-) -> GpuProcessSample:
-    """``GpuProcessSample(...)`` with every field given, by position: for a receiver's per-process records."""
-    raise NotImplementedError  # replaced by @_positional
-
-
-@_positional(GpuShare)
-def new_share(
-    time: Timestamp,
-    extra: Attrs,
-    device_id: str,
-    pid: int | None,
-    share: float,
-    energy_mj: int,
-    power_w: float,
-    mode: SharingMode,
-    gpu_instance_id: int | None,
-    model: ShareModel | None,
-) -> GpuShare:
-    """``GpuShare(...)`` with every field given, by position: for attribution's per-process records."""
-    raise NotImplementedError  # replaced by @_positional
-
-
-@_positional(Totals)
-def new_totals(
-    time: Timestamp,
-    extra: Attrs,
-    scope: Literal["process", "container", "pod", "instance"],
-    key: str,
-    device_id: str,
-    energy_mj: int,
-    power_w: float | None,
-    state: Literal["running", "terminated"],
-    start: Timestamp | None,
-) -> Totals:
-    """``Totals(...)`` with every field given, by position: for the energy processor's per-series records."""
-    raise NotImplementedError  # replaced by @_positional
-
-
 def record_kind(record: Record) -> str:
     """The kind a user filters on; a Totals record is of its scope's kind."""
     if isinstance(record, Totals):
@@ -637,74 +455,22 @@ def record_kind(record: Record) -> str:
     return record.KIND
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Batch:
-    """One tick's records, one field per record kind, plus the tick's context.
+RECORD_TYPES: tuple[type[Record], ...] = (
+    DeviceSample,
+    GpuProcessSample,
+    MigInstance,
+    MigActivity,
+    DeviceSignals,
+    DeviceAllocation,
+    HostProcess,
+    DevicePower,
+    GpuShare,
+    InstanceEnergy,
+    Workload,
+    Totals,
+    DeviceTotals,
+)
+"""Every concrete record type, in the order a Batch carries them (``pipeline/batch.py``)."""
 
-    A Batch is immutable: a processor returns a new one (``batch.replace(shares=…)``), so every
-    exporter sees the same finished batch and no processor can disturb another's view.
-    ``label_actions`` are attribute edits (insert, rename, drop) that exporters apply when rendering
-    labels, so typed records stay typed.
-    """
-
-    FIELDS: ClassVar[tuple[str, ...]] = tuple(_FIELD_BY_TYPE.values())
-
-    time: Timestamp
-    interval_s: float
-    node: str
-    pipeline: str = "metrics"
-    devices: tuple[DeviceSample, ...] = ()
-    gpu_processes: tuple[GpuProcessSample, ...] = ()
-    mig_instances: tuple[MigInstance, ...] = ()
-    mig_activity: tuple[MigActivity, ...] = ()
-    device_signals: tuple[DeviceSignals, ...] = ()
-    allocations: tuple[DeviceAllocation, ...] = ()
-    host_processes: tuple[HostProcess, ...] = ()
-    device_power: tuple[DevicePower, ...] = ()
-    shares: tuple[GpuShare, ...] = ()
-    instance_energy: tuple[InstanceEnergy, ...] = ()
-    workloads: tuple[Workload, ...] = ()
-    totals: tuple[Totals, ...] = ()
-    device_totals: tuple[DeviceTotals, ...] = ()
-    # Which fields some receiver or processor actually filled this tick (present, even if empty):
-    # lets exporters tell "no processes" from "no process source".
-    present: frozenset[str] = field(default_factory=frozenset)
-    label_actions: tuple[LabelAction, ...] = ()
-
-    @staticmethod
-    def field_for(record_type: type[Record]) -> str:
-        for klass in record_type.__mro__:
-            name = _FIELD_BY_TYPE.get(klass)
-            if name is not None:
-                return name
-        raise TypeError(f"{record_type.__name__} is not a record kind a Batch carries")
-
-    def replace(self, **changes: Any) -> Batch:
-        """A new batch with ``changes``; every record field named is marked present."""
-        present = set(changes.pop("present", self.present))
-        present.update(name for name in changes if name in self.FIELDS)
-        return dataclasses.replace(self, present=frozenset(present), **changes)
-
-    def with_records(self, records: Iterable[Record]) -> Batch:
-        """A batch with ``records`` appended to the fields their types belong to."""
-        grouped: dict[str, list[Record]] = {}
-        known = _FIELD_BY_TYPE.get  # the exact type, most often; a subclass goes through field_for
-        for record_type, run in itertools.groupby(records, type):  # receivers give their records in runs
-            grouped.setdefault(known(record_type) or self.field_for(record_type), []).extend(run)
-        changes: dict[str, Any] = {name: tuple(getattr(self, name)) + tuple(items) for name, items in grouped.items()}
-        return self.replace(**changes)
-
-    def labels(self, record: Record) -> dict[str, str]:
-        """The attributes an exporter renders for ``record``: its own, after this batch's label actions."""
-        labels = record.attributes()
-        kind = record_kind(record)
-        for action in self.label_actions:
-            action.apply(kind, labels)
-        return labels
-
-    def records(self) -> Iterator[Record]:
-        for name in self.FIELDS:
-            yield from getattr(self, name)
-
-    def count(self) -> int:
-        return sum(len(getattr(self, name)) for name in self.FIELDS)
+for _record_type in RECORD_TYPES:
+    quick_init(_record_type)

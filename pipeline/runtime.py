@@ -20,10 +20,11 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.components import Exporter, Receiver, call_optional
 from wattpipe.pipeline.graph import BuiltPipeline, Graph
-from wattpipe.pipeline.records import Batch, Record
+from wattpipe.pipeline.records import Record
 from wattpipe.pipeline.telemetry import RateLimitedLog
 
 __all__ = ["YOUNG_GC_THRESHOLD", "PipelineGroup", "PipelineRunner", "Service", "settle_heap"]

@@ -18,8 +18,9 @@ from collections.abc import Callable, Mapping
 from itertools import repeat
 from typing import Any
 
+from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.clock import Timestamp
-from wattpipe.pipeline.records import Batch, DevicePower, HostProcess, Totals, Workload
+from wattpipe.pipeline.records import DevicePower, HostProcess, Totals, Workload
 from wattpipe.processors._energy_series import Order, Series, prune, restore, saved, to_totals
 from wattpipe.processors.attribution_math import apportion
 

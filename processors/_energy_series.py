@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from wattpipe.pipeline.clock import Timestamp
-from wattpipe.pipeline.records import Totals, new_totals
+from wattpipe.pipeline.constructors import new_totals
+from wattpipe.pipeline.records import Totals
 
 __all__ = ["Order", "Series", "prune", "restore", "saved", "start_at", "to_totals"]
 

@@ -21,8 +21,8 @@ import dataclasses
 import logging
 from collections.abc import Sequence
 
+from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.records import (
-    Batch,
     DevicePower,
     DeviceSample,
     GpuProcessSample,

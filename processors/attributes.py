@@ -16,8 +16,9 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from wattpipe.pipeline.batch import Batch, LabelAction
 from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
-from wattpipe.pipeline.records import Batch, LabelAction, RecordKind
+from wattpipe.pipeline.records import RecordKind
 
 __all__ = ["Action", "AttributesConfig", "AttributesProcessor", "factory"]
 

@@ -34,10 +34,11 @@ from typing import Literal
 
 from pydantic import Field
 
+from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
 from wattpipe.pipeline.config import Duration
+from wattpipe.pipeline.constructors import new_share
 from wattpipe.pipeline.records import (
-    Batch,
     DevicePower,
     DeviceSample,
     GpuProcessSample,
@@ -46,7 +47,6 @@ from wattpipe.pipeline.records import (
     MigInstance,
     ShareModel,
     SharingMode,
-    new_share,
 )
 from wattpipe.processors._idle_hold import HeldTick, IdleHold, Released
 from wattpipe.processors._learned import LearnedConfig, LearnedModel, Reason, row_of

@@ -40,10 +40,11 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
 from wattpipe.pipeline.config import Duration
-from wattpipe.pipeline.records import Batch, DevicePower, DeviceTotals, GpuShare, HostProcess, Totals
+from wattpipe.pipeline.records import DevicePower, DeviceTotals, GpuShare, HostProcess, Totals
 from wattpipe.processors._energy_groups import GroupSeries, Late
 from wattpipe.processors._energy_series import Order, Series, prune, restore, saved, start_at, to_totals
 

@@ -19,8 +19,9 @@ from typing import Any, get_args
 
 from pydantic import field_validator
 
+from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
-from wattpipe.pipeline.records import Batch, Record, RecordKind, record_kind
+from wattpipe.pipeline.records import Record, RecordKind, record_kind
 
 __all__ = ["FilterConfig", "FilterProcessor", "MatchRule", "factory"]
 

@@ -54,8 +54,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.components import CreateContext, Factory
-from wattpipe.pipeline.records import Batch, DevicePower, DeviceSample, DeviceSignals, GpuProcessSample
+from wattpipe.pipeline.records import DevicePower, DeviceSample, DeviceSignals, GpuProcessSample
 from wattpipe.processors._idle_chain import Estimate, IdleEstimators, Source, Work
 from wattpipe.processors._idle_config import IdleConfig, RegressionConfig
 

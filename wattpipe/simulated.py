@@ -24,11 +24,11 @@ from wattpipe import (
     simulator,
     steps,  # the shared loading, building and running steps
 )
+from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.clock import Clock, RealClock, SteppedClock
 from wattpipe.pipeline.components import Registry
 from wattpipe.pipeline.config import Config
 from wattpipe.pipeline.graph import Graph
-from wattpipe.pipeline.records import Batch
 from wattpipe.pipeline.runtime import Service
 from wattpipe.steps import EXIT_CONFIG, EXIT_OK
 

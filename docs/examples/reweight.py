@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from wattpipe.pipeline.records import Batch
+from wattpipe.pipeline.batch import Batch
 
 
 class Reweight:

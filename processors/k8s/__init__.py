@@ -31,9 +31,10 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, field_validator
 
+from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
 from wattpipe.pipeline.config import Duration
-from wattpipe.pipeline.records import Batch, Workload
+from wattpipe.pipeline.records import Workload
 from wattpipe.processors.k8s._cache import PodCache, PodInfo, PodView, pod_info, strip_runtime
 from wattpipe.processors.k8s._exited import ExitedProcesses
 from wattpipe.processors.k8s._resolve import DEGRADED, resolve

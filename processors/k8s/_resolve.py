@@ -24,8 +24,9 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.clock import Timestamp
-from wattpipe.pipeline.records import Attrs, Batch, DeviceAllocation, HostProcess, Workload
+from wattpipe.pipeline.records import Attrs, DeviceAllocation, HostProcess, Workload
 from wattpipe.processors.k8s._cache import PodInfo, PodView
 from wattpipe.processors.k8s._mig_uuids import resolve_mig_uuids
 

@@ -10,7 +10,8 @@ from typing import Any, TypeVar
 import pynvml
 
 from wattpipe.pipeline.clock import Timestamp
-from wattpipe.pipeline.records import DeviceSample, GpuProcessSample, MigInstance, new_process_sample
+from wattpipe.pipeline.constructors import new_process_sample
+from wattpipe.pipeline.records import DeviceSample, GpuProcessSample, MigInstance
 from wattpipe.receivers.nvml._errors import DeviceLost, NotFound, NotSupported, NvmlFailure, nvml_call
 from wattpipe.receivers.nvml._mig import MigLayout
 from wattpipe.receivers.nvml._raw import ProcessEntry, ProcessList, UtilisationSamples

@@ -23,11 +23,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from wattpipe import simulator
+from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.clock import SteppedClock
 from wattpipe.pipeline.components import Registry
 from wattpipe.pipeline.config import load_config_text
 from wattpipe.pipeline.graph import build
-from wattpipe.pipeline.records import Batch, DeviceSample
+from wattpipe.pipeline.records import DeviceSample
 from wattpipe.pipeline.runtime import Service
 from wattpipe.pipeline.telemetry import Telemetry
 from wattpipe.simulator.scenario import parse_scenario

@@ -59,11 +59,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers.drill_components import ChurnGpu, SlowOtlpSink, read_ledger, stamp
 from wattpipe import simulator
+from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.clock import SteppedClock
 from wattpipe.pipeline.components import Registry
 from wattpipe.pipeline.config import load_config_text
 from wattpipe.pipeline.graph import Graph, build
-from wattpipe.pipeline.records import Batch
 from wattpipe.pipeline.runtime import Service
 from wattpipe.pipeline.telemetry import Telemetry
 from wattpipe.simulator.scale import churn_scenario

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 
 from wattpipe import simulator
+from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.clock import SteppedClock
 from wattpipe.pipeline.components import Registry
 from wattpipe.pipeline.config import load_config_text
 from wattpipe.pipeline.graph import build
-from wattpipe.pipeline.records import Batch
 from wattpipe.pipeline.runtime import Service
 from wattpipe.pipeline.telemetry import Telemetry
 from wattpipe.simulator.dcgm_server import DcgmExporterOptions

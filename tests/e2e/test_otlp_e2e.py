@@ -24,11 +24,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers.otlp_receiver import CUMULATIVE, OtlpReceiver, ReceivedPoint, flatten, wait_until
 from wattpipe import simulator
+from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.clock import SteppedClock
 from wattpipe.pipeline.components import Registry
 from wattpipe.pipeline.config import load_config_text
 from wattpipe.pipeline.graph import build
-from wattpipe.pipeline.records import Batch
 from wattpipe.pipeline.runtime import Service
 from wattpipe.pipeline.telemetry import Telemetry
 from wattpipe.simulator.scenario import parse_scenario

@@ -11,9 +11,10 @@ import pytest
 
 from tests.helpers.context import make_context
 from wattpipe.exporters.console import ConsoleConfig, ConsoleExporter, factory
+from wattpipe.pipeline.batch import Batch, LabelAction
 from wattpipe.pipeline.clock import SteppedClock, Timestamp
 from wattpipe.pipeline.components import CreateContext
-from wattpipe.pipeline.records import Batch, DevicePower, DeviceSample, GpuProcessSample, LabelAction, Totals
+from wattpipe.pipeline.records import DevicePower, DeviceSample, GpuProcessSample, Totals
 
 T = Timestamp(monotonic_s=1000.0, wall_s=1_767_225_600.0)
 EARLIER = Timestamp(monotonic_s=999.5, wall_s=1_767_225_599.5)

@@ -15,9 +15,10 @@ from pydantic import ValidationError
 from tests.helpers.context import make_context
 from tests.helpers.otlp_receiver import CUMULATIVE, DELTA, OtlpReceiver, attributes, wait_until
 from wattpipe.exporters.otlp import OtlpConfig, OtlpExporter, factory
+from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.components import Registry
-from wattpipe.pipeline.records import Batch, DevicePower, DeviceTotals, Totals
+from wattpipe.pipeline.records import DevicePower, DeviceTotals, Totals
 from wattpipe.pipeline.telemetry import Telemetry
 
 START = Timestamp(monotonic_s=900.0, wall_s=1_767_225_500.0)

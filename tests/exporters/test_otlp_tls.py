@@ -27,10 +27,11 @@ from pydantic import ValidationError
 from tests.helpers.context import make_context
 from tests.helpers.otlp_receiver import OtlpReceiver, ReceivedRequest, ServerTls, flatten, wait_until
 from wattpipe.exporters.otlp import OtlpConfig, OtlpExporter
+from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.components import Registry
 from wattpipe.pipeline.config import load_config_text
-from wattpipe.pipeline.records import Batch, DevicePower, DeviceTotals
+from wattpipe.pipeline.records import DevicePower, DeviceTotals
 from wattpipe.pipeline.telemetry import Telemetry
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is not installed")

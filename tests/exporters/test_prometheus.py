@@ -21,16 +21,15 @@ from pydantic import ValidationError
 
 from tests.helpers.context import make_context
 from wattpipe.exporters.prometheus import PrometheusConfig, PrometheusExporter, _escape_label_value, factory
+from wattpipe.pipeline.batch import Batch, LabelAction
 from wattpipe.pipeline.clock import SteppedClock, Timestamp
 from wattpipe.pipeline.components import Registry
 from wattpipe.pipeline.records import (
-    Batch,
     DevicePower,
     DeviceSample,
     DeviceTotals,
     GpuProcessSample,
     GpuShare,
-    LabelAction,
     Record,
     Totals,
 )

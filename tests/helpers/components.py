@@ -11,8 +11,9 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.components import CreateContext
-from wattpipe.pipeline.records import Batch, DevicePower, DeviceSample, GpuProcessSample, GpuShare, Record
+from wattpipe.pipeline.records import DevicePower, DeviceSample, GpuProcessSample, GpuShare, Record
 
 
 class CountingGpu:

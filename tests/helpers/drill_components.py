@@ -19,8 +19,9 @@ from typing import Any
 
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 
+from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.components import CreateContext
-from wattpipe.pipeline.records import Batch, DeviceSample, GpuProcessSample, Record
+from wattpipe.pipeline.records import DeviceSample, GpuProcessSample, Record
 
 
 def stamp(poll: int) -> float:

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from wattpipe.pipeline.batch import Batch, LabelAction
 from wattpipe.pipeline.catalog import (
     ATTRIBUTES,
     DEVICE_DERIVED,
@@ -33,16 +34,7 @@ from wattpipe.pipeline.catalog import (
 )
 from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.labels import _LABEL_CACHE_MIN, _plan
-from wattpipe.pipeline.records import (
-    Batch,
-    DevicePower,
-    DeviceSample,
-    GpuShare,
-    LabelAction,
-    Record,
-    SharingMode,
-    Totals,
-)
+from wattpipe.pipeline.records import DevicePower, DeviceSample, GpuShare, Record, SharingMode, Totals
 
 ROOT = Path(__file__).resolve().parents[2]
 T = Timestamp(monotonic_s=10.0, wall_s=1_767_225_600.0)

@@ -9,9 +9,11 @@ from typing import Any
 
 import pytest
 
+from wattpipe.pipeline._slots import positional
+from wattpipe.pipeline.batch import Batch, LabelAction
 from wattpipe.pipeline.clock import Timestamp
+from wattpipe.pipeline.constructors import new_process_sample, new_share, new_totals
 from wattpipe.pipeline.records import (
-    Batch,
     DeviceAllocation,
     DevicePower,
     DeviceSample,
@@ -21,16 +23,11 @@ from wattpipe.pipeline.records import (
     GpuShare,
     HostProcess,
     InstanceEnergy,
-    LabelAction,
     MigActivity,
     MigInstance,
     Record,
     Totals,
     Workload,
-    _positional,
-    new_process_sample,
-    new_share,
-    new_totals,
     record_kind,
 )
 
@@ -300,7 +297,7 @@ def test_positional_constructor_makes_the_record_the_keyword_one_makes(make: Any
     assert hash(record) == hash(record_class(**given))
     with pytest.raises(TypeError):
         make(*list(given.values())[:-1])  # every field is required
-    assert make.__module__ == "wattpipe.pipeline.records"
+    assert make.__module__ == "wattpipe.pipeline.constructors"
     assert record_class.__name__ in make.__doc__
     # The stub's annotations are kept (inspect and documentation tools show the typed signature).
     assert inspect.signature(make).return_annotation == record_class.__name__
@@ -311,14 +308,14 @@ def test_positional_refuses_a_stub_that_is_not_the_fields() -> None:
         raise NotImplementedError
 
     with pytest.raises(TypeError, match=r"missing: parameters \['time', 'device_id'\] are not the fields of GpuShare"):
-        _positional(GpuShare)(missing)
+        positional(GpuShare)(missing)
 
     def extra(time: Timestamp, extra: tuple[()], scope: str, key: str, device_id: str, energy_mj: int,
               power_w: float, state: str, start: None, bogus: int) -> Totals:  # fmt: skip
         raise NotImplementedError
 
     with pytest.raises(TypeError, match="bogus"):
-        _positional(Totals)(extra)
+        positional(Totals)(extra)
 
 
 def test_positional_refuses_a_stub_in_another_order_than_the_class() -> None:
@@ -329,4 +326,13 @@ def test_positional_refuses_a_stub_in_another_order_than_the_class() -> None:
         raise NotImplementedError
 
     with pytest.raises(TypeError, match=r"reordered: parameters .* are not the fields of Totals in its order"):
-        _positional(Totals)(reordered)
+        positional(Totals)(reordered)
+
+
+def test_every_record_type_has_its_batch_field_and_the_quick_init() -> None:
+    from wattpipe.pipeline.records import RECORD_TYPES
+
+    assert {Batch.field_for(t) for t in RECORD_TYPES} == set(Batch.FIELDS)
+    assert len(Batch.FIELDS) == len(RECORD_TYPES)
+    for record_type in RECORD_TYPES:  # the slot-setting __init__ (pipeline/_slots.py), not the dataclass's
+        assert "_set0" in record_type.__init__.__code__.co_names, record_type.__name__

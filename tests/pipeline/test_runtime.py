@@ -10,11 +10,11 @@ import time
 
 import pytest
 
+from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.clock import SteppedClock
 from wattpipe.pipeline.components import Registry
 from wattpipe.pipeline.config import ConfigError, load_config_text
 from wattpipe.pipeline.graph import Graph, build, check_order
-from wattpipe.pipeline.records import Batch
 from wattpipe.pipeline.runtime import YOUNG_GC_THRESHOLD, PipelineRunner, Service, settle_heap
 from wattpipe.pipeline.telemetry import Telemetry
 

@@ -10,11 +10,12 @@ from collections.abc import Sequence
 
 import pytest
 
+from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.clock import SteppedClock
 from wattpipe.pipeline.components import CreateContext, Registry
 from wattpipe.pipeline.config import ConfigError, load_config_text
 from wattpipe.pipeline.graph import Graph, build
-from wattpipe.pipeline.records import Batch, GpuProcessSample, Record
+from wattpipe.pipeline.records import GpuProcessSample, Record
 from wattpipe.pipeline.runtime import PipelineRunner, Service
 from wattpipe.pipeline.telemetry import Telemetry
 

@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.components import Registry
 from wattpipe.pipeline.config import load_config_text
-from wattpipe.pipeline.records import Batch, DeviceSample, GpuProcessSample, HostProcess
+from wattpipe.pipeline.records import DeviceSample, GpuProcessSample, HostProcess
 from wattpipe.processors.attributes import AttributesConfig, AttributesProcessor
 
 T = Timestamp(monotonic_s=1000.0, wall_s=1_767_225_600.0)

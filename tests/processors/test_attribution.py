@@ -11,16 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.helpers.context import make_context
+from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.clock import SteppedClock, Timestamp
-from wattpipe.pipeline.records import (
-    Batch,
-    DevicePower,
-    DeviceSample,
-    GpuProcessSample,
-    HostProcess,
-    MigActivity,
-    MigInstance,
-)
+from wattpipe.pipeline.records import DevicePower, DeviceSample, GpuProcessSample, HostProcess, MigActivity, MigInstance
 from wattpipe.processors._mig_shares import split_mig
 from wattpipe.processors.attribution import AttributionConfig, AttributionProcessor, apportion
 from wattpipe.processors.attribution_math import since_start

@@ -14,11 +14,12 @@ from pydantic import ValidationError
 
 from tests.helpers.components import CountingGpu, EvenSplit, Recorder
 from tests.helpers.context import make_context
+from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.clock import SteppedClock, Timestamp
 from wattpipe.pipeline.components import ComponentKind, CreateContext, Factory, Registry
 from wattpipe.pipeline.config import ConfigError, load_config_text
 from wattpipe.pipeline.graph import build
-from wattpipe.pipeline.records import Batch, DevicePower, DeviceSample
+from wattpipe.pipeline.records import DevicePower, DeviceSample
 from wattpipe.pipeline.runtime import PipelineRunner
 from wattpipe.pipeline.telemetry import Telemetry
 from wattpipe.processors.custom import CustomConfig, factory, load_class
@@ -139,10 +140,10 @@ def test_missing_attribute_is_an_attribute_error_naming_it() -> None:
 
 
 def test_nested_attribute_path_is_followed() -> None:
-    assert load_class("wattpipe.pipeline.records:Batch") is Batch
+    assert load_class("wattpipe.pipeline.batch:Batch") is Batch
     assert load_class("wattpipe.pipeline.clock:SteppedClock") is SteppedClock
     with pytest.raises(AttributeError, match=r"has no 'Batch\.Nope'"):
-        load_class("wattpipe.pipeline.records:Batch.Nope")
+        load_class("wattpipe.pipeline.batch:Batch.Nope")
 
 
 def test_not_a_class_is_a_type_error_saying_what_it_is(plugin_module: types.ModuleType) -> None:

@@ -8,8 +8,9 @@ import dataclasses
 from pathlib import Path
 
 from tests.processors.test_idle_energy import energy, power, share
+from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.clock import SteppedClock, Timestamp
-from wattpipe.pipeline.records import Batch, DevicePower, DeviceTotals, GpuShare, InstanceEnergy, Totals, Workload
+from wattpipe.pipeline.records import DevicePower, DeviceTotals, GpuShare, InstanceEnergy, Totals, Workload
 from wattpipe.pipeline.state import StateStore
 from wattpipe.processors.energy import EnergyConfig, EnergyProcessor
 

@@ -8,15 +8,14 @@ import pytest
 from pydantic import ValidationError
 
 from tests.helpers.context import make_context
+from wattpipe.pipeline.batch import Batch, LabelAction
 from wattpipe.pipeline.clock import SteppedClock, Timestamp
 from wattpipe.pipeline.records import (
-    Batch,
     DevicePower,
     DeviceSample,
     GpuProcessSample,
     GpuShare,
     HostProcess,
-    LabelAction,
     MigInstance,
     Totals,
     Workload,

@@ -19,8 +19,9 @@ import pytest
 from tests.helpers.context import make_context
 from tests.processors.test_idle_energy import energy, power, share
 from wattpipe.cli import main
+from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.clock import SteppedClock, Timestamp
-from wattpipe.pipeline.records import Batch, DeviceAllocation, GpuProcessSample, GpuShare, HostProcess, Totals, Workload
+from wattpipe.pipeline.records import DeviceAllocation, GpuProcessSample, GpuShare, HostProcess, Totals, Workload
 from wattpipe.pipeline.state import StateStore
 from wattpipe.processors.energy import EnergyProcessor
 from wattpipe.processors.k8s import K8sConfig, K8sProcessor, PodInfo

@@ -9,16 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.helpers.context import make_context
+from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.clock import SteppedClock, Timestamp
-from wattpipe.pipeline.records import (
-    Batch,
-    DevicePower,
-    DeviceSample,
-    GpuProcessSample,
-    GpuShare,
-    HostProcess,
-    Workload,
-)
+from wattpipe.pipeline.records import DevicePower, DeviceSample, GpuProcessSample, GpuShare, HostProcess, Workload
 from wattpipe.pipeline.state import StateStore
 from wattpipe.processors.energy import EnergyConfig, EnergyProcessor
 from wattpipe.processors.idle import IdleConfig, IdleProcessor, split_idle

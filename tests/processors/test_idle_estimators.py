@@ -16,9 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.helpers.context import make_context
+from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.catalog import FAMILIES, points
 from wattpipe.pipeline.clock import SteppedClock
-from wattpipe.pipeline.records import Batch, DevicePower, DeviceSample, DeviceSignals, GpuProcessSample
+from wattpipe.pipeline.records import DevicePower, DeviceSample, DeviceSignals, GpuProcessSample
 from wattpipe.pipeline.state import StateStore
 from wattpipe.processors.idle import IdleConfig, IdleProcessor
 

@@ -10,8 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.helpers.context import make_context
+from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.clock import SteppedClock
-from wattpipe.pipeline.records import Batch, DevicePower, DeviceSample, GpuProcessSample
+from wattpipe.pipeline.records import DevicePower, DeviceSample, GpuProcessSample
 from wattpipe.pipeline.state import StateStore
 from wattpipe.pipeline.telemetry import Telemetry
 from wattpipe.processors._idle_window import Estimate

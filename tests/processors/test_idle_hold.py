@@ -10,8 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.helpers.context import make_context
+from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.clock import SteppedClock, Timestamp
-from wattpipe.pipeline.records import Batch, DevicePower, DeviceSample, GpuProcessSample
+from wattpipe.pipeline.records import DevicePower, DeviceSample, GpuProcessSample
 from wattpipe.processors._idle_hold import HeldTick, release
 from wattpipe.processors.attribution import AttributionConfig, AttributionProcessor
 from wattpipe.processors.idle import split_idle

@@ -13,9 +13,10 @@ import pytest
 
 from tests.helpers.context import make_context
 from wattpipe import simulator
+from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.clock import SteppedClock
 from wattpipe.pipeline.components import Registry
-from wattpipe.pipeline.records import Batch, DeviceAllocation, GpuProcessSample, HostProcess, MigInstance, Workload
+from wattpipe.pipeline.records import DeviceAllocation, GpuProcessSample, HostProcess, MigInstance, Workload
 from wattpipe.processors.k8s import DEGRADED, K8sConfig, K8sProcessor, PodCache, PodInfo, factory, pod_info
 from wattpipe.simulator.k8sapi import K8sApiOptions, K8sApiServer, start_k8s_api
 from wattpipe.simulator.scenario import Scenario, parse_scenario

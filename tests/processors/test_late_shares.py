@@ -17,8 +17,9 @@ import pytest
 
 from tests.helpers.context import make_context
 from tests.processors.test_idle_energy import energy
+from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.clock import SteppedClock
-from wattpipe.pipeline.records import Batch, DevicePower, GpuProcessSample, GpuShare, HostProcess, Totals, Workload
+from wattpipe.pipeline.records import DevicePower, GpuProcessSample, GpuShare, HostProcess, Totals, Workload
 from wattpipe.pipeline.state import StateStore
 from wattpipe.processors.energy import EnergyProcessor
 from wattpipe.processors.k8s import K8sConfig, K8sProcessor

@@ -16,12 +16,13 @@ from pydantic import ValidationError
 
 from tests.helpers.context import make_context
 from wattpipe import simulator
+from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.catalog import FAMILIES, points
 from wattpipe.pipeline.clock import SteppedClock, Timestamp
 from wattpipe.pipeline.components import Registry
 from wattpipe.pipeline.config import load_config_text
 from wattpipe.pipeline.graph import build
-from wattpipe.pipeline.records import Batch, DevicePower, GpuProcessSample, GpuShare
+from wattpipe.pipeline.records import DevicePower, GpuProcessSample, GpuShare
 from wattpipe.pipeline.runtime import Service
 from wattpipe.pipeline.telemetry import Telemetry
 from wattpipe.processors._linalg import nnls
