@@ -6,20 +6,18 @@ asks), so scrapes never trigger collection and fifty concurrent ones render noth
 longer in the latest batches is gone from the next rendering: no stale state (how long a terminated
 process stays is the ``energy`` processor's retention).
 
-Two renderers make the same bytes (a test holds them to it, and to golden files):
-
-- ``fast`` (the default) writes the text format itself: a series' ``name{labels} `` prefix is formatted
-  once and reused for as long as the series lasts (its labels come from the catalog's label cache, so
-  the same mapping object arrives tick after tick), each family's ``# HELP``/``# TYPE`` lines once per
-  process, and only the values are formatted per tick: Python's ``repr`` below a million (where it equals
-  Go's format), ``prometheus_client``'s ``floatToGoString`` above. The catalog hands it a family's labels,
-  values and records as columns (``labelled_columns``), not a ``Point`` per series.
-  Label names go through ``prometheus_client``'s own escaping; label values are escaped here the way
-  ``prometheus_client`` does it (backslash, newline and double quote as ``\\``, ``\n``, ``\"``; UTF-8
-  otherwise as is).
-- ``prometheus_client`` is the reference: a custom collector on a private registry, rendered by
-  ``generate_latest``. It builds a ``Sample`` per series and formats every label of every series on every
-  tick: 5–8× the CPU of ``fast`` (docs/benchmarks.md).
+The text format is written here, not by ``prometheus_client``'s registry, which builds a ``Sample`` per series
+and formats every label of every series on every tick (5–8× the CPU; docs/benchmarks.md). A series'
+``name{labels} `` prefix is formatted once and reused for as long as the series lasts (its labels come from
+the catalog's label cache, so the same mapping object arrives tick after tick), each family's ``# HELP`` /
+``# TYPE`` lines once per process, and only the values are formatted per tick: Python's ``repr`` below a
+million (where it equals Go's format), ``prometheus_client``'s ``floatToGoString`` above. The catalog hands
+it a family's labels, values and records as columns (``labelled_columns``), not a ``Point`` per series.
+Label names go through ``prometheus_client``'s own escaping; label values are escaped here the way
+``prometheus_client`` does it (backslash, newline and double quote as ``\\``, ``\n``, ``\"``; UTF-8
+otherwise as is). The bytes are those ``prometheus_client`` writes: the tests render every batch both ways
+(``tests/helpers/reference_prometheus.py``, a registry-backed subclass kept in the tests only), compare them,
+and hold both to golden files.
 
 Names follow ``naming`` (see docs/metrics.md): ``kepler`` (Kepler's names and labels) or ``otel`` (the
 OpenTelemetry names, with ``.`` → ``_``, the unit's word and ``_total`` appended, as Prometheus does for
@@ -41,11 +39,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.openmetrics.exposition import UNDERSCORES, escape_label_name, escape_metric_name
-from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 from pydantic import Field, field_validator
 
@@ -56,7 +53,6 @@ from wattpipe.pipeline.catalog import (
     Columns,
     Family,
     LabelEngine,
-    Point,
     Scheme,
     SeriesLabels,
     label_name,
@@ -85,9 +81,6 @@ class PrometheusConfig(ComponentConfig):
     """Export the per-process families; false keeps cardinality to devices, containers and pods."""
     terminated: bool = True
     """Export series of processes (containers, pods) that have exited, while the energy processor keeps them."""
-    renderer: Literal["fast", "prometheus_client"] = "fast"
-    """How the text is made: ``fast`` reuses each series' formatted labels from tick to tick;
-    ``prometheus_client`` renders through its registry (the reference: the same bytes, 5–8× the CPU)."""
     web_config_file: str = ""
     """TLS and basic auth for /metrics, in the Prometheus exporter-toolkit web config format; empty: plain HTTP."""
 
@@ -122,28 +115,6 @@ class _Rendered:
             if self._gzipped is None:
                 self._gzipped = gzip.compress(self.body, compresslevel=6, mtime=0)
             return self._gzipped
-
-
-class _Collector:
-    """Builds the metric families from the exporter's latest batches, when the exporter renders."""
-
-    def __init__(self, exporter: PrometheusExporter) -> None:
-        self._exporter = exporter
-
-    def collect(self) -> Iterator[Metric]:
-        exporter = self._exporter
-        defaults = exporter._defaults
-        for family, sample_name, family_points in exporter._families():
-            metric = _metric(family, exporter.config.naming)
-            series: dict[tuple[tuple[str, str], ...], Sample] = {}
-            for point in family_points:  # in pipeline order: where two pipelines give one series, the last wins
-                labels = _prometheus_labels(point.labels)
-                for name, value in defaults.items():
-                    labels.setdefault(name, value)
-                series[tuple(sorted(labels.items()))] = Sample(sample_name, labels, point.value, None, None)
-            if series:
-                metric.samples.extend(series.values())
-                yield metric
 
 
 class _FastRenderer:
@@ -325,8 +296,6 @@ class PrometheusExporter:
         node_label = prometheus_label(label_name(NODE.name, config.naming) or NODE.name)
         self._defaults = {node_label: self.node_name, **config.const_labels}
         """What every series carries unless its own labels say otherwise, under Prometheus names."""
-        self._registry = CollectorRegistry(auto_describe=False)
-        self._registry.register(_Collector(self))
         self._labels = LabelEngine()
         """This exporter's own label caches (see pipeline.labels.LabelEngine): rendered under the render lock."""
         self._fast = _FastRenderer(self)
@@ -375,23 +344,11 @@ class PrometheusExporter:
             self.batches[batch.pipeline] = batch
             remember_devices(self.devices, batch)
             # Scrapes on other threads see the swap of one reference: the old text or the new, never half.
-            if self.config.renderer == "fast":
-                self._rendered = _Rendered(self._fast.render())
-            else:
-                self._rendered = _Rendered(generate_latest(self._registry))
+            self._rendered = _Rendered(self._render_text())
 
-    def _families(self) -> Iterator[tuple[Family, str, Iterator[Point]]]:
-        """Each family to render, its sample name, and its points from every batch (in pipeline order:
-        where two pipelines give one series, the last wins), after ``per_process`` and ``terminated``."""
-        for family, sample_name, parts in self._family_values():
-            family_points: Iterator[Point] = (
-                Point(labels, value, record)
-                for columns in parts
-                for labels, value, record in zip(*columns, strict=True)
-            )
-            if not self.config.terminated:
-                family_points = (p for p in family_points if getattr(p.record, "state", None) != "terminated")
-            yield family, sample_name, family_points
+    def _render_text(self) -> bytes:
+        """The exposition text of the latest batches (under the render lock)."""
+        return self._fast.render()
 
     def _family_values(
         self,

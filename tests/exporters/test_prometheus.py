@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
 from tests.helpers.context import make_context
+from tests.helpers.reference_prometheus import exporter_for
 from wattpipe.exporters.prometheus import PrometheusConfig, PrometheusExporter, _escape_label_value, factory
 from wattpipe.pipeline.batch import Batch, LabelAction
 from wattpipe.pipeline.clock import SteppedClock, Timestamp
@@ -537,9 +538,9 @@ GOLDEN_CASES: dict[str, dict[str, Any]] = {
 }
 
 
-def rendered(options: dict[str, Any], batches: list[Batch]) -> bytes:
+def rendered(options: dict[str, Any], batches: list[Batch], renderer: str = "fast") -> bytes:
     config = PrometheusConfig.model_validate({"listen": "127.0.0.1:0", **options})
-    exporter = PrometheusExporter(config, make_context("prometheus", "exporter", node_name="node-ä"))
+    exporter = exporter_for(renderer, config, make_context("prometheus", "exporter", node_name="node-ä"))
     for batch in batches:
         exporter.render(batch)
     return exporter.body
@@ -603,11 +604,11 @@ def processed_batches(ticks: int = 4, gpus: int = 4, per_gpu: int = 16) -> list[
 @pytest.mark.parametrize("options", [{}, {"naming": "otel", "const_labels": {"zone": "ä\\"}}, {"terminated": False}])
 def test_the_fast_renderer_writes_what_prometheus_client_writes_tick_after_tick(options: dict[str, Any]) -> None:
     def exporter(renderer: str) -> PrometheusExporter:
-        config = PrometheusConfig.model_validate({"listen": "127.0.0.1:0", "renderer": renderer, **options})
-        return PrometheusExporter(config, make_context("prometheus", "exporter", node_name="node-a"))
+        config = PrometheusConfig.model_validate({"listen": "127.0.0.1:0", **options})
+        return exporter_for(renderer, config, make_context("prometheus", "exporter", node_name="node-a"))
 
     fast, reference = exporter("fast"), exporter("prometheus_client")
-    assert fast.config.renderer == "fast"  # the default
+    assert type(fast) is PrometheusExporter  # what ships
     batches = processed_batches()
     for batch in [*batches, *rich_batches(), *batches[2:]]:
         fast.render(batch)
@@ -619,7 +620,7 @@ def test_the_fast_renderer_writes_what_prometheus_client_writes_tick_after_tick(
 @pytest.mark.parametrize("case", sorted(GOLDEN_CASES))
 def test_the_prometheus_client_renderer_writes_the_golden_text_too(case: str) -> None:
     expected = (GOLDEN / f"{case}.prom").read_bytes()
-    assert rendered({**GOLDEN_CASES[case], "renderer": "prometheus_client"}, golden_batches(case)) == expected
+    assert rendered(GOLDEN_CASES[case], golden_batches(case), renderer="prometheus_client") == expected
 
 
 @pytest.mark.parametrize(
@@ -699,8 +700,8 @@ def test_a_prefix_is_never_taken_from_a_mapping_freed_during_the_render() -> Non
     # GPU-a's "exclusive"). The last rendering's mappings stay referenced until the render is done.
     rendered = {}
     for renderer in ("fast", "prometheus_client"):
-        exporter = PrometheusExporter(
-            PrometheusConfig(listen="127.0.0.1:0", renderer=renderer), make_context("prometheus", "exporter")
+        exporter = exporter_for(
+            renderer, PrometheusConfig(listen="127.0.0.1:0"), make_context("prometheus", "exporter")
         )
         exporter.render(_mode_batch("b", [("GPU-b", 1100, "time_slicing")]))
         exporter.render(_mode_batch("a", [("GPU-a", 1100, "time_slicing")]))
@@ -713,7 +714,7 @@ def test_a_prefix_is_never_taken_from_a_mapping_freed_during_the_render() -> Non
 def test_the_fast_renderer_equals_the_reference_over_random_pipelines_and_turnover() -> None:
     rng = random.Random(3)
     fast, reference = (
-        PrometheusExporter(PrometheusConfig(listen="127.0.0.1:0", renderer=r), make_context(r, "exporter"))
+        exporter_for(r, PrometheusConfig(listen="127.0.0.1:0"), make_context(r, "exporter"))
         for r in ("fast", "prometheus_client")
     )
     for _ in range(60):
@@ -736,8 +737,8 @@ def test_prefixes_are_reused_only_for_the_same_mappings_not_equal_ones_in_anothe
 
     rendered = {}
     for renderer in ("fast", "prometheus_client"):
-        exporter = PrometheusExporter(
-            PrometheusConfig(listen="127.0.0.1:0", renderer=renderer), make_context("prometheus", "exporter")
+        exporter = exporter_for(
+            renderer, PrometheusConfig(listen="127.0.0.1:0"), make_context("prometheus", "exporter")
         )
         for extra in ((("x.y", "old"), ("x_y", "2")), (("x_y", "2"),)):
             exporter.render(tick(extra))
