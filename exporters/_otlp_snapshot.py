@@ -63,7 +63,7 @@ class SnapshotTaker:
         metrics: list[tuple[Family, tuple[Point, ...]]] = []
         # A series' attributes, typed for OTLP, made once while it lasts: keyed by the identity of the catalog's
         # label mapping (held in the entry, so the identity cannot be reused), only this tick's kept. That
-        # identity is promised by pipeline.labels.SeriesLabels (see its docstring).
+        # identity is promised by wattpipe.pipeline.series_labels.SeriesLabels (see its docstring).
         known, self._attributes = self._attributes, {}
         for family in FAMILIES:
             out: list[Point] = []

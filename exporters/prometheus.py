@@ -121,7 +121,7 @@ class _FastRenderer:
     """The text format written directly: per tick, only the values are formatted (see the module docstring).
 
     Every series' prefix (``name{label="value",…} ``) is remembered for the next tick, keyed by the identity
-    of the catalog's label mapping it was made from (:class:`~pipeline.labels.SeriesLabels`, whose docstring
+    of the catalog's label mapping it was made from (:class:`~wattpipe.pipeline.series_labels.SeriesLabels`, whose docstring
     states the promise this relies on); each entry holds its mapping, so an identity cannot be
     reused by another mapping meanwhile. Only the series of the last rendering are kept: the
     cache is exactly as large as the exposition, and a series that ends is forgotten a tick later. A family

@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass, fields
-from typing import Any, Literal, NamedTuple
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
+from wattpipe.pipeline._label_plan import LastCall, Plan, new_plan
 from wattpipe.pipeline.batch import Batch
-from wattpipe.pipeline.families import DEVICE_DERIVED, Family, Scheme, label_name
+from wattpipe.pipeline.families import DEVICE_DERIVED, Family, Scheme
 from wattpipe.pipeline.records import Attrs, DevicePower, DeviceSample, DeviceTotals, Record
+from wattpipe.pipeline.series_labels import SeriesLabels, label_text
 
 __all__ = [
     "DEFAULT_ENGINE",
@@ -41,36 +43,7 @@ __all__ = [
     "remember_devices",
 ]
 
-_LABEL_CACHE_MIN = 1024
-"""A family's label cache is renewed when it outgrows twice the series of its last call, or this."""
-
 # --- turning a batch into points ---------------------------------------------------------------
-
-
-class SeriesLabels(dict[str, str]):
-    """One series' labels (under the scheme's names, node not included), as the label engine hands them out.
-
-    The identity promise, which exporters build their caches on: for as long as a series is rendered tick
-    after tick with its labels unchanged (the same record identity, extras, label-source fields, label
-    actions and device attributes), :func:`labelled_columns` hands out *the same* ``SeriesLabels`` object
-    for it; when any of its labels changes, a new object. So an exporter may key what it derives from a
-    series' labels (a formatted Prometheus prefix, typed OTLP attributes) by ``id()`` of this object, as long
-    as its cache entry holds the object too (so the address cannot be reused by another one meanwhile). A
-    series that stops being rendered may come back with a new object (its entry in the engine's bounded cache
-    is dropped within two renewals): a cache miss, never a wrong hit. ``tests/pipeline/test_catalog.py``
-    states the promise.
-
-    Never modified once made (it is shared by every exporter and every tick): treat it as read-only.
-    """
-
-    __slots__ = ("series",)
-    series: str
-    """The label set, sorted and written out: equal for records that collapse onto one series (a string,
-    because a string keeps its hash: the points of a family are collapsed by it on every tick)."""
-
-    def __init__(self, labels: dict[str, str]) -> None:
-        super().__init__(labels)
-        self.series = repr(sorted(labels.items()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,10 +53,6 @@ class Point:
     labels: SeriesLabels
     value: float
     record: Record
-
-
-def _text(value: object) -> str:
-    return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
 def device_attributes(batch: Batch) -> dict[str, dict[str, str]]:
@@ -99,7 +68,7 @@ def device_attributes(batch: Batch) -> dict[str, dict[str, str]]:
         for name in DEVICE_DERIVED:
             value = getattr(record, name)
             if value is not None:
-                known[name] = _text(value)
+                known[name] = label_text(value)
     return out
 
 
@@ -179,7 +148,7 @@ class LabelEngine:
     renders through it at a time, the owner's). What the caches keep is described where they are used:
 
     - per (family, scheme), a plan (how its labels are made) and its labels by record key (a
-      :class:`_LabelCache`, which keeps :class:`SeriesLabels`' identity promise);
+      :class:`LabelCache` (pipeline/_label_plan.py), which keeps :class:`SeriesLabels`' identity promise);
     - per (batch field, where test, key fields, pipeline), the last batch's selected records and their keys
       (:meth:`_shared_columns`);
     - per (batch field, tested field), the tested values as text for a few recent record tuples
@@ -190,7 +159,7 @@ class LabelEngine:
     __slots__ = ("_columns", "_plans", "_texts", "_tokens")
 
     def __init__(self) -> None:
-        self._plans: dict[tuple[Family, Scheme], _Plan] = {}
+        self._plans: dict[tuple[Family, Scheme], Plan] = {}
         self._columns: dict[
             tuple[object, ...], tuple[tuple[Record, ...], Sequence[Record], list[str], list[object], list[Attrs]]
         ] = {}
@@ -201,11 +170,11 @@ class LabelEngine:
         self._texts: dict[tuple[str, str], tuple[tuple[tuple[Record, ...], list[str], frozenset[str]], ...]] = {}
         self._tokens: dict[tuple[object, ...], int] = {}
 
-    def plan(self, family: Family, scheme: Scheme) -> _Plan:
+    def plan(self, family: Family, scheme: Scheme) -> Plan:
         """``family``'s plan in ``scheme``, with this engine's label cache for it."""
         plan = self._plans.get((family, scheme))
         if plan is None:
-            plan = self._plans[(family, scheme)] = _new_plan(family, scheme)  # one assignment: thread-safe
+            plan = self._plans[(family, scheme)] = new_plan(family, scheme)  # one assignment: thread-safe
         return plan
 
     def columns(
@@ -265,11 +234,11 @@ class LabelEngine:
         last_of_series = dict(zip(map(_SERIES, found), itertools.count()))  # in first-seen order: the last position
         kept = None if len(last_of_series) == len(found) else list(last_of_series.values())
         plan.cache.used = len(last_of_series)
-        plan.cache.last = _LastCall(actions, device_token, device_ids, identities, extras, found, kept)
+        plan.cache.last = LastCall(actions, device_token, device_ids, identities, extras, found, kept)
         return _kept(found, values, records, kept)
 
     def _shared_columns(
-        self, plan: _Plan, batch: Batch, plain: bool
+        self, plan: Plan, batch: Batch, plain: bool
     ) -> tuple[Sequence[Record], list[str], list[object], list[Attrs]]:
         """The records ``plan``'s family selects in ``batch``, with their devices, cache identities and extras.
 
@@ -298,7 +267,7 @@ class LabelEngine:
         self._columns[shared_key] = (source, records, device_ids, identities, extras)  # one assignment: thread-safe
         return records, device_ids, identities, extras
 
-    def _selected(self, plan: _Plan, batch: Batch) -> Sequence[Record]:
+    def _selected(self, plan: Plan, batch: Batch) -> Sequence[Record]:
         # Every record in a Batch field is of that field's type (Batch's contract), and a family's record
         # type is the type of its field: no isinstance test is needed.
         records: tuple[Record, ...] = getattr(batch, plan.field)
@@ -358,7 +327,7 @@ def _kept(found: list[SeriesLabels], values: list[float], records: Sequence[Reco
 
 
 def _find(
-    plan: _Plan,
+    plan: Plan,
     keys: Sequence[tuple[object, ...]],
     records: Sequence[Record],
     batch: Batch,
@@ -383,171 +352,14 @@ def _find(
     return found  # type: ignore[return-value]  # every None was replaced
 
 
-@dataclass(frozen=True, slots=True)
-class _LastCall:
-    """What a family's last call keyed its records by, and the labels it found (see labelled_values)."""
-
-    actions: int
-    device_token: dict[str, int]
-    device_ids: list[str]
-    identities: list[object]
-    extras: list[Attrs]
-    found: list[SeriesLabels]
-    kept: list[int] | None
-    """The position of each series' last record, in the order the series first appear; ``None`` where no
-    two records shared a series (every position is kept)."""
-
-
 _EXTRA = operator.attrgetter("extra")
 _COLUMNS_MAX = 512  # a few dozen per pipeline; past this (many pipeline names over time) it starts over
 _SERIES = operator.attrgetter("series")
 
 
-class _LabelCache:
-    """One family's labels by record key, bounded by what is in use, not by what was ever seen.
-
-    Two generations: lookups go to ``current``, then ``older`` (a hit moves the entry back into
-    ``current``). When ``current`` outgrows twice the series of the last call (or ``_LABEL_CACHE_MIN``),
-    it becomes ``older`` and the previous ``older`` is dropped: the labels of processes that are gone
-    (a node with 20 new processes a tick) are forgotten within two renewals, while a live series keeps
-    its mapping object through any number of them.
-    """
-
-    __slots__ = ("current", "last", "older", "used")
-
-    def __init__(self) -> None:
-        self.current: dict[tuple[object, ...], SeriesLabels] = {}
-        self.older: dict[tuple[object, ...], SeriesLabels] = {}
-        self.used = 0
-        self.last: _LastCall | None = None  # replaced whole, in one assignment: safe across threads
-
-    def renewed(self) -> tuple[dict[tuple[object, ...], SeriesLabels], dict[tuple[object, ...], SeriesLabels]]:
-        if len(self.current) > max(_LABEL_CACHE_MIN, 2 * self.used):
-            self.older, self.current = self.current, {}
-        return self.current, self.older
-
-    def __len__(self) -> int:
-        return len(self.current) + len(self.older)
-
-
-@dataclass(frozen=True, slots=True)
-class _Plan:
-    """How one family's labels are made in one scheme, worked out once (it is the same for every record)."""
-
-    family: Family
-    scheme: Scheme
-    field: str
-    """The Batch field its records are in."""
-    where: tuple[str, ...]
-    """The fields that ``family.where`` tests."""
-    wanted: tuple[str, ...]
-    """The values ``family.where`` wants in them, as text."""
-    labels_from: tuple[tuple[str, str, Literal["attribute", "field", "device"]], ...]  # attribute, name, source
-    aliases: Mapping[str, str]
-    identity: frozenset[str]
-    identify: Callable[[Record], object]
-    """The record fields its labels can depend on (identity attributes and label-source fields), as one key."""
-    identify_plain: Callable[[Record], object] | None
-    """For a family without extras, when the batch has no label actions: only the fields its labels are
-    read from (``None``: the same as ``identify``)."""
-    key_names: tuple[str, ...]
-    """The fields ``identify`` reads."""
-    plain_names: tuple[str, ...]
-    """The fields ``identify_plain`` reads."""
-    get_value: Callable[[Record], Any] | None
-    """The family's value field (``None``: an info family, always 1)."""
-    device_of: Callable[[Record], str]
-    """The record's ``device_id`` (``""`` for a record type without one)."""
-    cache: _LabelCache
-
-    def labels(self, record: Record, batch: Batch, device: Mapping[str, str]) -> SeriesLabels:
-        aliases = self.aliases
-        attrs = {aliases.get(k, k): v for k, v in batch.labels(record).items()}
-        out: dict[str, str] = {}
-        for attribute, name, source in self.labels_from:
-            if source == "attribute":
-                value = attrs.get(attribute)
-                if value is None and attribute in DEVICE_DERIVED and getattr(record, attribute, None) is None:
-                    # The record does not know it (device totals restored from state, before the device's
-                    # first reading) but the device records do. A value the record has and a label action
-                    # dropped stays dropped.
-                    value = device.get(attribute)
-            elif source == "field":
-                raw = getattr(record, attribute)
-                value = None if raw is None else _text(raw)
-            else:
-                value = device.get(attribute)
-            if value is not None:
-                out.setdefault(name, value)
-        if self.family.extras:
-            for attribute, value in attrs.items():
-                if attribute not in self.identity:
-                    extra_name = label_name(attribute, self.scheme)
-                    if extra_name is not None:
-                        out.setdefault(extra_name, value)
-        return SeriesLabels(out)
-
-
-def _getter(names: list[str]) -> Callable[[Record], object]:
-    """The named fields of a record, as one tuple (or value, for one name): a part of a cache key."""
-    return operator.attrgetter(*names) if names else _nothing
-
-
-def _nothing(_: Record) -> object:
-    return ()
-
-
-def _no_device(_: Record) -> str:
-    return ""
-
-
-def _plan(family: Family, scheme: Scheme) -> _Plan:
+def _plan(family: Family, scheme: Scheme) -> Plan:
     """``family``'s plan in :data:`DEFAULT_ENGINE`."""
     return DEFAULT_ENGINE.plan(family, scheme)
-
-
-def _new_plan(family: Family, scheme: Scheme) -> _Plan:
-    aliases = dict(family.aliases)
-    labels_from = []
-    for attribute in family.labels:
-        name = label_name(attribute, scheme)
-        if name is not None:
-            labels_from.append((attribute, name, family.label_source(attribute)))
-    # Fields the record type does not have are None on every record: they cannot tell two labels apart.
-    # (No record type is subclassed; a subclass that added one would need it here.)
-    has = {f.name for f in fields(family.record)}
-    key_fields = [
-        name
-        for name in dict.fromkeys(
-            (*family.record.IDENTITY, *(a for a, _, src in labels_from if src == "field"), *DEVICE_DERIVED)
-        )
-        if name in has
-    ]
-    # With no label actions and no extras, a label's value is read from the record's field of the same name
-    # (through an alias, for Totals), from ``extra`` (part of every key) or from the device (its token).
-    field_of = {canonical: name for name, canonical in family.aliases}
-    plain_fields = [
-        name
-        for name in dict.fromkeys((*(field_of.get(a, a) for a, _, _ in labels_from), *DEVICE_DERIVED))
-        if name in has
-    ]
-    return _Plan(
-        family=family,
-        scheme=scheme,
-        field=Batch.field_for(family.record),
-        where=tuple(name for name, _ in family.where),
-        wanted=tuple(value for _, value in family.where),
-        labels_from=tuple(labels_from),
-        aliases=aliases,
-        identity=frozenset(aliases.get(k, k) for k in family.record.IDENTITY),
-        identify=_getter(key_fields),
-        identify_plain=None if family.extras else _getter(plain_fields),
-        key_names=tuple(key_fields),
-        plain_names=tuple(plain_fields),
-        get_value=operator.attrgetter(family.value) if family.value is not None else None,
-        device_of=operator.attrgetter("device_id") if "device_id" in has else _no_device,
-        cache=_LabelCache(),
-    )
 
 
 # LabelEngine._selected. Which records a family selects depends only on the record tuple, which is immutable. The tested field's

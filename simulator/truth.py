@@ -71,7 +71,7 @@ class _GpuTruth:
     process's own power is stored over its own lifetime only (a step function from its start to its end).
     """
 
-    # Over 60 lines: one sweep whose dozen running accumulators each breakpoint updates; split, they'd travel.
+    # long: one sweep whose dozen running accumulators each breakpoint updates; split, they'd travel.
     def __init__(
         self, scenario: Scenario, index: int, plans: list[ProcessPlan], epochs: list[tuple[float, GpuState]]
     ) -> None:

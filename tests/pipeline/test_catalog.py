@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from wattpipe.pipeline._label_plan import LABEL_CACHE_MIN
 from wattpipe.pipeline.batch import Batch, LabelAction
 from wattpipe.pipeline.catalog import (
     ATTRIBUTES,
@@ -33,7 +34,7 @@ from wattpipe.pipeline.catalog import (
     prometheus_name,
 )
 from wattpipe.pipeline.clock import Timestamp
-from wattpipe.pipeline.labels import _LABEL_CACHE_MIN, _plan
+from wattpipe.pipeline.labels import _plan
 from wattpipe.pipeline.records import DevicePower, DeviceSample, GpuShare, Record, SharingMode, Totals
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -368,7 +369,7 @@ def test_label_cache_forgets_gone_series_and_keeps_live_ones_through_churn() -> 
                 assert first.setdefault(point.labels["pid"], point.labels) is point.labels, tick
         sizes.append(len(plan.cache))
     assert len(first) == 3
-    assert max(sizes) <= 2 * (_LABEL_CACHE_MIN + 1) + 2 * 23  # two generations, each bounded
+    assert max(sizes) <= 2 * (LABEL_CACHE_MIN + 1) + 2 * 23  # two generations, each bounded
     assert max(sizes[250:]) == max(sizes[:250])  # flat, not growing with the pids ever seen
 
 
