@@ -1,0 +1,71 @@
+"""Benchmark: what the best-set search costs (issue 19), exact up to EXACT_LIMIT free GPUs and heuristic above.
+
+    .venv/bin/python benchmarks/topology_search.py [--repeat 5]
+
+For each node size it times ``best_sets`` (every request size 1…N among all N free GPUs: what the agent
+computes when allocations change) and the single hardest request (N/2 GPUs, the most candidate sets). The
+topology is random but seeded (PCIe levels and 0–6 NVLinks per pair), so runs compare. For N > 8 it also
+runs the exhaustive search on the same node (while C(N, N/2) ≤ 10⁶), to show what the heuristic saves and how far below the exact
+optimum it lands (0 = found the optimum).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import itertools
+import math
+import random
+import statistics
+import time
+from collections.abc import Callable
+
+from wattpipe.pipeline.topology import PCIE_SCORES, GpuTopology, Link, _exact, best_set, best_sets
+
+
+def random_topology(count: int, seed: int) -> GpuTopology:
+    rng = random.Random(seed)
+    levels = sorted(PCIE_SCORES)
+    links = [
+        Link(a, b, rng.choice(levels), rng.choice([0, 0, 0, 1, 2, 6]))
+        for a, b in itertools.combinations(range(count), 2)
+    ]
+    return GpuTopology([f"GPU-{i}" for i in range(count)], links)
+
+
+def _time_ms(fn: Callable[[], object], repeat: int) -> float:
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - start) * 1000)
+    return statistics.median(samples)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    print("| GPUs | search | all sizes 1…N (ms) | size N/2 (ms) | exact N/2 (ms) | heuristic below optimum |")
+    print("|---|---|---|---|---|---|")
+    for count in (2, 4, 8, 10, 12, 16, 32):
+        topology = random_topology(count, seed=count)
+        free = range(count)
+        half = count // 2
+        all_ms = _time_ms(functools.partial(best_sets, topology, free), args.repeat)
+        half_ms = _time_ms(functools.partial(best_set, topology, free, half), args.repeat)
+        found = best_set(topology, free, half)
+        assert found is not None
+        if found.exact:
+            print(f"| {count} | exact | {all_ms:.2f} | {half_ms:.2f} | = | 0 |")
+            continue
+        if math.comb(count, half) > 1_000_000:
+            print(f"| {count} | heuristic | {all_ms:.2f} | {half_ms:.2f} | C({count},{half}) sets: not run | ? |")
+            continue
+        exact_ms = _time_ms(functools.partial(_exact, topology, list(free), half), 1)
+        _, optimum = _exact(topology, list(free), half)
+        print(f"| {count} | heuristic | {all_ms:.2f} | {half_ms:.2f} | {exact_ms:.1f} | {optimum - found.score} |")
+
+
+if __name__ == "__main__":
+    main()
