@@ -31,6 +31,7 @@ __all__ = [
     "TopologyError",
     "best_set",
     "best_sets",
+    "free_gpus",
     "normalise",
     "set_score",
 ]
@@ -223,3 +224,9 @@ def normalise(raw: Mapping[str, int | None]) -> dict[str, int]:
         else:
             result[node] = 1 + math.floor((MAX_EXTENDER_SCORE - 1) * (score - low) / (high - low) + 0.5)
     return result
+
+
+def free_gpus(topology: GpuTopology, taken: Iterable[str]) -> list[int]:
+    """Indices of the GPUs whose UUID is not in ``taken`` (allocated whole, by replica, or in MIG mode)."""
+    busy = set(taken)
+    return [index for index, uuid in enumerate(topology.uuids) if uuid not in busy]

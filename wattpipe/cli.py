@@ -219,6 +219,10 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--duration", type=parse_duration, default=600.0, help="node time to simulate (default 10m)")
     sp.add_argument("--report", default=None, help="write the attributed-vs-true report as JSON to this file")
     sp.set_defaults(fn=_cmd_simulate)
+
+    from wattpipe.topology import add_parser as add_topology_parser
+
+    add_topology_parser(sub, str(DEMO_SCENARIO))
     return p
 
 

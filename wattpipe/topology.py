@@ -1,0 +1,122 @@
+"""``wattpipe topology``: the GPU link matrix like ``nvidia-smi topo -m``, each link's score, the best free sets.
+
+By default on the demo's simulated node; ``--scenario FILE`` on another simulated node; ``--node`` on this
+machine's GPUs through the real NVML (every GPU counted free: no kubelet is asked). On a simulated node the
+GPUs the scenario's pods hold (whole, a time-sliced replica, or a GPU in MIG mode) are not free, as the
+kubelet's pod-resources answer would say. ``--json`` prints ``{"gpus", "links", "best_sets"}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any, TextIO
+
+import pynvml
+
+from wattpipe.pipeline.clock import SteppedClock
+from wattpipe.pipeline.topology import BestSet, GpuTopology, best_sets, free_gpus
+from wattpipe.receivers.nvml._errors import NvmlFailure, nvml_call
+from wattpipe.receivers.nvml._topology import open_handles, read_topology
+from wattpipe.steps import EXIT_CONFIG, EXIT_OK, EXIT_RUNTIME
+
+__all__ = ["add_parser", "cmd_topology", "render_json", "render_text"]
+
+LEGEND = """Legend:
+
+  X    = Self
+  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)
+  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node
+  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)
+  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)
+  PIX  = Connection traversing at most a single PCIe bridge
+  NV#  = Connection traversing a bonded set of # NVLinks
+Scores (go-gpuallocator): PSB 60, PIX 50, PXB 40, PHB 30, NODE 20, SYS 10, plus 100 per NVLink."""
+
+
+def _read_nvml() -> GpuTopology:
+    nvml_call(pynvml.nvmlInit)
+    try:
+        return read_topology(open_handles())
+    finally:
+        nvml_call(pynvml.nvmlShutdown)
+
+
+def _simulated(path: str) -> tuple[GpuTopology, list[str]]:
+    from wattpipe import simulator
+
+    node = simulator.install(path, SteppedClock())
+    try:
+        scenario = node.scenario
+        taken = {scenario.gpus[ref.gpu].uuid for pod in scenario.pods for c in pod.containers for ref in c.devices}
+        taken |= {gpu.uuid for gpu in scenario.gpus if gpu.mig is not None}
+        return _read_nvml(), sorted(taken)
+    finally:
+        simulator.uninstall()
+
+
+def render_json(topology: GpuTopology, sets: list[BestSet]) -> dict[str, Any]:
+    return {
+        "gpus": [{"index": index, "uuid": uuid} for index, uuid in enumerate(topology.uuids)],
+        "links": [
+            {"a": link.a, "b": link.b, "link": link.name, "nvlinks": link.nvlinks, "score": link.score}
+            for link in topology.links
+        ],
+        "best_sets": [{"size": s.size, "gpus": list(s.gpus), "score": s.score} for s in sets],
+    }
+
+
+def render_text(topology: GpuTopology, free: list[int], sets: list[BestSet]) -> str:
+    count = len(topology)
+    names = [f"GPU{i}" for i in range(count)]
+    width = max([6, *(len(name) + 2 for name in names)])
+    lines = [(" " * width + "".join(f"{name:<{width}}" for name in names)).rstrip()]
+    for a in range(count):
+        cells = ["X" if a == b else topology.link(a, b).name for b in range(count)]
+        lines.append(f"{names[a]:<{width}}" + "".join(f"{cell:<{width}}" for cell in cells).rstrip())
+    lines += ["", LEGEND, "", "Link scores:"]
+    lines += [f"  GPU{lk.a}-GPU{lk.b}  {lk.name:<5} {lk.score}" for lk in topology.links]
+    lines.append("")
+    lines.append(f"Free GPUs: {', '.join(map(str, free)) or 'none'} ({len(free)} of {count})")
+    lines.append("Best sets among the free GPUs:")
+    lines.append("  size  score  gpus")
+    for found in sets:
+        method = "" if found.exact else "  (heuristic)"
+        lines.append(f"  {found.size:>4}  {found.score:>5}  {', '.join(map(str, found.gpus))}{method}")
+    return "\n".join(lines) + "\n"
+
+
+def cmd_topology(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from wattpipe import simulator
+
+    taken: list[str] = []
+    try:
+        if args.node:
+            topology = _read_nvml()
+        else:
+            topology, taken = _simulated(args.scenario)
+    except (simulator.ScenarioError, OSError) as exc:
+        print(f"error: scenario {args.scenario}: {exc}", file=err)
+        return EXIT_CONFIG
+    except NvmlFailure as exc:
+        print(f"error: reading the GPU topology from NVML: {exc}", file=err)
+        return EXIT_RUNTIME
+    free = free_gpus(topology, taken)
+    sets = best_sets(topology, free)
+    if args.json:
+        json.dump(render_json(topology, sets), out, indent=2)
+        out.write("\n")
+    else:
+        out.write(render_text(topology, free, sets))
+    return EXIT_OK
+
+
+def add_parser(sub: Any, demo_scenario: str) -> None:
+    sp = sub.add_parser("topology", help="the GPU link matrix (like nvidia-smi topo -m), link scores, best GPU sets")
+    where = sp.add_mutually_exclusive_group()
+    where.add_argument(
+        "--scenario", default=demo_scenario, help="simulated node (default: configs/scenarios/demo.yaml)"
+    )
+    where.add_argument("--node", action="store_true", help="this machine's GPUs, through the real NVML")
+    sp.add_argument("--json", action="store_true", help='{"gpus", "links", "best_sets"} as JSON')
+    sp.set_defaults(fn=cmd_topology)
