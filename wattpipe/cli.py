@@ -223,6 +223,10 @@ def parser() -> argparse.ArgumentParser:
     from wattpipe.topology import add_parser as add_topology_parser
 
     add_topology_parser(sub, str(DEMO_SCENARIO))
+
+    from wattpipe.extender import add_parser as add_extender_parser
+
+    add_extender_parser(sub)
     return p
 
 
