@@ -15,25 +15,15 @@ import logging
 from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
 from wattpipe.pipeline.records_topology import GpuSetScore
-from wattpipe.pipeline.topology import BestSet, GpuTopology, Link, TopologyError, best_sets, free_gpus
+from wattpipe.pipeline.topology import BestSet, GpuTopology, TopologyError, best_sets
+from wattpipe.pipeline.topology_batch import free_of, topology_of
 
-__all__ = ["PlacementConfig", "PlacementProcessor", "factory", "topology_of"]
+__all__ = ["PlacementConfig", "PlacementProcessor", "factory"]
 
 
 class PlacementConfig(ComponentConfig):
     assume_free: bool = False
     """Count every GPU free when no pod-resources answer says otherwise (no ``podresources`` receiver)."""
-
-
-def topology_of(batch: Batch) -> GpuTopology:
-    """The GPU topology a batch's ``gpu_links`` and ``devices`` describe; TopologyError when they disagree."""
-    gpus = sorted(
-        (d.device_index, d.device_id) for d in batch.devices if d.device_type == "gpu" and d.device_index is not None
-    )
-    if [index for index, _ in gpus] != list(range(len(gpus))):
-        raise TopologyError(f"GPU indices {[index for index, _ in gpus]} are not 0…{len(gpus) - 1}: a GPU is missing")
-    links = [Link(r.gpu_a, r.gpu_b, r.pcie, r.nvlinks) for r in batch.gpu_links]
-    return GpuTopology([uuid for _, uuid in gpus], links)
 
 
 class PlacementProcessor:
@@ -60,9 +50,7 @@ class PlacementProcessor:
         except TopologyError as exc:
             self.telemetry.log.log(logging.WARNING, "topology", f"GPU topology not scored this tick: {exc}")
             return batch
-        taken = {a.device_id for a in batch.allocations}
-        taken |= {d.device_id for d in batch.devices if d.mig_enabled}
-        free = free_gpus(topology, taken)
+        free = free_of(batch, topology)
         found = {s.size: s for s in self._sets(topology, free)}
         records = []
         for size in range(1, len(topology) + 1):
