@@ -74,8 +74,8 @@ def render_text(topology: GpuTopology, free: list[int], sets: list[BestSet]) -> 
     for a in range(count):
         cells = ["X" if a == b else topology.link(a, b).name for b in range(count)]
         lines.append(f"{names[a]:<{width}}" + "".join(f"{cell:<{width}}" for cell in cells).rstrip())
-    lines += ["", LEGEND, "", "Link scores:"]
-    lines += [f"  GPU{lk.a}-GPU{lk.b}  {lk.name:<5} {lk.score}" for lk in topology.links]
+    lines += ["", LEGEND, "", "Link scores (link, PCIe path beneath, score):"]
+    lines += [f"  GPU{lk.a}-GPU{lk.b}  {lk.name:<5} {lk.pcie:<4} {lk.score:>5}" for lk in topology.links]
     lines.append("")
     lines.append(f"Free GPUs: {', '.join(map(str, free)) or 'none'} ({len(free)} of {count})")
     lines.append("Best sets among the free GPUs:")
