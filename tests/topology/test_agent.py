@@ -122,3 +122,37 @@ def test_simulated_agent_publishes_what_wattpipe_topology_prints(
     assert {s["size"]: s["score"] for s in expected} == {size: v["score"] for size, v in sets.items() if "score" in v}
     assert {v["free_gpus"] for v in sets.values()} == {6}
     assert "score" not in sets[7]
+
+
+def test_receiver_without_nvml_reports_no_pairs_or_fails_when_required(monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+
+    import pynvml
+
+    from wattpipe.receivers.nvml.topology import TopologyConfig, TopologyReceiver
+
+    def missing() -> None:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+
+    monkeypatch.setattr(pynvml, "nvmlInit", missing)
+    receiver = TopologyReceiver(TopologyConfig(), make_context("gpu_topology", "receiver"))
+    asyncio.run(receiver.start())
+    assert asyncio.run(receiver.collect()) == ()
+    required = TopologyReceiver(TopologyConfig(required=True), make_context("gpu_topology", "receiver"))
+    with pytest.raises(RuntimeError, match="NVML is not available and gpu_topology is required"):
+        asyncio.run(required.start())
+
+
+def test_topology_node_flag_reads_whatever_nvml_is_loaded() -> None:
+    from wattpipe import simulator
+    from wattpipe.pipeline.clock import SteppedClock
+
+    simulator.install(ROOT / "configs" / "scenarios" / "topo-two-socket.yaml", SteppedClock())
+    try:
+        out = io.StringIO()
+        assert main(["topology", "--node", "--json"], out, io.StringIO()) == 0
+    finally:
+        simulator.uninstall()
+    doc = json.loads(out.getvalue())
+    assert len(doc["gpus"]) == 4
+    assert doc["best_sets"][1] == {"size": 2, "gpus": [0, 1], "score": 1250}  # --node: every GPU counted free
