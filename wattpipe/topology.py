@@ -31,6 +31,7 @@ LEGEND = """Legend:
   PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)
   PIX  = Connection traversing at most a single PCIe bridge
   NV#  = Connection traversing a bonded set of # NVLinks
+  PSB  = GPUs on the same board (NVML's INTERNAL level)
 Scores (go-gpuallocator): PSB 60, PIX 50, PXB 40, PHB 30, NODE 20, SYS 10, plus 100 per NVLink."""
 
 

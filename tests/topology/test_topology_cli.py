@@ -124,3 +124,10 @@ def test_nvml_names_a_switch_at_every_link_end(scenario: str) -> None:
         pynvml.nvmlShutdown()
     finally:
         simulator.uninstall()
+
+
+def test_every_pcie_level_through_nvml_and_its_score() -> None:
+    doc = as_json("topo-pcie-levels.yaml")
+    row = [(pair(doc, 0, b)["link"], pair(doc, 0, b)["score"]) for b in range(1, 6)]
+    assert row == [("PSB", 60), ("PXB", 40), ("PHB", 30), ("NODE", 20), ("SYS", 10)]
+    assert best(doc, 3) == {"size": 3, "gpus": [0, 1, 2], "score": 60 + 40 + 40}
