@@ -1,23 +1,34 @@
 """``wattpipe topology``: the GPU link matrix like ``nvidia-smi topo -m``, each link's score, the best free sets.
 
 By default on the demo's simulated node; ``--scenario FILE`` on another simulated node; ``--node`` on this
-machine's GPUs through the real NVML (every GPU counted free: no kubelet is asked). On a simulated node the
-GPUs the scenario's pods hold (whole, a time-sliced replica, or a GPU in MIG mode) are not free, as the
-kubelet's pod-resources answer would say. ``--json`` prints ``{"gpus", "links", "best_sets"}``.
+machine's GPUs through the real NVML. A GPU is taken when the kubelet's pod-resources API lists it for a
+container (whole, or a time-sliced replica) or it is in MIG mode: on a simulated node the simulator's kubelet
+is asked, read by the ``podresources`` receiver; with ``--node``, the socket ``--podresources`` names (without
+it every GPU not in MIG mode counts free). ``--json`` prints ``{"gpus", "links", "best_sets"}``.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import logging
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 import pynvml
 
-from wattpipe.pipeline.clock import SteppedClock
+from wattpipe.pipeline.clock import RealClock, SteppedClock
+from wattpipe.pipeline.components import CreateContext
+from wattpipe.pipeline.records import DeviceAllocation, Record
+from wattpipe.pipeline.state import StateStore
+from wattpipe.pipeline.telemetry import Telemetry
 from wattpipe.pipeline.topology import BestSet, GpuTopology, best_sets, free_gpus
 from wattpipe.receivers.nvml._errors import NvmlFailure, nvml_call
-from wattpipe.receivers.nvml._topology import open_handles, read_topology
+from wattpipe.receivers.nvml._topology import mig_mode_uuids, open_handles, read_topology
+from wattpipe.receivers.podresources import PodResourcesConfig, PodResourcesError, PodResourcesReceiver
 from wattpipe.steps import EXIT_CONFIG, EXIT_OK, EXIT_RUNTIME
 
 __all__ = ["add_parser", "cmd_topology", "render_json", "render_text"]
@@ -35,23 +46,50 @@ LEGEND = """Legend:
 Scores (go-gpuallocator): PSB 60, PIX 50, PXB 40, PHB 30, NODE 20, SYS 10, plus 100 per NVLink."""
 
 
-def _read_nvml() -> GpuTopology:
+def _read_nvml() -> tuple[GpuTopology, set[str]]:
+    """The topology and the UUIDs of GPUs in MIG mode, from whatever NVML library is loaded."""
     nvml_call(pynvml.nvmlInit)
     try:
-        return read_topology(open_handles())
+        handles = open_handles()
+        return read_topology(handles), mig_mode_uuids(handles)
     finally:
         nvml_call(pynvml.nvmlShutdown)
 
 
-def _simulated(path: str) -> tuple[GpuTopology, list[str]]:
+def _allocated(endpoint: str) -> set[str]:
+    """Device ids the kubelet's pod-resources API lists for any container (any ``nvidia.com/`` resource)."""
+    clock = RealClock()
+    logger = logging.getLogger("wattpipe.topology.podresources")
+    ctx = CreateContext(
+        component_id="podresources",
+        kind="receiver",
+        clock=clock,
+        node_name="",
+        logger=logger,
+        telemetry=Telemetry(clock).for_component("receiver", "podresources", logger),
+        state=StateStore(None, clock, ""),
+    )
+    receiver = PodResourcesReceiver(PodResourcesConfig(endpoint=endpoint, resources=["nvidia.com/*"]), ctx)
+
+    async def ask() -> Sequence[Record]:
+        await receiver.start()
+        try:
+            return await receiver.collect()
+        finally:
+            await receiver.shutdown()
+
+    return {r.device_id for r in asyncio.run(ask()) if isinstance(r, DeviceAllocation)}
+
+
+def _simulated(path: str) -> tuple[GpuTopology, set[str]]:
     from wattpipe import simulator
 
     node = simulator.install(path, SteppedClock())
     try:
-        scenario = node.scenario
-        taken = {scenario.gpus[ref.gpu].uuid for pod in scenario.pods for c in pod.containers for ref in c.devices}
-        taken |= {gpu.uuid for gpu in scenario.gpus if gpu.mig is not None}
-        return _read_nvml(), sorted(taken)
+        with tempfile.TemporaryDirectory(prefix="wattpipe-topology-") as tmp:
+            kubelet = simulator.start_kubelet(node, socket_dir=Path(tmp) / "pod-resources")
+            topology, mig = _read_nvml()
+            return topology, mig | _allocated(kubelet.endpoint)
     finally:
         simulator.uninstall()
 
@@ -90,10 +128,14 @@ def render_text(topology: GpuTopology, free: list[int], sets: list[BestSet]) -> 
 def cmd_topology(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from wattpipe import simulator
 
-    taken: list[str] = []
+    if args.podresources and not args.node:
+        print("error: --podresources goes with --node (a simulated node's kubelet is asked anyway)", file=err)
+        return EXIT_CONFIG
     try:
         if args.node:
-            topology = _read_nvml()
+            topology, taken = _read_nvml()
+            if args.podresources:
+                taken |= _allocated(args.podresources)
         else:
             topology, taken = _simulated(args.scenario)
     except (simulator.ScenarioError, OSError) as exc:
@@ -101,6 +143,9 @@ def cmd_topology(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return EXIT_CONFIG
     except NvmlFailure as exc:
         print(f"error: reading the GPU topology from NVML: {exc}", file=err)
+        return EXIT_RUNTIME
+    except PodResourcesError as exc:
+        print(f"error: asking the kubelet's pod-resources API which GPUs are taken: {exc}", file=err)
         return EXIT_RUNTIME
     free = free_gpus(topology, taken)
     sets = best_sets(topology, free)
@@ -119,5 +164,12 @@ def add_parser(sub: Any, demo_scenario: str) -> None:
         "--scenario", default=demo_scenario, help="simulated node (default: configs/scenarios/demo.yaml)"
     )
     where.add_argument("--node", action="store_true", help="this machine's GPUs, through the real NVML")
+    sp.add_argument(
+        "--podresources",
+        default=None,
+        metavar="ENDPOINT",
+        help="with --node: the kubelet's pod-resources socket (unix:///var/lib/kubelet/pod-resources/kubelet.sock) "
+        "for which GPUs are taken; without it every GPU counts free",
+    )
     sp.add_argument("--json", action="store_true", help='{"gpus", "links", "best_sets"} as JSON')
     sp.set_defaults(fn=cmd_topology)

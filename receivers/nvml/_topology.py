@@ -18,7 +18,7 @@ import pynvml
 from wattpipe.pipeline.topology import PCIE_BY_NVML_LEVEL, GpuTopology, Link
 from wattpipe.receivers.nvml._errors import NotSupported, NvmlFailure, nvml_call
 
-__all__ = ["open_handles", "read_topology"]
+__all__ = ["mig_mode_uuids", "open_handles", "read_topology"]
 
 
 def _text(value: str | bytes) -> str:
@@ -82,3 +82,16 @@ def read_topology(handles: Sequence[Any]) -> GpuTopology:
             direct = switched
         links.append(Link(a, b, pcie, min(direct, 18)))
     return GpuTopology(uuids, links)
+
+
+def mig_mode_uuids(handles: Sequence[Any]) -> set[str]:
+    """UUIDs of the GPUs in MIG mode now (a whole-GPU request cannot have them); NotSupported: not MIG."""
+    found = set()
+    for handle in handles:
+        try:
+            current, _ = nvml_call(pynvml.nvmlDeviceGetMigMode, handle)
+        except NotSupported:
+            continue
+        if current == pynvml.NVML_DEVICE_MIG_ENABLE:
+            found.add(_text(nvml_call(pynvml.nvmlDeviceGetUUID, handle)))
+    return found

@@ -156,3 +156,20 @@ def test_topology_node_flag_reads_whatever_nvml_is_loaded() -> None:
     doc = json.loads(out.getvalue())
     assert len(doc["gpus"]) == 4
     assert doc["best_sets"][1] == {"size": 2, "gpus": [0, 1], "score": 1250}  # --node: every GPU counted free
+
+
+def test_topology_node_flag_asks_the_kubelet_given(tmp_path: Path) -> None:
+    from wattpipe import simulator
+    from wattpipe.pipeline.clock import SteppedClock
+
+    node = simulator.install(ROOT / "configs" / "scenarios" / "topo-v100-cube-mesh-busy.yaml", SteppedClock())
+    try:
+        kubelet = simulator.start_kubelet(node, socket_dir=tmp_path / "pod-resources")
+        out, err = io.StringIO(), io.StringIO()
+        assert main(["topology", "--node", "--podresources", kubelet.endpoint], out, err) == 0, err.getvalue()
+    finally:
+        simulator.uninstall()
+    assert "Free GPUs: 0, 1, 3, 4, 5, 7 (6 of 8)" in out.getvalue()
+    err = io.StringIO()
+    assert main(["topology", "--podresources", "unix:///x.sock"], io.StringIO(), err) == 2
+    assert "--podresources goes with --node" in err.getvalue()
