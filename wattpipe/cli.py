@@ -1,4 +1,4 @@
-"""The ``wattpipe`` command: run | validate | print-config | components | probe | demo | simulate.
+"""The ``wattpipe`` command: run | validate | print-config | components | probe | demo | simulate | topology | extender.
 
 ``demo`` and ``simulate`` live in :mod:`wattpipe.simulated`; the steps both use (load, build, run the service)
 in :mod:`wattpipe.steps`.

@@ -190,3 +190,17 @@ def test_the_command_serves_until_sigterm() -> None:
         assert process.wait(timeout=10) == 0
     finally:
         process.kill()
+
+
+def test_node_cache_without_an_api_server_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from wattpipe.cli import main
+
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    err = io.StringIO()
+    assert main(["extender", "--node-cache", "--listen", "127.0.0.1:0"], io.StringIO(), err) == 2
+    assert "no Kubernetes API to look nodes up in" in err.getvalue()
+    assert main(["extender", "--listen", "nonsense"], io.StringIO(), err) == 2
+    assert "'nonsense' is not host:port" in err.getvalue()
