@@ -163,21 +163,22 @@ def _greedy(topology: GpuTopology, free: Sequence[int], size: int) -> tuple[tupl
     return best, best_score
 
 
+def _swap_once(topology: GpuTopology, chosen: list[int], rest: list[int]) -> bool:
+    """Swap one member for an outsider that joins the others better (the set's score strictly rises);
+    False when none does: a local optimum. Strict gains make the swapping end."""
+    for i, member in enumerate(chosen):
+        others = chosen[:i] + chosen[i + 1 :]
+        here = sum(topology.score(member, o) for o in others)
+        for j, outsider in enumerate(rest):
+            if sum(topology.score(outsider, o) for o in others) > here:
+                chosen[i], rest[j] = outsider, member
+                return True
+    return False
+
+
 def _improve(topology: GpuTopology, chosen: list[int], rest: list[int]) -> list[int]:
-    improved = True
-    while improved:
-        improved = False
-        for i, member in enumerate(chosen):
-            others = chosen[:i] + chosen[i + 1 :]
-            here = sum(topology.score(member, o) for o in others)
-            for outsider in rest:
-                if sum(topology.score(outsider, o) for o in others) > here:
-                    rest[rest.index(outsider)] = member
-                    chosen[i] = outsider
-                    improved = True
-                    break
-            if improved:
-                break
+    while _swap_once(topology, chosen, rest):
+        pass
     return chosen
 
 
