@@ -27,6 +27,7 @@ from wattpipe.pipeline.records import (
     Workload,
     record_kind,
 )
+from wattpipe.pipeline.records_topology import TOPOLOGY_RECORD_TYPES, GpuLink, GpuSetScore
 
 __all__ = ["Batch", "LabelAction"]
 
@@ -73,8 +74,10 @@ _FIELD_BY_TYPE: dict[type[Record], str] = {
     Workload: "workloads",
     Totals: "totals",
     DeviceTotals: "device_totals",
+    GpuLink: "gpu_links",
+    GpuSetScore: "gpu_set_scores",
 }
-if tuple(_FIELD_BY_TYPE) != RECORD_TYPES:
+if tuple(_FIELD_BY_TYPE) != RECORD_TYPES + TOPOLOGY_RECORD_TYPES:
     raise TypeError("records.RECORD_TYPES and the Batch fields differ: a new record type needs both")
 
 
@@ -107,6 +110,8 @@ class Batch:
     workloads: tuple[Workload, ...] = ()
     totals: tuple[Totals, ...] = ()
     device_totals: tuple[DeviceTotals, ...] = ()
+    gpu_links: tuple[GpuLink, ...] = ()
+    gpu_set_scores: tuple[GpuSetScore, ...] = ()
     # Which fields some receiver or processor actually filled this tick (present, even if empty):
     # lets exporters tell "no processes" from "no process source".
     present: frozenset[str] = field(default_factory=frozenset)

@@ -23,6 +23,7 @@ from wattpipe.pipeline.records import (
     Record,
     Totals,
 )
+from wattpipe.pipeline.records_topology import GpuLink, GpuSetScore
 
 __all__ = [
     "ATTRIBUTES",
@@ -93,6 +94,15 @@ ATTRIBUTES: tuple[Attribute, ...] = (
         "Where the idle power comes from: `configured`, `free`, `quiet`, `regression` or `prior` (docs/attribution.md).",
     ),
     Attribute("scope", None, None, "Which consumer a Totals record is about (the metric name says it)."),
+    Attribute("gpu_a", "gpu_a", "wattpipe.gpu.link.a", "The lower GPU index of a GPU pair (NVML order)."),
+    Attribute("gpu_b", "gpu_b", "wattpipe.gpu.link.b", "The higher GPU index of a GPU pair (NVML order)."),
+    Attribute(
+        "link",
+        "link",
+        "wattpipe.gpu.link.type",
+        "The pair's link as `nvidia-smi topo -m` prints it: `NV<n>`, `PIX`, `PXB`, `PHB`, `NODE`, `SYS`.",
+    ),
+    Attribute("size", "size", "wattpipe.gpu.set.size", "A request's GPU count (docs/topology.md)."),
 )
 NODE = Attribute("node_name", "node_name", "k8s.node.name", "The node (`service.node_name`); on every series.")
 
@@ -351,6 +361,40 @@ FAMILIES: tuple[Family, ...] = (
     *_consumer("process", "pid", ("gpu_instance_id", "comm", "exe", "container_id", *_K8S)),
     *_consumer("container", "container_id", ("container_name", "runtime", "pod_uid", *_K8S)),
     *_consumer("pod", "pod_uid", _K8S),
+    Family(
+        "wattpipe_gpu_link_score",
+        "wattpipe.gpu.link.score",
+        GpuLink,
+        "score",
+        "gauge",
+        "1",
+        "A GPU pair's topology score (go-gpuallocator's table: PCIe level 10–60, plus 100 per NVLink; docs/topology.md).",
+        ("gpu_a", "gpu_b", "link"),
+        extras=False,
+    ),
+    Family(
+        "wattpipe_node_gpu_set_score",
+        "wattpipe.node.gpu.set.score",
+        GpuSetScore,
+        "score",
+        "gauge",
+        "1",
+        "The summed pair scores of the best set of `size` free GPUs on the node; no series when fewer are free.",
+        ("size",),
+        extras=False,
+    ),
+    Family(
+        "wattpipe_node_gpus_free",
+        "wattpipe.node.gpu.free",
+        GpuSetScore,
+        "free_gpus",
+        "gauge",
+        "1",
+        "GPUs on the node that no pod holds (whole, by replica, or in MIG mode): the ones the set scores choose from.",
+        (),
+        where=(("size", "1"),),
+        extras=False,
+    ),
 )
 
 

@@ -1,7 +1,8 @@
 """Topology calls: PCIe common ancestors, P2P status and NVLink state, from the scenario's topology.
 
-PCIe levels: the same GPU is INTERNAL; GPUs behind the same PCIe switch are SINGLE (PIX); the same NUMA
-node is NODE; otherwise SYSTEM. NVLink: each GPU's links are numbered from 0, assigned to peers in
+PCIe levels: the same GPU, or the same ``board``, is INTERNAL (PSB); other NUMA nodes are SYSTEM; within
+a NUMA node the same ``pcie_switch`` is SINGLE (PIX), the same ``pcie_root`` MULTIPLE (PXB), the same
+``host_bridge`` HOSTBRIDGE (PHB), otherwise NODE. NVLink: each GPU's links are numbered from 0, assigned to peers in
 ascending peer order (``nvlinks: {1: 4, 2: 4}`` → links 0–3 to GPU 1, 4–7 to GPU 2). On an NVSwitch
 system every link is active and its remote end is a switch, not the peer GPU (as on real HGX boards).
 """
@@ -16,7 +17,7 @@ from wattpipe.simulator._ctypes_io import DeviceRef, as_int, decode_handle, out
 from wattpipe.simulator._nvml_calls import INVALID_ARGUMENT, NOT_FOUND, NOT_SUPPORTED, SUCCESS, _call, fill_pci
 from wattpipe.simulator.hardware import gpu_model_info
 from wattpipe.simulator.node import SimulatedNode
-from wattpipe.simulator.scenario import Gpu
+from wattpipe.simulator.scenario import Gpu, Topology
 
 __all__ = ["link_peers"]
 
@@ -39,16 +40,28 @@ def _common_ancestor(node: SimulatedNode, t_s: float, device: DeviceRef, other: 
         return INVALID_ARGUMENT
     mine = node.scenario.gpus[device.gpu].topology
     theirs = node.scenario.gpus[peer.gpu].topology
-    if peer.gpu == device.gpu:
-        value = pynvml.NVML_TOPOLOGY_INTERNAL
-    elif mine.pcie_switch is not None and mine.pcie_switch == theirs.pcie_switch and mine.numa == theirs.numa:
-        value = pynvml.NVML_TOPOLOGY_SINGLE
-    elif mine.numa == theirs.numa:
-        value = pynvml.NVML_TOPOLOGY_NODE
-    else:
-        value = pynvml.NVML_TOPOLOGY_SYSTEM
-    out(level).value = value
+    out(level).value = _level(mine, theirs, same_gpu=peer.gpu == device.gpu)
     return SUCCESS
+
+
+def _same(mine: int | None, theirs: int | None) -> bool:
+    return mine is not None and mine == theirs
+
+
+def _level(mine: Topology, theirs: Topology, same_gpu: bool) -> int:
+    """The deepest PCIe element two GPUs share, as nvmlDeviceGetTopologyCommonAncestor names it."""
+    if same_gpu or _same(mine.board, theirs.board):
+        return int(pynvml.NVML_TOPOLOGY_INTERNAL)
+    if mine.numa != theirs.numa:
+        return int(pynvml.NVML_TOPOLOGY_SYSTEM)
+    for element, level in (
+        ("pcie_switch", pynvml.NVML_TOPOLOGY_SINGLE),
+        ("pcie_root", pynvml.NVML_TOPOLOGY_MULTIPLE),
+        ("host_bridge", pynvml.NVML_TOPOLOGY_HOSTBRIDGE),
+    ):
+        if _same(getattr(mine, element), getattr(theirs, element)):
+            return int(level)
+    return int(pynvml.NVML_TOPOLOGY_NODE)
 
 
 @_call("nvmlDeviceGetP2PStatus")

@@ -62,6 +62,11 @@ class Topology(_Model):
     pcie_switch: int | None = None
     nvlinks: dict[int, int] = Field(default_factory=dict)  # peer GPU index → number of bonded links
     nvswitch: bool = False
+    # Deeper PCIe tree (issue 19), all optional: GPUs on one board (PSB, e.g. a dual-GPU card), under one
+    # upstream switch or root port (PXB), under one PCIe host bridge (PHB). Unset: only PIX, NODE and SYS.
+    board: int | None = None
+    pcie_root: int | None = None
+    host_bridge: int | None = None
 
 
 class Gpu(_Model):

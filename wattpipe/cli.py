@@ -1,4 +1,4 @@
-"""The ``wattpipe`` command: run | validate | print-config | components | probe | demo | simulate.
+"""The ``wattpipe`` command: run | validate | print-config | components | probe | demo | simulate | topology | extender.
 
 ``demo`` and ``simulate`` live in :mod:`wattpipe.simulated`; the steps both use (load, build, run the service)
 in :mod:`wattpipe.steps`.
@@ -219,6 +219,14 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--duration", type=parse_duration, default=600.0, help="node time to simulate (default 10m)")
     sp.add_argument("--report", default=None, help="write the attributed-vs-true report as JSON to this file")
     sp.set_defaults(fn=_cmd_simulate)
+
+    from wattpipe.topology import add_parser as add_topology_parser
+
+    add_topology_parser(sub, str(DEMO_SCENARIO))
+
+    from wattpipe.extender import add_parser as add_extender_parser
+
+    add_extender_parser(sub)
     return p
 
 

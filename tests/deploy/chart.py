@@ -58,6 +58,14 @@ def render_config(v: dict[str, Any]) -> dict[str, Any]:
                 processors.append("k8s")
             processors.append(p)
         metrics["processors"] = processors
+    if v.get("topology", {}).get("enabled"):
+        cfg["receivers"]["gpu_topology"] = {}
+        metrics["receivers"] = [*metrics["receivers"], "gpu_topology"]
+        cfg["processors"]["gpu_placement"] = {}
+        metrics["processors"] = [*metrics["processors"], "gpu_placement"]
+        if v["topology"]["annotateNode"]:
+            cfg["exporters"]["node_annotation"] = {}
+            metrics["exporters"] = [*metrics["exporters"], "node_annotation"]
     return cfg
 
 

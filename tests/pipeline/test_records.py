@@ -30,6 +30,7 @@ from wattpipe.pipeline.records import (
     Workload,
     record_kind,
 )
+from wattpipe.pipeline.records_topology import GpuLink, GpuSetScore
 
 T = Timestamp(monotonic_s=1000.0, wall_s=1_767_225_600.0)
 
@@ -78,6 +79,8 @@ def one_of_each() -> list[Record]:
             attributed_energy_mj=1000000,
             unattributed_energy_mj=0,
         ),
+        GpuLink(time=T, gpu_a=0, gpu_b=1, link="NV2", pcie="NODE", nvlinks=2, score=220),
+        GpuSetScore(time=T, size=2, free_gpus=2, score=220, gpus="0,1"),
     ]
 
 
@@ -86,7 +89,7 @@ def test_with_records_routes_each_record_type_to_its_field_and_marks_it_present(
     out = batch().with_records(records)
 
     assert out.present == frozenset(Batch.FIELDS)
-    assert out.count() == len(Batch.FIELDS) == 13
+    assert out.count() == len(Batch.FIELDS) == 15
     for record in records:
         field = Batch.field_for(type(record))
         assert getattr(out, field) == (record,), field
@@ -244,6 +247,8 @@ RECORD_TYPES = (
     Workload,
     Totals,
     DeviceTotals,
+    GpuLink,
+    GpuSetScore,
 )
 
 
@@ -276,7 +281,7 @@ def test_each_record_constructor_sets_every_field_and_default_and_stays_frozen(r
     assert [(p.name, p.kind, p.annotation) for p in signature.parameters.values()] == [
         (f.name, inspect.Parameter.KEYWORD_ONLY, f.type) for f in fields
     ]
-    assert record_class.__init__.__module__ == "wattpipe.pipeline.records"
+    assert record_class.__init__.__module__ == record_class.__module__
 
 
 POSITIONAL = ((new_process_sample, GpuProcessSample), (new_share, GpuShare), (new_totals, Totals))
@@ -330,8 +335,10 @@ def test_positional_refuses_a_stub_in_another_order_than_the_class() -> None:
 
 
 def test_every_record_type_has_its_batch_field_and_the_quick_init() -> None:
-    from wattpipe.pipeline.records import RECORD_TYPES
+    from wattpipe.pipeline.records import RECORD_TYPES as CORE
+    from wattpipe.pipeline.records_topology import TOPOLOGY_RECORD_TYPES
 
+    RECORD_TYPES = CORE + TOPOLOGY_RECORD_TYPES
     assert {Batch.field_for(t) for t in RECORD_TYPES} == set(Batch.FIELDS)
     assert len(Batch.FIELDS) == len(RECORD_TYPES)
     for record_type in RECORD_TYPES:  # the slot-setting __init__ (pipeline/_slots.py), not the dataclass's

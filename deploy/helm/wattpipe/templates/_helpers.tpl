@@ -59,6 +59,16 @@ off. tests/deploy mirrors these steps to validate each combination without helm.
 {{- end }}
 {{- $_ := set $metrics "processors" $processors }}
 {{- end }}
+{{- if .Values.topology.enabled }}
+{{- $_ := set $cfg.receivers "gpu_topology" (dict) }}
+{{- $_ := set $metrics "receivers" (append $metrics.receivers "gpu_topology") }}
+{{- $_ := set $cfg.processors "gpu_placement" (dict) }}
+{{- $_ := set $metrics "processors" (append $metrics.processors "gpu_placement") }}
+{{- if .Values.topology.annotateNode }}
+{{- $_ := set $cfg.exporters "node_annotation" (dict) }}
+{{- $_ := set $metrics "exporters" (append $metrics.exporters "node_annotation") }}
+{{- end }}
+{{- end }}
 {{- toYaml $cfg }}
 {{- end }}
 {{- end }}
