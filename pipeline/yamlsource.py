@@ -65,6 +65,8 @@ class YamlSource:
     name: str
     data: Any
     lines: dict[KeyPath, int] = field(default_factory=dict)
+    env: dict[KeyPath, tuple[str, ...]] = field(default_factory=dict)
+    """The environment variables each value's ``${env:…}`` references read, by key path."""
 
     def line_of(self, path: KeyPath) -> int | None:
         """The line of ``path``, or of its nearest ancestor that has one."""
@@ -130,6 +132,9 @@ def _convert(node: yaml.Node, path: KeyPath, source: YamlSource, env: Mapping[st
     assert isinstance(node, yaml.ScalarNode)
     raw = node.value
     if isinstance(raw, str) and "$" in raw and node.tag == "tag:yaml.org,2002:str":
+        names = tuple(m.group(1) for m in _ENV_RE.finditer(raw) if m.group(1))
+        if names:
+            source.env[path] = names
         try:
             expanded = expand_env(raw, env)
         except EnvError as exc:
