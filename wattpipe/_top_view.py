@@ -21,7 +21,7 @@ from wattpipe._top_model import Gpu, Row, Snapshot
 __all__ = ["SORTS", "History", "View", "render", "sparkline"]
 
 _BARS = "▁▂▃▄▅▆▇█"
-HISTORY_POINTS = 30
+HISTORY_POINTS = 20
 
 SORTS = {"w": "watts", "j": "joules", "n": "name"}
 """Key → what the rows are sorted by (watts and joules largest first, names A→Z; ``r`` reverses)."""
