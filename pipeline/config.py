@@ -44,8 +44,10 @@ __all__ = [
     "format_duration",
     "load_config",
     "load_config_text",
+    "model_at",
     "parse_component_id",
     "parse_duration",
+    "suggest",
 ]
 
 KINDS: tuple[tuple[str, ComponentKind], ...] = (
@@ -255,6 +257,16 @@ def load_config_text(text: str, name: str, registry: Registry, environ: Mapping[
     except SourceError as exc:
         raise ConfigError(exc.messages) from None
     return _validate(source, registry, environ)
+
+
+def suggest(word: str, options: list[str]) -> str:
+    """``; did you mean 'x'?`` when one of ``options`` is close to ``word``; else empty."""
+    return _suggest(word, options)
+
+
+def model_at(model: type[BaseModel], loc: KeyPath) -> type[BaseModel] | None:
+    """The nested model a pydantic error location points into (None where a union or a value is)."""
+    return _model_at(model, loc)
 
 
 def _suggest(word: str, options: list[str]) -> str:

@@ -155,7 +155,7 @@ def _serve_telemetry(graph: Graph) -> int | None:
         if _port_in_use(exc):
             log.error("%s", listen_advice(graph.config, ("service", "telemetry", "listen"), port_flag=False))
         return EXIT_RUNTIME
-    log.info("telemetry on %s (/metrics, /healthz, /readyz)", server.url)
+    log.info("telemetry listening on %s: %s (/metrics, /healthz, /readyz)", server.bound, server.url)
     return None
 
 
