@@ -115,11 +115,12 @@ def test_table_kinds_option_limits_the_fields_shown_in_that_order() -> None:
 
 
 def test_process_container_and_pod_totals_are_tables_of_their_own() -> None:
-    totals = tuple(
-        Totals(time=T, scope=scope, key=key, device_id="GPU-0", energy_mj=mj)
-        for scope, key, mj in (("process", "7", 1000), ("container", "c1", 2000), ("pod", "uid-1", 3000),
-                               ("process", "8", 4000))
-    )  # fmt: skip
+    totals = (
+        Totals(time=T, scope="process", key="7", device_id="GPU-0", energy_mj=1000),
+        Totals(time=T, scope="container", key="c1", device_id="GPU-0", energy_mj=2000),
+        Totals(time=T, scope="pod", key="uid-1", device_id="GPU-0", energy_mj=3000),
+        Totals(time=T, scope="process", key="8", device_id="GPU-0", energy_mj=4000),
+    )
     out = export(Batch(time=T, interval_s=5, node="n").replace(totals=totals))
 
     assert titles(out) == ["totals · process", "totals · container", "totals · pod"]
