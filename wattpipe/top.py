@@ -162,7 +162,7 @@ def _once(source: _Source, view: View, console: Console, wait_s: float) -> int:
             snapshot = source.fetch()
         except RuntimeError as exc:
             if source.demo is None or time.monotonic() > deadline or source.demo.poll() is not None:
-                console.print(f"error: {exc}", style="red", highlight=False)
+                print(f"error: {exc}", file=sys.stderr)
                 return EXIT_RUNTIME
             time.sleep(0.5)
             continue

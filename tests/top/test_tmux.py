@@ -69,7 +69,7 @@ def pane() -> Iterator[Pane]:
     command = (
         # The pane's own size, not a COLUMNS the test runner's environment may carry (rich prefers it).
         f"unset COLUMNS LINES; cd {ROOT} && WATTPIPE_INTERVAL=1s {sys.executable} -m wattpipe.top --every 1; "
-        "echo \"top exited $?\"; sleep 120"
+        'echo "top exited $?"; sleep 120'
     )
     p = Pane(command)
     try:
@@ -104,15 +104,19 @@ def test_top_in_tmux_shows_the_demo_tree_and_follows_the_keys(pane: Pane) -> Non
     assert gpu0 < pod < container < process
     lines = screen.splitlines()
     indents = [len(lines[i]) - len(lines[i].lstrip()) for i in (gpu0, pod, container, process)]
-    assert indents == sorted(indents) and len(set(indents)) == 4
+    assert indents == sorted(indents)
+    assert len(set(indents)) == 4
     # Watts on the H100: above its idle (72 W), its idle learned from a free span, the mode time_slicing.
     assert watts(screen, "GPU 0 NVIDIA H100 80GB HBM3") > 72
-    assert "(free)" in lines[gpu0] and "time_slicing" in lines[gpu0] and "default" in lines[gpu0]
+    assert "(free)" in lines[gpu0]
+    assert "time_slicing" in lines[gpu0]
+    assert "default" in lines[gpu0]
     gpu1, _ = row(screen, "GPU 1 NVIDIA A100-SXM4-80GB")
     assert "exclusive_process" in lines[gpu1]
     assert re.search("[▁▂▃▄▅▆▇█]{2,}", lines[gpu0]), lines[gpu0]  # a sparkline with history
     share = re.search(r"(\d+\.\d)%", lines[pod])
-    assert share and 0 < float(share.group(1)) <= 100.0
+    assert share
+    assert 0 < float(share.group(1)) <= 100.0
     # Sorted by watts (the default): within the H100 the pod drawing more comes first.
     assert "sorted by watts" in screen
     trainer, notebook = row(screen, "ml/trainer-0"), row(screen, "research/notebook-3")

@@ -1,0 +1,90 @@
+"""``wattpipe top --url`` against a real wattpipe serving OpenTelemetry names, and its errors."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def top(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "170"}
+    return subprocess.run(
+        [sys.executable, "-m", "wattpipe.top", *args], capture_output=True, text=True, timeout=60, env=env, cwd=ROOT
+    )
+
+
+@pytest.fixture(scope="module")
+def otel_demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``wattpipe demo`` with the Prometheus exporter set to ``naming: otel``; its /metrics URL."""
+    config = tmp_path_factory.mktemp("top") / "demo-otel.yaml"
+    text = (ROOT / "configs" / "demo.yaml").read_text()
+    assert "\n  prometheus:\n" in text
+    config.write_text(text.replace("\n  prometheus:\n", "\n  prometheus:\n    naming: otel\n"))
+    port = free_port()
+    env = {
+        **os.environ,
+        "WATTPIPE_PROMETHEUS_LISTEN": f"127.0.0.1:{port}",
+        "WATTPIPE_TELEMETRY_LISTEN": "",
+        "WATTPIPE_INTERVAL": "1s",
+        "WATTPIPE_CONSOLE_FORMAT": "json",
+    }
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "wattpipe", "demo", "-c", str(config), "--duration", "120s", "--log-level", "warning"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=ROOT,
+    )
+    try:
+        yield f"http://127.0.0.1:{port}/metrics"
+    finally:
+        demo.terminate()
+        demo.wait(timeout=10)
+
+
+def test_top_once_reads_otel_names_from_a_running_wattpipe(otel_demo: str) -> None:
+    deadline = time.monotonic() + 90
+    out = ""
+    while time.monotonic() < deadline:  # until the A100's batch job (30 s in) is attributed
+        done = top("--url", otel_demo, "--once")
+        out = done.stdout
+        if done.returncode == 0 and "ml/batch-7" in out:
+            break
+        time.sleep(1)
+    assert "ml/batch-7" in out, out
+    assert f"wattpipe top  {otel_demo}" in out
+    assert "names: otel" in out
+    assert "node demo-node" in out
+    lines = out.splitlines()
+    gpu1 = next(ln for ln in lines if ln.startswith("GPU 1 NVIDIA A100-SXM4-80GB"))
+    assert "exclusive_process" in gpu1
+    assert "(free)" in gpu1
+    assert any(ln.strip().startswith("6001 train.py") for ln in lines)
+
+
+def test_an_unreachable_url_is_named_in_the_error_and_exits_1() -> None:
+    url = f"http://127.0.0.1:{free_port()}/metrics"
+    done = top("--url", url, "--once")
+    assert done.returncode == 1
+    assert f"cannot read {url}" in done.stdout + done.stderr
+
+
+def test_a_non_positive_refresh_is_refused_with_exit_2() -> None:
+    done = top("--every", "0")
+    assert done.returncode == 2
+    assert "--every 0" in done.stderr
