@@ -8,6 +8,7 @@ their own. Absent values print as "—", never as 0.
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -179,9 +180,15 @@ def tables(batch: Batch, fields: list[str], width: int) -> list[Table]:
     return out
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """rich's own ends the program (SystemExit); the exporter decides instead."""
+        raise BrokenPipeError(errno.EPIPE, "the reader went away")
+
+
 def render(batch: Batch, fields: list[str], stream: TextIO, width: int) -> None:
     """The header line and the tables, at ``width`` columns, on ``stream``."""
-    console = Console(file=stream, width=width, force_terminal=False, color_system=None, soft_wrap=False)
+    console = _Console(file=stream, width=width, force_terminal=False, color_system=None, soft_wrap=False)
     console.print(header(batch), overflow="fold")
     for table in tables(batch, fields, width):
         console.print(table)
