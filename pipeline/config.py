@@ -403,6 +403,10 @@ def _top_level(source: YamlSource) -> tuple[_Sections, ServiceConfig | None, lis
         hint = _suggest(key, ["receivers", "processors", "exporters", "service"])
         errors.append(f"{source.where((key,))} {key}: unknown section{hint}")
     section_data = {k: data.get(k) or {} for k in ("receivers", "processors", "exporters")}
+    for name, value in section_data.items():
+        if not isinstance(value, dict):  # said here, and the other sections still checked
+            errors.append(f"{source.where((name,))} {name}: must be a mapping of component IDs to their options")
+            section_data[name] = {}
     try:
         sections = _Sections.model_validate(section_data)
     except ValidationError as exc:

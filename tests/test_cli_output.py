@@ -94,6 +94,27 @@ def test_simulate_with_console_prints_each_tick_and_warning_level_hides_the_log(
     assert "attributed vs true energy after 30 s" in captured.err
 
 
+def test_console_adds_tables_to_a_pipeline_that_has_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "100")
+    cfg = tmp_path / "p.yaml"
+    cfg.write_text(
+        "receivers: {nvml: {}}\nprocessors: {idle: {}, attribution: {}}\nexporters: {console/jq: {format: json}}\n"
+        "service: {pipelines: {metrics: {interval: 10s, receivers: [nvml], processors: [idle, attribution], "
+        "exporters: [console/jq]}}}\n"
+    )
+    assert main(["simulate", "-c", str(cfg), "--duration", "20s", "--log-level", "warning"]) == 0
+    plain = capsys.readouterr().out
+    assert main(["simulate", "-c", str(cfg), "--duration", "20s", "--log-level", "warning", "--console"]) == 0
+    both = capsys.readouterr().out
+
+    assert "──" not in plain  # the JSON lines are the pipeline's own: always written
+    assert len([line for line in plain.splitlines() if line.startswith("{")]) > 0
+    assert [line for line in both.splitlines() if line.startswith("{")] != []
+    assert both.count("── metrics · node demo-node") == 3
+
+
 def test_a_duration_that_is_not_one_is_said_without_the_function_name(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
         main(["simulate", "--duration", "5parsecs"])
@@ -239,6 +260,24 @@ def test_validate_reports_every_problem_when_service_is_missing(tmp_path: Path) 
         "{metrics: {receivers: [...], exporters: [...]}}})",
         "error: c.yaml:3 receivers.nvml.requird: unknown option; did you mean 'required'?",
         "error: c.yaml:5 exporters.consol: unknown exporter type 'consol'; did you mean 'console'? "
+        "(`wattpipe components` lists them)",
+    ]
+
+
+def test_a_section_that_is_not_a_mapping_does_not_hide_the_others(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "receivers: [nvml]\nexporters:\n  consol:\nservice:\n  pipelines:\n"
+        "    metrics: {receivers: [nvml], exporters: [consol], interval: 5 seconds}\n"
+    )
+    code, _, err = run_cli("validate", "-c", str(cfg))
+
+    assert code == 2
+    assert err.splitlines() == [
+        "error: c.yaml:1 receivers: must be a mapping of component IDs to their options",
+        "error: c.yaml:6 service.pipelines.metrics.interval: '5 seconds' is not a duration; write it like 500ms, "
+        "5s, 2m or 1h",
+        "error: c.yaml:3 exporters.consol: unknown exporter type 'consol'; did you mean 'console'? "
         "(`wattpipe components` lists them)",
     ]
 

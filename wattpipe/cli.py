@@ -235,6 +235,13 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--timeout", type=float, default=10.0, help="seconds one poll may take (default 10)")
     sp.set_defaults(fn=cmd_probe)
 
+    _simulated_commands(sub)
+    return p
+
+
+def _simulated_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``demo``, ``simulate`` and ``top``: the commands that need no configuration of their own."""
+
     def simulated(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("-c", "--config", default=str(DEMO_CONFIG), help="pipeline (default: configs/demo.yaml)")
         sp.add_argument(
@@ -265,15 +272,14 @@ def parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("top", help="a live view of a running wattpipe (or of the demo): GPUs, pods, processes")
     top.add_arguments(sp)
     sp.set_defaults(fn=_top)
-    return p
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    args = parser().parse_args(argv)
-    if getattr(args, "config", None) and not Path(args.config).exists():
-        print(f"error: {args.config}: no such file", file=err or sys.stderr)
-        return EXIT_CONFIG
     try:
+        args = parser().parse_args(argv)
+        if getattr(args, "config", None) and not Path(args.config).exists():
+            print(f"error: {args.config}: no such file", file=err or sys.stderr)
+            return EXIT_CONFIG
         code: int = args.fn(args, out or sys.stdout, err or sys.stderr)
     except BrokenPipeError:
         # The reader went away (`wattpipe probe procfs | head -1`): stop quietly, as a Unix tool does.

@@ -297,8 +297,7 @@ def _run_simulated(
     steps.setup_logging(level)
     if stepped:
         config = _without_listeners(config)
-        if not args.console:
-            config = _without_console_tables(config)
+        config = _with_console_tables(config, registry) if args.console else _without_console_tables(config)
     elif args.port is not None:
         try:
             config = steps.with_port(config, args.port)
@@ -364,6 +363,22 @@ def _without_console_tables(config: Config) -> Config:
     service = config.service.model_copy(update={"pipelines": pipelines})
     exporters = {cid: cfg for cid, cfg in config.exporters.items() if cid not in tables}
     return dataclasses.replace(config, exporters=exporters, service=service)
+
+
+def _with_console_tables(config: Config, registry: Registry) -> Config:
+    """``--console`` on a pipeline without a console exporter in table format: one added to every pipeline."""
+    factory = registry.get("exporter", "console")
+    if factory is None or any(cid.split("/")[0] == "console" and _is_table(c) for cid, c in config.exporters.items()):
+        return config
+    cid = "console/simulate"
+    pipelines = {
+        name: pipe.model_copy(update={"exporters": [*pipe.exporters, cid]})
+        for name, pipe in config.service.pipelines.items()
+    }
+    exporters = {**config.exporters, cid: factory.config_model.model_validate({})}
+    return dataclasses.replace(
+        config, exporters=exporters, service=config.service.model_copy(update={"pipelines": pipelines})
+    )
 
 
 def _is_table(cfg: object) -> bool:
