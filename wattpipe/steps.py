@@ -45,15 +45,21 @@ log = logging.getLogger("wattpipe")
 
 def setup_logging(level: str) -> None:
     """wattpipe's own loggers at ``level``; every other library's (httpx logs each scrape at INFO) at
-    WARNING unless ``level`` is debug."""
-    wanted = getattr(logging, level.upper())
+    WARNING unless ``level`` is debug. (A filter on the handler, not logger levels: nothing is left set
+    on a logger for the next command run in the same process.)"""
     logging.basicConfig(
-        level=logging.DEBUG if wanted <= logging.DEBUG else max(wanted, logging.WARNING),
+        level=getattr(logging, level.upper()),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
         force=True,
     )
-    logging.getLogger("wattpipe").setLevel(wanted)
+    if level != "debug":
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(_others_at_warning)
+
+
+def _others_at_warning(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.WARNING or record.name == "wattpipe" or record.name.startswith("wattpipe.")
 
 
 def load_registry(err: TextIO) -> Registry:
