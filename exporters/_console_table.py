@@ -54,7 +54,7 @@ def wall_time(wall_s: float) -> str:
 
 
 def header(batch: Batch) -> str:
-    interval = f"{batch.interval_s:g}"
+    interval = f"{batch.interval_s:.3g}"  # the nominal tick, not its microseconds of jitter
     return (
         f"── {batch.pipeline} · node {batch.node} · {wall_time(batch.time.wall_s)} · every {interval} s "
         f"· {batch.count()} records"
