@@ -1,7 +1,9 @@
 """``wattpipe top``: a live terminal view of what a wattpipe attributes, GPU by GPU.
 
-It reads a running wattpipe's Prometheus ``/metrics`` (``--url``; Kepler or OpenTelemetry names), or,
-without ``--url``, starts ``wattpipe demo`` as a child process on a free loopback port and reads that. The
+It reads a running wattpipe's Prometheus ``/metrics`` (``--url``; Kepler or OpenTelemetry names). Without
+``--url`` it reads the wattpipe on this machine's default port (:data:`LOCAL_URL`, where ``wattpipe demo``
+and ``run`` serve) when one answers there, and otherwise starts ``wattpipe demo`` as a child process on a
+free loopback port and reads that (``--demo`` starts it in any case). The
 screen (:mod:`wattpipe._top_view`) is redrawn after every scrape and every key: ``w``/``j``/``n`` sort
 by watts, joules or name, ``r`` reverses, ``p`` pauses, ``q`` (or Ctrl-C) quits. ``--once`` prints
 one screen and exits, for scripts and pipes.
@@ -35,6 +37,8 @@ __all__ = ["add_arguments", "main"]
 
 EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
 _DEMO_START_S = 60.0  # how long the demo may take to serve its first scrape
+LOCAL_URL = "http://127.0.0.1:28282/metrics"
+"""Where top looks first without ``--url``: the Prometheus exporter's default listen address."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,8 +46,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--url",
         default=None,
-        help="a running wattpipe's /metrics (e.g. http://node:28282/metrics); default: run the demo and read it",
+        help=f"a running wattpipe's /metrics (e.g. http://node:28282/metrics); default: {LOCAL_URL} if a wattpipe "
+        "answers there, else the demo, started by top",
     )
+    parser.add_argument("--demo", action="store_true", help="start the demo and read it, even if a wattpipe is local")
     parser.add_argument("--every", type=float, default=2.0, help="seconds between scrapes (default 2)")
     parser.add_argument(
         "--scenario", default=None, help="without --url: the simulated node the demo runs (default: the demo's own)"
@@ -87,11 +93,23 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _answers(url: str) -> bool:
+    """Whether a wattpipe serves ``url`` (its exposition has GPU families)."""
+    try:
+        response = httpx.get(url, timeout=1.0)
+        return response.status_code == 200 and "gpu" in response.text
+    except httpx.HTTPError:
+        return False
+
+
 @contextlib.contextmanager
 def _source(args: argparse.Namespace) -> Iterator[_Source]:
     """The URL given, or ``wattpipe demo`` started on a free port (stopped when top stops)."""
     if args.url:
         yield _Source(args.url)
+        return
+    if not args.demo and _answers(LOCAL_URL):
+        yield _Source(LOCAL_URL)
         return
     port = _free_port()
     env = {
@@ -221,7 +239,7 @@ def main(args: argparse.Namespace) -> int:
     if not console.is_terminal:  # a pipe or a file: wide enough for every column
         console.width = max(console.width, 160)
     with _source(args) as source:
-        view.source = source.url if args.url else f"demo at {source.url}"
+        view.source = f"demo at {source.url}" if source.demo is not None else source.url
         try:
             if args.once:
                 return _once(source, view, console, _DEMO_START_S)

@@ -1,6 +1,6 @@
 """``wattpipe top`` as a person uses it: started in a tmux pane, keys sent, the screen captured and read.
 
-Without ``--url`` top starts ``wattpipe demo`` itself (1 s ticks here); the demo's processes start at 10, 20
+With ``--demo`` top starts ``wattpipe demo`` itself (1 s ticks here); the demo's processes start at 10, 20
 and 30 s of node time, so the test waits for all three pods before it presses keys. Needs tmux (.ci/run
 installs it); outside CI a machine without it skips, saying why.
 """
@@ -68,7 +68,7 @@ def pane() -> Iterator[Pane]:
     _tmux()
     command = (
         # The pane's own size, not a COLUMNS the test runner's environment may carry (rich prefers it).
-        f"unset COLUMNS LINES; cd {ROOT} && WATTPIPE_INTERVAL=1s {sys.executable} -m wattpipe.top --every 1; "
+        f"unset COLUMNS LINES; cd {ROOT} && WATTPIPE_INTERVAL=1s {sys.executable} -m wattpipe.top --demo --every 1; "
         'echo "top exited $?"; sleep 120'
     )
     p = Pane(command)

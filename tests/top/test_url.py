@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import argparse
+import http.server
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from wattpipe import top as top_module
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -88,3 +93,72 @@ def test_a_non_positive_refresh_is_refused_with_exit_2() -> None:
     done = top("--every", "0")
     assert done.returncode == 2
     assert "--every 0" in done.stderr
+
+
+@pytest.fixture
+def local_wattpipe(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A loopback server answering with a recorded exposition, standing in for a wattpipe on the default port."""
+    from tests.top.test_model import KEPLER
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = KEPLER.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    monkeypatch.setattr(top_module, "LOCAL_URL", url)
+    try:
+        yield url
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_without_url_top_reads_the_local_wattpipe_when_one_answers(
+    local_wattpipe: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = argparse.Namespace(url=None, demo=False, scenario=None, every=1.0, sort="joules", once=True)
+    assert top_module.main(args) == 0
+    out = capsys.readouterr().out
+    assert f"wattpipe top  {local_wattpipe}  node n1" in out  # no demo started: the local URL, as is
+    assert "sorted by joules" in out
+    assert "ml/trainer-0" in out
+
+
+def test_nothing_on_the_default_port_means_top_starts_the_demo(monkeypatch: pytest.MonkeyPatch) -> None:
+    closed = f"http://127.0.0.1:{free_port()}/metrics"
+    monkeypatch.setattr(top_module, "LOCAL_URL", closed)
+    assert top_module._answers(closed) is False
+    started: list[list[str]] = []
+
+    class FakeDemo:
+        returncode = 0
+
+        def __init__(self, command: list[str], **kwargs: object) -> None:
+            started.append(command)
+
+        def poll(self) -> int | None:
+            return None
+
+        def terminate(self) -> None:
+            pass
+
+        def wait(self, timeout: float | None = None) -> int:
+            return 0
+
+    monkeypatch.setattr(subprocess, "Popen", FakeDemo)  # what top.py calls, as subprocess.Popen
+    args = argparse.Namespace(url=None, demo=False, scenario="s.yaml", every=1.0, sort="watts", once=True)
+    with top_module._source(args) as source:
+        assert source.url != closed
+        assert source.demo is not None
+    assert started == [[sys.executable, "-m", "wattpipe", "demo", "--log-level", "warning", "--scenario", "s.yaml"]]
