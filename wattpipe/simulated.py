@@ -318,9 +318,8 @@ def _run_simulated(
     log.info("simulated node %s: %d GPU(s) from %s", node.scenario.node.name, len(node.scenario.gpus), args.scenario)
     total_s = (max_ticks - 1) * interval if max_ticks else 0.0
     progress = SimulationProgress(total_s, node.t_s, err, show=stepped and level in ("debug", "info"))
-    service = Service(graph, before_tick=_before_tick(config, node, tmp, progress))
-    if not stepped:
-        _say_where_to_look(graph, config, err)
+    say = _say_where_to_look(graph, config, err) if not stepped else None
+    service = Service(graph, before_tick=_before_tick(config, node, tmp, progress, say))
     with progress:
         code = asyncio.run(steps.run_service(graph, max_ticks=max_ticks, service=service))
     if stepped and code == EXIT_OK:
@@ -334,15 +333,21 @@ def _run_simulated(
 
 
 def _before_tick(
-    config: Config, node: simulator.SimulatedNode, tmp: Path, progress: SimulationProgress
+    config: Config,
+    node: simulator.SimulatedNode,
+    tmp: Path,
+    progress: SimulationProgress,
+    say: Callable[[], None] | None,
 ) -> Callable[[], None]:
     """What runs before each tick: /proc written as the node is at this tick's time (when a procfs
-    receiver reads it), and the progress bar moved on."""
+    receiver reads it), the progress bar moved on, and (``demo``) where to look, once."""
     writer = (
         simulator.ProcfsWriter(node, tmp) if any(cid.split("/")[0] == "procfs" for cid in config.receivers) else None
     )
 
     def before_tick() -> None:
+        if say is not None:
+            say()
         if writer is not None:
             writer.refresh()
         progress.tick()
@@ -417,13 +422,25 @@ def _reports(collectors: dict[str, TruthCollector], node: simulator.SimulatedNod
     return report
 
 
-def _say_where_to_look(graph: Graph, config: Config, err: TextIO) -> None:
-    for cid, cfg in config.exporters.items():
-        listen = getattr(cfg, "listen", None)
-        if listen:
-            host, _, port = str(listen).rpartition(":")
-            host = "localhost" if host in ("0.0.0.0", "", "::") else host
-            print(f"exporter {cid}: curl http://{host}:{port}/metrics", file=err)
-    listen = config.service.telemetry.listen
-    if listen:
-        print(f"wattpipe's own health: curl http://{listen}/readyz", file=err)
+def _say_where_to_look(graph: Graph, config: Config, err: TextIO) -> Callable[[], None]:
+    """What ``demo`` prints on its first tick, once the listeners are up: the URLs they really serve (a
+    port taken stops the demo before, with what to change)."""
+    said = False
+
+    def say() -> None:
+        nonlocal said
+        if said:
+            return
+        said = True
+        for cid, exporter in graph.exporters.items():
+            try:
+                url = getattr(exporter, "url", None)
+            except RuntimeError:  # not started
+                continue
+            if isinstance(url, str) and url.startswith("http"):
+                print(f"exporter {cid}: curl {url}/metrics", file=err)
+        listen = config.service.telemetry.listen
+        if listen and not listen.endswith(":0"):  # port 0: the log line 'telemetry listening on' has it
+            print(f"wattpipe's own health: curl http://{listen}/readyz", file=err)
+
+    return say
