@@ -38,7 +38,7 @@ from wattpipe.steps import (
 )
 
 # The exit codes and run_service are defined in wattpipe.steps and still importable from here.
-__all__ = ["EXIT_CONFIG", "EXIT_OK", "EXIT_RUNTIME", "main", "run_service"]
+__all__ = ["EXIT_BROKEN_PIPE", "EXIT_CONFIG", "EXIT_OK", "EXIT_RUNTIME", "main", "run_service"]
 
 # The demo's node and pipeline: inside the package in an installed wheel (pyproject.toml maps configs/ to
 # wattpipe/configs/), beside it in a checkout or an editable install.
@@ -46,6 +46,9 @@ _HERE = Path(__file__).resolve().parent
 CONFIGS = next((d for d in (_HERE / "configs", _HERE.parent / "configs") if d.is_dir()), _HERE.parent / "configs")
 DEMO_CONFIG = CONFIGS / "demo.yaml"
 DEMO_SCENARIO = CONFIGS / "scenarios" / "demo.yaml"
+
+EXIT_BROKEN_PIPE = 141
+"""The exit code when the reader of stdout went away: what a shell reports for a command killed by SIGPIPE."""
 
 
 def _version() -> str:
@@ -286,10 +289,6 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
         _silence_stdout()
         return EXIT_BROKEN_PIPE
     return code
-
-
-EXIT_BROKEN_PIPE = 141
-"""What a shell reports for a command killed by SIGPIPE (128 + 13)."""
 
 
 def _silence_stdout() -> None:
