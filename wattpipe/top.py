@@ -6,7 +6,7 @@ and ``run`` serve) when one answers there, and otherwise starts ``wattpipe demo`
 free loopback port and reads that (``--demo`` starts it in any case). The
 screen (:mod:`wattpipe._top_view`) is redrawn after every scrape and every key: ``w``/``j``/``n`` sort
 by watts, joules or name, ``r`` reverses, ``p`` pauses, ``q`` (or Ctrl-C) quits. ``--once`` prints
-one screen and exits, for scripts and pipes.
+one screen and exits, for scripts, and so does top when its output is not a terminal.
 """
 
 from __future__ import annotations
@@ -229,10 +229,21 @@ def _live(source: _Source, view: View, console: Console, every_s: float) -> int:
             live.update(render(snapshot, history, view), refresh=True)
 
 
+def _usage_problem(args: argparse.Namespace) -> str | None:
+    if args.every <= 0:
+        return f"--every {args.every}: must be a positive number of seconds"
+    if args.url and (args.demo or args.scenario):
+        return (
+            "--url reads a running wattpipe; --demo and --scenario are for the demo top starts: give one or the other"
+        )
+    return None
+
+
 def main(args: argparse.Namespace) -> int:
     """Run the live view until q or Ctrl-C (or print one screen with ``--once``); the exit code."""
-    if args.every <= 0:
-        print(f"error: --every {args.every}: must be a positive number of seconds", file=sys.stderr)
+    problem = _usage_problem(args)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return EXIT_USAGE
     view = View(sort={v: k for k, v in SORTS.items()}[args.sort])
     console = Console()
@@ -241,7 +252,7 @@ def main(args: argparse.Namespace) -> int:
     with _source(args) as source:
         view.source = f"demo at {source.url}" if source.demo is not None else source.url
         try:
-            if args.once:
+            if args.once or not console.is_terminal:  # into a pipe or a file: one screen
                 return _once(source, view, console, _DEMO_START_S)
             return _live(source, view, console, args.every)
         except KeyboardInterrupt:

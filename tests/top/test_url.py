@@ -162,3 +162,17 @@ def test_nothing_on_the_default_port_means_top_starts_the_demo(monkeypatch: pyte
         assert source.url != closed
         assert source.demo is not None
     assert started == [[sys.executable, "-m", "wattpipe", "demo", "--log-level", "warning", "--scenario", "s.yaml"]]
+
+
+def test_url_with_demo_options_is_refused_with_exit_2() -> None:
+    done = top("--url", "http://127.0.0.1:1/metrics", "--scenario", "configs/scenarios/mig.yaml")
+    assert done.returncode == 2
+    assert "--url reads a running wattpipe" in done.stderr
+
+
+def test_into_a_pipe_top_prints_one_screen_and_exits(local_wattpipe: str) -> None:
+    done = top("--url", local_wattpipe)  # stdout is a pipe here: no --once needed
+    assert done.returncode == 0
+    assert done.stdout.count("wattpipe top") == 1
+    assert "\x1b[?1049h" not in done.stdout  # no alternate screen
+    assert "4242 python" in done.stdout
