@@ -162,8 +162,11 @@ def test_every_command_stops_quietly_when_its_output_breaks() -> None:
 def test_simulate_console_into_head_keeps_running_and_prints_its_summary(tmp_path: Path) -> None:
     env = {**os.environ, "WATTPIPE_INTERVAL": "10s", "COLUMNS": "100"}
     proc = subprocess.run(
-        f"{WATTPIPE} simulate --duration 3m --console | head -2",
-        shell=True,
+        [
+            "bash",
+            "-c",
+            f'{WATTPIPE} simulate --duration 3m --console | head -2; echo "wattpipe exit ${{PIPESTATUS[0]}}" >&2',
+        ],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -172,7 +175,7 @@ def test_simulate_console_into_head_keeps_running_and_prints_its_summary(tmp_pat
         check=False,
     )
 
-    assert proc.returncode == 0
+    assert "wattpipe exit 0" in proc.stderr
     assert len(proc.stdout.splitlines()) == 2
     assert "Traceback" not in proc.stderr
     assert proc.stderr.count("the stdout reader went away (broken pipe): no more console output") == 1
