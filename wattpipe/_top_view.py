@@ -85,8 +85,10 @@ def _order(view: View) -> Callable[[Row | Gpu], tuple[bool, float | str]]:
 
 
 def _sorted(items: list[Row], view: View) -> list[Row]:
+    """Sorted by the view's key within each group: MIG instances, then pods and the rest, unattributed last."""
     rows = sorted(items, key=_order(view), reverse=view.reverse)
-    return [r for r in rows if r.kind != "unattributed"] + [r for r in rows if r.kind == "unattributed"]
+    group = {"instance": 0, "unattributed": 2}
+    return sorted(rows, key=lambda r: group.get(r.kind, 1))  # stable: the order within a group stays
 
 
 def _gpu_row(table: Table, gpu: Gpu, history: History) -> None:

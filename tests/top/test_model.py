@@ -132,6 +132,9 @@ def test_mig_instances_are_rows_of_their_gpu() -> None:
         f'wattpipe_gpu_instance_joules_total{{gpu_uuid="{UUID}",gpu_instance_id="1",profile="3g.40gb"}} 400.0\n'
     )
     (gpu,) = parse(text).gpus
+    shown = [ln.strip().split("  ")[0] for ln in screen(parse(text), View(sort="n")).splitlines()]
+    rows = [n for n in shown if n in ("MIG 1 3g.40gb", "900 sshd", "ml/trainer-0", "unattributed")]
+    assert rows == ["MIG 1 3g.40gb", "900 sshd", "ml/trainer-0", "unattributed"]  # instances first, as a group
     assert (gpu.rows[0].kind, gpu.rows[0].name, gpu.rows[0].watts, gpu.rows[0].joules) == (
         "instance",
         "MIG 1 3g.40gb",
