@@ -65,8 +65,12 @@ def _number(value: float | None, digits: int = 1) -> str:
     return "—" if value is None else f"{value:,.{digits}f}"
 
 
+_NOTHING_ACTIVE_W = 0.05
+"""Below this (shown as 0.0 W) a GPU draws nothing above idle: a share of it would be noise shown as 100 %."""
+
+
 def _share(watts: float | None, active_w: float | None) -> str:
-    if watts is None or active_w is None or active_w <= 0:
+    if watts is None or active_w is None or active_w < _NOTHING_ACTIVE_W:
         return "—"
     return f"{100 * watts / active_w:.1f}%"
 

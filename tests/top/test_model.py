@@ -165,3 +165,12 @@ def test_sparkline_has_one_bar_per_value_and_the_largest_is_full(values: list[fl
     assert len(line) == len(values)
     if values and max(values) > 0:
         assert line[values.index(max(values))] == "█"
+
+
+def test_no_share_of_a_gpu_drawing_nothing_above_idle() -> None:
+    text = KEPLER.replace("} 100.0\n", "} 0.001\n", 1)  # the active watts line
+    (gpu,) = parse(text).gpus
+    assert gpu.active_w == 0.001
+    lines = {ln.strip().split("  ")[0]: ln for ln in screen(parse(text)).splitlines()}
+    assert "%" not in lines["unattributed"]
+    assert lines["unattributed"].rstrip().endswith("—")
