@@ -1,23 +1,26 @@
 """Exporter ``console``: each tick as readable tables, or as JSON lines for piping into jq.
 
-Tables show one row per record and one column per attribute or value; absent values print as "—",
-never as 0. JSON lines carry one record each: its type, kind, attributes and values, with the record's
-wall time.
+Tables (:mod:`exporters._console_table`) fit the terminal's width, show energy in joules, the wall time
+as a date and time, and process, container and pod totals apart; absent values print as "—", never as
+0. JSON lines carry one record each: its type, kind, attributes and values (millijoules, as recorded),
+with the record's wall time. If the reader goes away (``wattpipe run … | head``), the exporter says so
+once and writes no more; the rest of the pipeline goes on.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 import sys
-from datetime import UTC, datetime
-from typing import Any, Literal, TextIO
+from typing import Literal, TextIO
 
-from rich.console import Console
-from rich.table import Table
+from pydantic import Field
 
+from wattpipe.exporters._console_table import console_width, render
 from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
-from wattpipe.pipeline.records import Record, record_kind
+from wattpipe.pipeline.records import record_kind
 
 __all__ = ["ConsoleConfig", "ConsoleExporter", "factory"]
 
@@ -27,6 +30,8 @@ class ConsoleConfig(ComponentConfig):
     output: Literal["stdout", "stderr"] = "stdout"
     kinds: list[str] = []
     """Only these Batch fields (e.g. ``[device_power, shares]``); empty: every non-empty field."""
+    width: int = Field(default=0, ge=0)
+    """Table width in columns; 0: the terminal's width (else $COLUMNS, else 120)."""
 
 
 class ConsoleExporter:
@@ -38,6 +43,8 @@ class ConsoleExporter:
             raise ValueError(f"kinds: unknown batch field(s) {', '.join(unknown)}; known: {', '.join(Batch.FIELDS)}")
         self.config = config
         self._stream = stream
+        self._log = ctx.logger if ctx is not None else logging.getLogger("wattpipe.exporter.console")
+        self._closed = False
 
     @property
     def stream(self) -> TextIO:
@@ -50,10 +57,18 @@ class ConsoleExporter:
         return [n for n in names if getattr(batch, n, ())]
 
     async def export(self, batch: Batch) -> None:
-        if self.config.format == "json":
-            self._json(batch)
-        else:
-            self._table(batch)
+        if self._closed:
+            return
+        try:
+            if self.config.format == "json":
+                self._json(batch)
+            else:
+                render(batch, self._fields(batch), self.stream, console_width(self.stream, self.config.width))
+                self.stream.flush()
+        except BrokenPipeError:
+            self._closed = True
+            _discard_further_writes(self.stream)
+            self._log.warning("the %s reader went away (broken pipe): no more console output", self.config.output)
 
     def _json(self, batch: Batch) -> None:
         lines = []
@@ -78,42 +93,16 @@ class ConsoleExporter:
             self.stream.write("\n".join(lines) + "\n")
             self.stream.flush()
 
-    def _table(self, batch: Batch) -> None:
-        console = Console(file=self.stream, width=160, force_terminal=False, color_system=None)
-        console.print(
-            f"── {batch.pipeline} · node {batch.node} · wall {batch.time.wall_s:.3f} · interval {batch.interval_s:.3f}s "
-            f"· {batch.count()} records"
-        )
-        for name in self._fields(batch):
-            records: tuple[Record, ...] = getattr(batch, name)
-            rows = [(batch.labels(r), r.values()) for r in records]
-            attr_cols = sorted({k for labels, _ in rows for k in labels})
-            value_cols = [k for k in _ordered_keys(v for _, v in rows)]
-            table = Table(title=name, title_justify="left", show_edge=False, pad_edge=False)
-            for col in attr_cols + value_cols:
-                table.add_column(col, justify="right" if col in value_cols else "left")
-            for labels, values in rows:
-                table.add_row(*[labels.get(c, "—") for c in attr_cols], *[_cell(values.get(c)) for c in value_cols])
-            console.print(table)
-        self.stream.flush()
 
-
-def _ordered_keys(dicts: Any) -> list[str]:
-    seen: dict[str, None] = {}
-    for d in dicts:
-        for k in d:
-            seen.setdefault(k, None)
-    return list(seen)
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, float):
-        return f"{value:.3f}"
-    if isinstance(value, dict) and "wall_s" in value:  # a Timestamp (a series' start): show when, in UTC
-        return datetime.fromtimestamp(value["wall_s"], tz=UTC).strftime("%H:%M:%S")
-    return str(value)
+def _discard_further_writes(stream: TextIO) -> None:
+    """Point a closed pipe's file descriptor at /dev/null, so no later write or flush (the interpreter's
+    own at exit) raises again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # not a real file (a test's StringIO)
+        pass
 
 
 factory = Factory.of(

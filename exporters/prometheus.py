@@ -317,7 +317,7 @@ class PrometheusExporter:
                 f"exporter {self.component_id}: cannot listen on {self.config.listen}: {exc.strerror or exc}"
             ) from exc
         self._server.start()
-        self.log.info("serving Prometheus metrics on %s/metrics", self._server.url)
+        self.log.info("listening on %s: Prometheus metrics at %s/metrics", self._server.bound, self._server.url)
 
     def shutdown(self) -> None:
         if self._server is not None:

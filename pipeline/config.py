@@ -22,6 +22,7 @@ import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -43,8 +44,10 @@ __all__ = [
     "format_duration",
     "load_config",
     "load_config_text",
+    "model_at",
     "parse_component_id",
     "parse_duration",
+    "suggest",
 ]
 
 KINDS: tuple[tuple[str, ComponentKind], ...] = (
@@ -184,10 +187,13 @@ class ServiceConfig(_Strict):
         return value
 
 
-class _TopLevel(_Strict):
+class _Sections(_Strict):
     receivers: dict[str, Any] = Field(default_factory=dict)
     processors: dict[str, Any] = Field(default_factory=dict)
     exporters: dict[str, Any] = Field(default_factory=dict)
+
+
+class _TopLevel(_Sections):
     service: ServiceConfig
 
 
@@ -200,6 +206,17 @@ class Config:
     processors: dict[str, ComponentConfig]
     exporters: dict[str, ComponentConfig]
     service: ServiceConfig
+    lines: Mapping[KeyPath, int] = dataclass_field(default_factory=dict)
+    """The file's line of each key path (``("service", "pipelines", "metrics")``), for messages."""
+    env: Mapping[KeyPath, tuple[str, ...]] = dataclass_field(default_factory=dict)
+    """The environment variables a value was read from (``${env:…}``), by key path: what to tell a user to set."""
+
+    def where(self, path: KeyPath) -> str:
+        """``demo.yaml:12``: the file and the line of ``path`` (or of its nearest ancestor that has one)."""
+        while path and path not in self.lines:
+            path = path[:-1]
+        line = self.lines.get(path)
+        return f"{self.source_name}:{line}" if line is not None else self.source_name
 
     def components(self, kind: ComponentKind) -> dict[str, ComponentConfig]:
         return {"receiver": self.receivers, "processor": self.processors, "exporter": self.exporters}[kind]
@@ -240,6 +257,16 @@ def load_config_text(text: str, name: str, registry: Registry, environ: Mapping[
     except SourceError as exc:
         raise ConfigError(exc.messages) from None
     return _validate(source, registry, environ)
+
+
+def suggest(word: str, options: list[str]) -> str:
+    """``; did you mean 'x'?`` when one of ``options`` is close to ``word``; else empty."""
+    return _suggest(word, options)
+
+
+def model_at(model: type[BaseModel], loc: KeyPath) -> type[BaseModel] | None:
+    """The nested model a pydantic error location points into (None where a union or a value is)."""
+    return _model_at(model, loc)
 
 
 def _suggest(word: str, options: list[str]) -> str:
@@ -335,15 +362,17 @@ def _shared_receiver_intervals(pipelines: Mapping[str, PipelineConfig], source: 
 
 
 def _validate(source: YamlSource, registry: Registry, environ: Mapping[str, str] | None) -> Config:
-    top, errors = _top_level(source)
-    built, component_errors = _component_configs(top, source, registry)
+    """Every problem at once: a missing or broken ``service:`` does not hide the components' problems."""
+    sections, service, errors = _top_level(source)
+    built, component_errors = _component_configs(sections, source, registry)
     errors += component_errors
-    errors += _pipeline_references(top, source)
-    errors += _unused_components(top, source)
-    errors += _shared_receiver_intervals(top.service.pipelines, source)
-    if errors:
+    if service is not None:
+        top = _TopLevel.model_construct(**dict(sections), service=service)
+        errors += _pipeline_references(top, source)
+        errors += _unused_components(top, source)
+        errors += _shared_receiver_intervals(service.pipelines, source)
+    if errors or service is None:
         raise ConfigError(errors)
-    service = top.service
     if not service.node_name:
         service = service.model_copy(
             update={"node_name": default_node_name(environ if environ is not None else os.environ)}
@@ -354,11 +383,14 @@ def _validate(source: YamlSource, registry: Registry, environ: Mapping[str, str]
         processors=built["processor"],
         exporters=built["exporter"],
         service=service,
+        lines=dict(source.lines),
+        env=dict(source.env),
     )
 
 
-def _top_level(source: YamlSource) -> tuple[_TopLevel, list[str]]:
-    """The four sections, parsed, and the problems with unknown ones (raises where the shape is wrong)."""
+def _top_level(source: YamlSource) -> tuple[_Sections, ServiceConfig | None, list[str]]:
+    """The component sections and the service section, each parsed on its own, and the problems with
+    either (raises where the file's shape leaves nothing to check)."""
     errors: list[str] = []
     data = source.data
     if not isinstance(data, dict):
@@ -370,20 +402,32 @@ def _top_level(source: YamlSource) -> tuple[_TopLevel, list[str]]:
     for key in unknown_top:
         hint = _suggest(key, ["receivers", "processors", "exporters", "service"])
         errors.append(f"{source.where((key,))} {key}: unknown section{hint}")
-    top_data = {k: v for k, v in data.items() if k not in unknown_top}
-    for section in ("receivers", "processors", "exporters"):
-        if top_data.get(section) is None:
-            top_data[section] = {}
+    section_data = {k: data.get(k) or {} for k in ("receivers", "processors", "exporters")}
+    for name, value in section_data.items():
+        if not isinstance(value, dict):  # said here, and the other sections still checked
+            errors.append(f"{source.where((name,))} {name}: must be a mapping of component IDs to their options")
+            section_data[name] = {}
     try:
-        top = _TopLevel.model_validate(top_data)
+        sections = _Sections.model_validate(section_data)
     except ValidationError as exc:
-        errors.extend(_pydantic_messages(exc, source, (), _TopLevel))
+        errors.extend(_pydantic_messages(exc, source, (), _Sections))
         raise ConfigError(errors) from None
-    return top, errors
+    service: ServiceConfig | None = None
+    if data.get("service") is None:
+        errors.append(
+            f"{source.name} service: required section is missing (it lists the pipelines: "
+            "service: {pipelines: {metrics: {receivers: [...], exporters: [...]}}})"
+        )
+    else:
+        try:
+            service = ServiceConfig.model_validate(data["service"])
+        except ValidationError as exc:
+            errors.extend(_pydantic_messages(exc, source, ("service",), ServiceConfig))
+    return sections, service, errors
 
 
 def _component_configs(
-    top: _TopLevel, source: YamlSource, registry: Registry
+    top: _Sections, source: YamlSource, registry: Registry
 ) -> tuple[dict[ComponentKind, dict[str, ComponentConfig]], list[str]]:
     """Each defined component's options, validated by its factory's config model; and the problems."""
     errors: list[str] = []

@@ -24,8 +24,9 @@ from wattpipe.pipeline.components import (
 from wattpipe.pipeline.config import Config, ConfigError, PipelineConfig, parse_component_id
 from wattpipe.pipeline.state import StateStore
 from wattpipe.pipeline.telemetry import Telemetry
+from wattpipe.pipeline.yamlsource import format_path
 
-__all__ = ["BuiltPipeline", "Graph", "build", "check_order"]
+__all__ = ["BuiltPipeline", "Graph", "build", "check_order", "order_problems"]
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,17 @@ def check_order(
     registry: Registry,
 ) -> list[str]:
     """Problems with the processors' order: each names the processor to add or move."""
-    problems: list[str] = []
+    return [
+        f"service.pipelines.{pipeline}.processors[{i}]: {problem}"
+        for i, problem in order_problems(receivers, processors, registry)
+    ]
+
+
+def order_problems(
+    receivers: list[tuple[str, object]], processors: list[tuple[str, object]], registry: Registry
+) -> list[tuple[int, str]]:
+    """Problems with the processors' order, each with the index of the processor it is about."""
+    problems: list[tuple[int, str]] = []
     available: set[str] = set()
     for _, receiver in receivers:
         available |= _fields(receiver, "provides")
@@ -91,15 +102,16 @@ def check_order(
             later = [lid for lid, lp in processors[i + 1 :] if need in _fields(lp, "provides")]
             if later:
                 problems.append(
-                    f"service.pipelines.{pipeline}: processor '{pid}' needs '{need}', which '{later[0]}' provides "
-                    f"later: move '{later[0]}' before '{pid}'"
+                    (
+                        i,
+                        f"processor '{pid}' needs '{need}', which '{later[0]}' provides later: move '{later[0]}' "
+                        f"before '{pid}'",
+                    )
                 )
                 continue
             makers = [f"{f.kind} '{f.type}'" for f in registry.providers_of(need)]
             advice = f"add a {' or '.join(makers)} before it" if makers else "no installed component provides it"
-            problems.append(
-                f"service.pipelines.{pipeline}: processor '{pid}' needs '{need}', which nothing before it provides: {advice}"
-            )
+            problems.append((i, f"processor '{pid}' needs '{need}', which nothing before it provides: {advice}"))
         available |= _fields(processor, "provides")
     return problems
 
@@ -158,9 +170,9 @@ class _Builder:
         try:
             return factory.create(ctx, config.components(kind)[cid])
         except ConfigError as exc:
-            self.errors.extend(f"{config.source_name} {kind}s.{cid}: {m}" for m in exc.messages)
+            self.errors.extend(f"{config.where((f'{kind}s', cid))} {kind}s.{cid}: {m}" for m in exc.messages)
         except Exception as exc:  # a plugin's constructor may raise anything; report it against its ID
-            self.errors.append(f"{config.source_name} {kind}s.{cid}: cannot be built: {exc}")
+            self.errors.append(f"{config.where((f'{kind}s', cid))} {kind}s.{cid}: cannot be built: {exc}")
         return None
 
     def receivers(self) -> dict[str, Receiver]:
@@ -172,7 +184,7 @@ class _Builder:
                     receivers[cid] = built
                 else:
                     self.errors.append(
-                        f"{self.config.source_name} receivers.{cid}: is not a receiver (it has no async collect())"
+                        f"{self.config.where(('receivers', cid))} receivers.{cid}: is not a receiver (it has no async collect())"
                     )
         return receivers
 
@@ -185,7 +197,7 @@ class _Builder:
                     exporters[cid] = built
                 else:
                     self.errors.append(
-                        f"{self.config.source_name} exporters.{cid}: is not an exporter (it has no async export())"
+                        f"{self.config.where(('exporters', cid))} exporters.{cid}: is not an exporter (it has no async export())"
                     )
         return exporters
 
@@ -193,7 +205,6 @@ class _Builder:
         self, pname: str, pconf: PipelineConfig, receivers: dict[str, Receiver], exporters: dict[str, Exporter]
     ) -> BuiltPipeline:
         """One pipeline: its processors built, and their order checked where every component was built."""
-        source_name = self.config.source_name
         procs: list[tuple[str, Processor]] = []
         for cid in pconf.processors:
             built = self.create("processor", cid, pname)
@@ -201,14 +212,15 @@ class _Builder:
                 continue
             if not isinstance(built, Processor):
                 self.errors.append(
-                    f"{source_name} processors.{cid}: is not a processor (it needs process(batch), needs and provides)"
+                    f"{self.config.where(('processors', cid))} processors.{cid}: is not a processor (it needs process(batch), needs and provides)"
                 )
                 continue
             procs.append((cid, built))
         recv = [(cid, receivers[cid]) for cid in pconf.receivers if cid in receivers]
         if len(procs) == len(pconf.processors) and len(recv) == len(pconf.receivers):
-            order = check_order(pname, list(recv), list(procs), self.registry)
-            self.errors.extend(f"{source_name} {m}" for m in order)
+            for i, problem in order_problems(list(recv), list(procs), self.registry):
+                path = ("service", "pipelines", pname, "processors", i)
+                self.errors.append(f"{self.config.where(path)} {format_path(path)}: {problem}")
         return BuiltPipeline(
             name=pname,
             config=pconf,

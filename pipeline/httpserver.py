@@ -109,6 +109,12 @@ class HttpServer:
         self._wakeup_sender.send(b"\0")
 
     @property
+    def bound(self) -> str:
+        """The address really listened on, ``0.0.0.0:28282`` (every interface) as it is; :attr:`url` is the
+        one to connect to."""
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host or '0.0.0.0'}:{self.port}"
+
+    @property
     def url(self) -> str:
         host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(self.host, self.host)
         return f"{self.scheme}://[{host}]:{self.port}" if ":" in host else f"{self.scheme}://{host}:{self.port}"

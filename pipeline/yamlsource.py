@@ -65,6 +65,8 @@ class YamlSource:
     name: str
     data: Any
     lines: dict[KeyPath, int] = field(default_factory=dict)
+    env: dict[KeyPath, tuple[str, ...]] = field(default_factory=dict)
+    """The environment variables each value's ``${env:…}`` references read, by key path."""
 
     def line_of(self, path: KeyPath) -> int | None:
         """The line of ``path``, or of its nearest ancestor that has one."""
@@ -87,8 +89,12 @@ def format_path(path: KeyPath) -> str:
     return out or "(top level)"
 
 
-def load_yaml_text(text: str, name: str, environ: Mapping[str, str] | None = None) -> YamlSource:
-    env = os.environ if environ is None else environ
+def load_yaml_text(
+    text: str, name: str, environ: Mapping[str, str] | None = None, *, expand: bool = True
+) -> YamlSource:
+    """``text`` parsed, with the line of every key; ``${env:…}`` expanded unless ``expand`` is false
+    (a scenario file takes its values as written)."""
+    env = (os.environ if environ is None else environ) if expand else None
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
@@ -104,7 +110,9 @@ def load_yaml_text(text: str, name: str, environ: Mapping[str, str] | None = Non
     return source
 
 
-def _convert(node: yaml.Node, path: KeyPath, source: YamlSource, env: Mapping[str, str], errors: list[str]) -> Any:
+def _convert(
+    node: yaml.Node, path: KeyPath, source: YamlSource, env: Mapping[str, str] | None, errors: list[str]
+) -> Any:
     source.lines.setdefault(path, node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
         out: dict[Any, Any] = {}
@@ -129,7 +137,10 @@ def _convert(node: yaml.Node, path: KeyPath, source: YamlSource, env: Mapping[st
         return [_convert(item, (*path, i), source, env, errors) for i, item in enumerate(node.value)]
     assert isinstance(node, yaml.ScalarNode)
     raw = node.value
-    if isinstance(raw, str) and "$" in raw and node.tag == "tag:yaml.org,2002:str":
+    if env is not None and isinstance(raw, str) and "$" in raw and node.tag == "tag:yaml.org,2002:str":
+        names = tuple(m.group(1) for m in _ENV_RE.finditer(raw) if m.group(1))
+        if names:
+            source.env[path] = names
         try:
             expanded = expand_env(raw, env)
         except EnvError as exc:

@@ -11,9 +11,10 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from wattpipe.pipeline.config import model_at, suggest
+from wattpipe.pipeline.yamlsource import SourceError, YamlSource, load_yaml_text
 from wattpipe.simulator._faults import Fault, GpuChange, GpuFault, NvmlFault
 from wattpipe.simulator._schema_base import MigInstance, MigSpec, _hex64, _Model, hashed_uuid
 from wattpipe.simulator.hardware import gpu_model_info
@@ -42,7 +43,12 @@ Runtime = Literal["containerd", "cri-o", "docker"]
 
 
 class ScenarioError(ValueError):
-    """A scenario file that cannot describe a node; the message names every offending key."""
+    """A scenario file that cannot describe a node: one message per problem, each naming the file, the
+    line (when read from a file) and the key."""
+
+    def __init__(self, messages: list[str]) -> None:
+        super().__init__("\n".join(messages))
+        self.messages = messages
 
 
 class Node(_Model):
@@ -295,7 +301,15 @@ def _check_references(scenario: Scenario) -> None:
             except ValueError as err:
                 problems.append(f"faults.{index}.set.{err}")
     if problems:
-        raise ValueError("; ".join(problems))
+        raise _Problems(problems)
+
+
+class _Problems(ValueError):
+    """The reference checks' problems, each its own message (and line) in :class:`ScenarioError`."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
 
 
 def _check_device(scenario: Scenario, device: DeviceRef, where: str) -> list[str]:
@@ -313,22 +327,51 @@ def _check_device(scenario: Scenario, device: DeviceRef, where: str) -> list[str
     return []
 
 
-def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
-    """Validate a parsed YAML document; errors name each key's path (``gpus.0.idle_w``)."""
+def parse_scenario(data: Any, source: str = "<scenario>", where: YamlSource | None = None) -> Scenario:
+    """Validate a parsed YAML document; :class:`ScenarioError` names each key's path (``gpus.0.idle_w``),
+    its line when ``where`` (the file as read) is given, and the key meant when one is misspelt."""
     try:
         return Scenario.model_validate(data)
     except ValidationError as err:
-        lines = []
-        for error in err.errors():
-            path = ".".join(str(part) for part in error["loc"]) or "(top level)"
-            lines.append(f"  {path}: {error['msg']}")
-        raise ScenarioError(f"{source}: invalid scenario\n" + "\n".join(lines)) from None
+        raise ScenarioError([m for e in err.errors() for m in _messages(e, source, where)]) from None
 
 
 def load_scenario(path: str | Path) -> Scenario:
+    """The scenario file at ``path``; :class:`ScenarioError` (``scenario node.yaml:12 gpus.0.idle_w: …``)."""
     text = Path(path).read_text(encoding="utf-8")
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ScenarioError(f"{path}: not valid YAML: {err}") from None
-    return parse_scenario(data if data is not None else {}, source=str(path))
+        source = load_yaml_text(text, str(path), expand=False)
+    except SourceError as err:
+        raise ScenarioError(err.messages) from None
+    data = source.data if source.data is not None else {}
+    if not isinstance(data, dict):
+        raise ScenarioError([f"{path}: a scenario is a mapping (node, gpus, pods, processes, …)"])
+    return parse_scenario(data, source=str(path), where=source)
+
+
+def _messages(error: Any, source: str, where: YamlSource | None) -> list[str]:
+    """One pydantic error as messages: ``<file>:<line> <path>: <what>`` (the reference checks give several)."""
+    loc: tuple[str | int, ...] = tuple(error["loc"])
+    cause = (error.get("ctx") or {}).get("error")
+    if isinstance(cause, _Problems):
+        return [_located(source, where, _leading_path(p), p) for p in cause.problems]
+    dotted = ".".join(str(part) for part in loc) or "(top level)"
+    if error["type"] == "extra_forbidden":
+        model = model_at(Scenario, loc[:-1])
+        options = sorted(model.model_fields) if model is not None else []
+        return [_located(source, where, loc, f"{dotted}: unknown key{suggest(str(loc[-1]), options)}")]
+    if error["type"] == "missing":
+        return [_located(source, where, loc, f"{dotted}: required key is missing")]
+    return [_located(source, where, loc, f"{dotted}: {str(error['msg']).removeprefix('Value error, ')}")]
+
+
+def _located(source: str, where: YamlSource | None, path: tuple[str | int, ...], text: str) -> str:
+    line = where.line_of(path) if where is not None else None
+    return f"{source}:{line} {text}" if line is not None else f"{source}: {text}"
+
+
+def _leading_path(problem: str) -> tuple[str | int, ...]:
+    """``processes.1 (pid 7).gpu: …`` → ``("processes", 1)``: where a reference problem is in the file."""
+    head = re.match(r"[A-Za-z_]+(?:\.[A-Za-z0-9_]+)*", problem)
+    parts = head.group(0).split(".") if head else []
+    return tuple(int(p) if p.isdigit() else p for p in parts)

@@ -78,7 +78,7 @@ def test_print_config_shows_defaults_and_expanded_env(tmp_path: Path) -> None:
     assert code == 0
     eff = yaml.safe_load(out)
     assert eff["receivers"]["custom/gpu"] == {"class": f"{H}:CountingGpu", "watts": 150, "uuid": "GPU-abc"}
-    assert eff["exporters"]["console"] == {"format": "json", "output": "stdout", "kinds": []}
+    assert eff["exporters"]["console"] == {"format": "json", "output": "stdout", "kinds": [], "width": 0}
     assert eff["service"]["pipelines"]["metrics"]["interval"] == "2s"
     assert eff["service"]["pipelines"]["metrics"]["processors"] == []
 

@@ -1,7 +1,9 @@
-"""The ``wattpipe`` command: run | validate | print-config | components | probe | demo | simulate | topology | extender.
+"""The ``wattpipe`` command: run | validate | print-config | components | probe | demo | simulate | top | topology |
+extender.
 
 ``demo`` and ``simulate`` live in :mod:`wattpipe.simulated`; the steps both use (load, build, run the service)
-in :mod:`wattpipe.steps`.
+in :mod:`wattpipe.steps`; ``top`` in :mod:`wattpipe.top`. A reader that goes away (``… | head``) ends any
+command quietly.
 
 Exit codes: 0 ok, 2 configuration error, 1 runtime failure. This module is the composition root: the
 only place that knows the engine, the components and the real clock together.
@@ -12,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
@@ -22,7 +25,7 @@ import yaml
 
 from wattpipe.pipeline.clock import RealClock
 from wattpipe.pipeline.components import Receiver, call_optional
-from wattpipe.pipeline.config import parse_duration
+from wattpipe.pipeline.config import ConfigError, parse_duration
 from wattpipe.steps import (
     EXIT_CONFIG,
     EXIT_OK,
@@ -32,10 +35,11 @@ from wattpipe.steps import (
     load_registry,
     run_service,
     setup_logging,
+    with_port,
 )
 
 # The exit codes and run_service are defined in wattpipe.steps and still importable from here.
-__all__ = ["EXIT_CONFIG", "EXIT_OK", "EXIT_RUNTIME", "main", "run_service"]
+__all__ = ["EXIT_BROKEN_PIPE", "EXIT_CONFIG", "EXIT_OK", "EXIT_RUNTIME", "main", "run_service"]
 
 # The demo's node and pipeline: inside the package in an installed wheel (pyproject.toml maps configs/ to
 # wattpipe/configs/), beside it in a checkout or an editable install.
@@ -43,6 +47,9 @@ _HERE = Path(__file__).resolve().parent
 CONFIGS = next((d for d in (_HERE / "configs", _HERE.parent / "configs") if d.is_dir()), _HERE.parent / "configs")
 DEMO_CONFIG = CONFIGS / "demo.yaml"
 DEMO_SCENARIO = CONFIGS / "scenarios" / "demo.yaml"
+
+EXIT_BROKEN_PIPE = 141
+"""The exit code when the reader of stdout went away: what a shell reports for a command killed by SIGPIPE."""
 
 
 def _version() -> str:
@@ -140,6 +147,12 @@ def cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     config = load_or_report(args.config, registry, err)
     if config is None:
         return EXIT_CONFIG
+    if args.port is not None:
+        try:
+            config = with_port(config, args.port)
+        except ConfigError as exc:
+            print(f"error: {exc}", file=err)
+            return EXIT_CONFIG
     setup_logging(args.log_level or config.service.telemetry.log_level)
     graph = build_or_report(config, registry, RealClock(), err)
     if graph is None:
@@ -164,6 +177,30 @@ def _cmd_simulate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return cmd_simulate(args, out, err)
 
 
+def _top(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from wattpipe import top
+
+    return top.main(args)
+
+
+def _duration(text: str) -> float:
+    """``--duration``'s type: argparse shows the message, not the function's name."""
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _port(text: str) -> int:
+    """``--port``'s type: a TCP port (0: any free one; the log says which)."""
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a TCP port (0-65535)")
+    return int(text)
+
+
+PORT_HELP = "serve /metrics on this port (the prometheus exporter's listen, its host kept)"
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="wattpipe",
@@ -179,6 +216,7 @@ def parser() -> argparse.ArgumentParser:
     with_config(sp)
     sp.add_argument("--ticks", type=int, default=None, help="stop after this many ticks per pipeline")
     sp.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default=None)
+    sp.add_argument("--port", type=_port, default=None, help=PORT_HELP)
     sp.set_defaults(fn=cmd_run)
 
     sp = sub.add_parser("validate", help="build everything, start nothing; exit 0 if valid, 2 if not")
@@ -201,6 +239,17 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--timeout", type=float, default=10.0, help="seconds one poll may take (default 10)")
     sp.set_defaults(fn=cmd_probe)
 
+    _simulated_commands(sub)
+    from wattpipe import extender, topology  # GPU placement (docs/topology.md): each module owns its options
+
+    topology.add_parser(sub, str(DEMO_SCENARIO))
+    extender.add_parser(sub)
+    return p
+
+
+def _simulated_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``demo``, ``simulate`` and ``top``: the commands that need no configuration of their own."""
+
     def simulated(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("-c", "--config", default=str(DEMO_CONFIG), help="pipeline (default: configs/demo.yaml)")
         sp.add_argument(
@@ -211,32 +260,49 @@ def parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("demo", help="run the pipeline on a simulated GPU node, in real time (no GPU needed)")
     simulated(sp)
-    sp.add_argument("--duration", type=parse_duration, default=None, help="stop after this long (default: Ctrl-C)")
+    sp.add_argument("--duration", type=_duration, default=None, help="stop after this long (default: Ctrl-C)")
+    sp.add_argument("--port", type=_port, default=None, help=PORT_HELP + " (default 28282)")
     sp.set_defaults(fn=_cmd_demo)
 
     sp = sub.add_parser("simulate", help="the pipeline on a simulated node with a stepped clock, checked against truth")
     simulated(sp)
-    sp.add_argument("--duration", type=parse_duration, default=600.0, help="node time to simulate (default 10m)")
+    sp.add_argument("--duration", type=_duration, default=600.0, help="node time to simulate (default 10m)")
     sp.add_argument("--report", default=None, help="write the attributed-vs-true report as JSON to this file")
+    sp.add_argument(
+        "--console",
+        action="store_true",
+        help="print every tick's tables too (default: a progress bar, then the summary)",
+    )
     sp.set_defaults(fn=_cmd_simulate)
 
-    from wattpipe.topology import add_parser as add_topology_parser
+    from wattpipe import top  # the live view: its options are its own
 
-    add_topology_parser(sub, str(DEMO_SCENARIO))
-
-    from wattpipe.extender import add_parser as add_extender_parser
-
-    add_extender_parser(sub)
-    return p
+    sp = sub.add_parser("top", help="a live view of a running wattpipe (or of the demo): GPUs, pods, processes")
+    top.add_arguments(sp)
+    sp.set_defaults(fn=_top)
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    args = parser().parse_args(argv)
-    if getattr(args, "config", None) and not Path(args.config).exists():
-        print(f"error: {args.config}: no such file", file=err or sys.stderr)
-        return EXIT_CONFIG
-    code: int = args.fn(args, out or sys.stdout, err or sys.stderr)
+    try:
+        args = parser().parse_args(argv)
+        if getattr(args, "config", None) and not Path(args.config).exists():
+            print(f"error: {args.config}: no such file", file=err or sys.stderr)
+            return EXIT_CONFIG
+        code: int = args.fn(args, out or sys.stdout, err or sys.stderr)
+    except BrokenPipeError:
+        # The reader went away (`wattpipe probe procfs | head -1`): stop quietly, as a Unix tool does.
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
     return code
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's flush at exit does not raise a second time."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is not a file (a test's StringIO): nothing to flush later
+        pass
 
 
 if __name__ == "__main__":

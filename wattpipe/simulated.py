@@ -27,9 +27,10 @@ from wattpipe import (
 from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.clock import Clock, RealClock, SteppedClock
 from wattpipe.pipeline.components import Registry
-from wattpipe.pipeline.config import Config
+from wattpipe.pipeline.config import Config, ConfigError
 from wattpipe.pipeline.graph import Graph
 from wattpipe.pipeline.runtime import Service
+from wattpipe.progress import SimulationProgress
 from wattpipe.steps import EXIT_CONFIG, EXIT_OK
 
 __all__ = ["TruthCollector", "cmd_demo", "cmd_simulate", "truth_report"]
@@ -200,6 +201,8 @@ def print_report(report: dict[str, Any], err: TextIO) -> None:
         )
     for p in report["processes"]:
         _row(f"pid {p['pid']}", p, err)
+    for c in report["containers"]:
+        _row(f"container {c['namespace']}/{c['pod']}/{c['name']}", c, err)
     for pod in report["pods"]:
         _row(f"pod {pod['namespace']}/{pod['name']}", pod, err)
     print(
@@ -235,8 +238,12 @@ def _on_simulated_node(args: argparse.Namespace, clock: Clock, out: TextIO, err:
     registry = steps.load_registry(err)
     try:
         node = simulator.install(args.scenario, clock)
-    except (simulator.ScenarioError, OSError) as exc:
-        print(f"error: scenario {args.scenario}: {exc}", file=err)
+    except simulator.ScenarioError as exc:
+        for message in exc.messages:  # each names the file (and line) already
+            print(f"error: scenario {message}", file=err)
+        return EXIT_CONFIG
+    except OSError as exc:
+        print(f"error: scenario {args.scenario}: cannot read it: {exc.strerror or exc}", file=err)
         return EXIT_CONFIG
     try:
         with tempfile.TemporaryDirectory(prefix="wattpipe-sim-") as tmp:
@@ -286,9 +293,17 @@ def _run_simulated(
     config = steps.load_or_report(args.config, registry, err)
     if config is None:
         return EXIT_CONFIG
-    steps.setup_logging(args.log_level or config.service.telemetry.log_level)
+    level = args.log_level or config.service.telemetry.log_level
+    steps.setup_logging(level)
     if stepped:
         config = _without_listeners(config)
+        config = _with_console_tables(config, registry) if args.console else _without_console_tables(config)
+    elif args.port is not None:
+        try:
+            config = steps.with_port(config, args.port)
+        except ConfigError as exc:
+            print(f"error: {exc}", file=err)
+            return EXIT_CONFIG
     graph = steps.build_or_report(config, registry, clock, err)
     if graph is None:
         return EXIT_CONFIG
@@ -296,29 +311,83 @@ def _run_simulated(
     collectors = {p.name: TruthCollector() for p in graph.pipelines}
     if stepped:
         graph = _with_exporters(graph, collectors)
+    interval = min(p.config.interval for p in graph.pipelines)
     max_ticks = args.ticks
     if max_ticks is None and args.duration is not None:
-        interval = min(p.config.interval for p in graph.pipelines)
         max_ticks = int(args.duration // interval) + 1
     log.info("simulated node %s: %d GPU(s) from %s", node.scenario.node.name, len(node.scenario.gpus), args.scenario)
-    refresh_proc: Callable[[], None] | None = None
-    if any(cid.split("/")[0] == "procfs" for cid in config.receivers):
-        writer = simulator.ProcfsWriter(node, tmp)
-
-        def refresh_proc() -> None:
-            writer.refresh()  # /proc as the node is at this tick's time
-
-    service = Service(graph, before_tick=refresh_proc)
-    if not stepped:
-        _say_where_to_look(graph, config, err)
-    code = asyncio.run(steps.run_service(graph, max_ticks=max_ticks, service=service))
+    total_s = (max_ticks - 1) * interval if max_ticks else 0.0
+    progress = SimulationProgress(total_s, node.t_s, err, show=stepped and level in ("debug", "info"))
+    say = _say_where_to_look(graph, config, err) if not stepped else None
+    service = Service(graph, before_tick=_before_tick(config, node, tmp, progress, say))
+    with progress:
+        code = asyncio.run(steps.run_service(graph, max_ticks=max_ticks, service=service))
     if stepped and code == EXIT_OK:
+        print(progress.summary(), file=err)
         report = _reports(collectors, node)
         print_report(report, err)
         if args.report:
             Path(args.report).write_text(json.dumps(report, indent=2) + "\n")
             print(f"report written to {args.report}", file=err)
     return code
+
+
+def _before_tick(
+    config: Config,
+    node: simulator.SimulatedNode,
+    tmp: Path,
+    progress: SimulationProgress,
+    say: Callable[[], None] | None,
+) -> Callable[[], None]:
+    """What runs before each tick: /proc written as the node is at this tick's time (when a procfs
+    receiver reads it), the progress bar moved on, and (``demo``) where to look, once."""
+    writer = (
+        simulator.ProcfsWriter(node, tmp) if any(cid.split("/")[0] == "procfs" for cid in config.receivers) else None
+    )
+
+    def before_tick() -> None:
+        if say is not None:
+            say()
+        if writer is not None:
+            writer.refresh()
+        progress.tick()
+
+    return before_tick
+
+
+def _without_console_tables(config: Config) -> Config:
+    """``simulate`` prints per-tick tables only with ``--console``: a console exporter in table format is
+    taken out of every pipeline (one writing JSON lines, for a program, stays)."""
+    tables = {cid for cid, cfg in config.exporters.items() if cid.split("/")[0] == "console" and _is_table(cfg)}
+    if not tables:
+        return config
+    pipelines = {
+        name: pipe.model_copy(update={"exporters": [e for e in pipe.exporters if e not in tables]})
+        for name, pipe in config.service.pipelines.items()
+    }
+    service = config.service.model_copy(update={"pipelines": pipelines})
+    exporters = {cid: cfg for cid, cfg in config.exporters.items() if cid not in tables}
+    return dataclasses.replace(config, exporters=exporters, service=service)
+
+
+def _with_console_tables(config: Config, registry: Registry) -> Config:
+    """``--console`` on a pipeline without a console exporter in table format: one added to every pipeline."""
+    factory = registry.get("exporter", "console")
+    if factory is None or any(cid.split("/")[0] == "console" and _is_table(c) for cid, c in config.exporters.items()):
+        return config
+    cid = "console/simulate"
+    pipelines = {
+        name: pipe.model_copy(update={"exporters": [*pipe.exporters, cid]})
+        for name, pipe in config.service.pipelines.items()
+    }
+    exporters = {**config.exporters, cid: factory.config_model.model_validate({})}
+    return dataclasses.replace(
+        config, exporters=exporters, service=config.service.model_copy(update={"pipelines": pipelines})
+    )
+
+
+def _is_table(cfg: object) -> bool:
+    return getattr(cfg, "format", None) == "table"
 
 
 def _without_listeners(config: Config) -> Config:
@@ -329,7 +398,7 @@ def _without_listeners(config: Config) -> Config:
         cid: cfg.model_copy(update={"listen": "127.0.0.1:0"}) if "listen" in type(cfg).model_fields else cfg
         for cid, cfg in config.exporters.items()
     }
-    return Config(config.source_name, config.receivers, config.processors, exporters, service)
+    return dataclasses.replace(config, exporters=exporters, service=service)
 
 
 def _with_exporters(graph: Graph, collectors: dict[str, TruthCollector]) -> Graph:
@@ -353,13 +422,25 @@ def _reports(collectors: dict[str, TruthCollector], node: simulator.SimulatedNod
     return report
 
 
-def _say_where_to_look(graph: Graph, config: Config, err: TextIO) -> None:
-    for cid, cfg in config.exporters.items():
-        listen = getattr(cfg, "listen", None)
-        if listen:
-            host, _, port = str(listen).rpartition(":")
-            host = "localhost" if host in ("0.0.0.0", "", "::") else host
-            print(f"exporter {cid}: curl http://{host}:{port}/metrics", file=err)
-    listen = config.service.telemetry.listen
-    if listen:
-        print(f"wattpipe's own health: curl http://{listen}/readyz", file=err)
+def _say_where_to_look(graph: Graph, config: Config, err: TextIO) -> Callable[[], None]:
+    """What ``demo`` prints on its first tick, once the listeners are up: the URLs they really serve (a
+    port taken stops the demo before, with what to change)."""
+    said = False
+
+    def say() -> None:
+        nonlocal said
+        if said:
+            return
+        said = True
+        for cid, exporter in graph.exporters.items():
+            try:
+                url = getattr(exporter, "url", None)
+            except RuntimeError:  # not started
+                continue
+            if isinstance(url, str) and url.startswith("http"):
+                print(f"exporter {cid}: curl {url}/metrics", file=err)
+        listen = config.service.telemetry.listen
+        if listen and not listen.endswith(":0"):  # port 0: the log line 'telemetry listening on' has it
+            print(f"wattpipe's own health: curl http://{listen}/readyz", file=err)
+
+    return say

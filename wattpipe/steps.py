@@ -9,6 +9,8 @@ Exit codes: 0 ok, 2 configuration error, 1 runtime failure.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import errno
 import logging
 import signal
 import sys
@@ -27,11 +29,13 @@ __all__ = [
     "EXIT_OK",
     "EXIT_RUNTIME",
     "build_or_report",
+    "listen_advice",
     "load_or_report",
     "load_registry",
     "run_service",
     "setup_logging",
     "telemetry_web_config",
+    "with_port",
 ]
 
 EXIT_OK, EXIT_RUNTIME, EXIT_CONFIG = 0, 1, 2
@@ -40,12 +44,22 @@ log = logging.getLogger("wattpipe")
 
 
 def setup_logging(level: str) -> None:
+    """wattpipe's own loggers at ``level``; every other library's (httpx logs each scrape at INFO) at
+    WARNING unless ``level`` is debug. (A filter on the handler, not logger levels: nothing is left set
+    on a logger for the next command run in the same process.)"""
     logging.basicConfig(
         level=getattr(logging, level.upper()),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
         force=True,
     )
+    if level != "debug":
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(_others_at_warning)
+
+
+def _others_at_warning(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.WARNING or record.name == "wattpipe" or record.name.startswith("wattpipe.")
 
 
 def load_registry(err: TextIO) -> Registry:
@@ -117,6 +131,9 @@ async def run_service(graph: Graph, max_ticks: int | None = None, service: Servi
         task.result()
     except Exception as exc:
         log.error("wattpipe stopped on an error: %s: %s", type(exc).__name__, exc)
+        advice = _busy_exporter_advice(graph.config, exc)
+        if advice:
+            log.error("%s", advice)
         return EXIT_RUNTIME
     finally:
         for sig in signals:
@@ -141,11 +158,68 @@ def _serve_telemetry(graph: Graph) -> int | None:
         server = graph.telemetry.serve(listen, web)
     except (OSError, ValueError) as exc:
         log.error("service.telemetry.listen %s: cannot listen: %s", listen, exc)
+        if _port_in_use(exc):
+            log.error("%s", listen_advice(graph.config, ("service", "telemetry", "listen"), port_flag=False))
         return EXIT_RUNTIME
-    log.info("telemetry on %s (/metrics, /healthz, /readyz)", server.url)
+    log.info("telemetry listening on %s: %s (/metrics, /healthz, /readyz)", server.bound, server.url)
     return None
 
 
 def _on_signal(service: Service, sig: signal.Signals) -> None:
     log.info("%s received: finishing the tick in flight, flushing exporters, saving state", sig.name)
     service.stop()
+
+
+# --- listening ports ------------------------------------------------------------------------------
+
+
+def with_port(config: Config, port: int) -> Config:
+    """``--port``: the Prometheus exporter's port replaced (its host kept); :class:`ConfigError` unless the
+    configuration has exactly one."""
+    targets = [cid for cid in config.exporters if cid.split("/")[0] == "prometheus"]
+    if len(targets) != 1:
+        names = ", ".join(targets) or "none"
+        raise ConfigError(
+            [
+                f"--port: {config.source_name} has {len(targets)} prometheus exporters ({names}), and --port "
+                "changes one: set each one's listen in the configuration instead"
+            ]
+        )
+    cid = targets[0]
+    exporter = config.exporters[cid]
+    host = str(getattr(exporter, "listen", "")).rpartition(":")[0] or "0.0.0.0"
+    exporters = {**config.exporters, cid: exporter.model_copy(update={"listen": f"{host}:{port}"})}
+    return dataclasses.replace(config, exporters=exporters)
+
+
+def listen_advice(config: Config, path: tuple[str, ...], port_flag: bool) -> str:
+    """How to move a listener off a port another program holds: the option (file and line), the
+    environment variable the file reads it from, and ``--port`` where it applies."""
+    where = f"{'.'.join(path)} in {config.where(path)}"
+    ways = (["--port", where] if port_flag else [where]) + [
+        f"the environment variable {name} (which that line reads)" for name in config.env.get(path, ())
+    ]
+    listed = ", ".join(ways[:-1]) + f" or {ways[-1]}" if len(ways) > 1 else ways[0]
+    return f"that port is in use (another wattpipe?): choose another with {listed}"
+
+
+def _port_in_use(exc: BaseException) -> bool:
+    while exc is not None:
+        if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
+            return True
+        exc = exc.__cause__  # type: ignore[assignment]
+    return False
+
+
+def _busy_exporter_advice(config: Config, exc: BaseException) -> str | None:
+    """Advice when an exporter could not listen because its port is taken (its error names it)."""
+    if not _port_in_use(exc):
+        return None
+    for cid, exporter in config.exporters.items():
+        if getattr(exporter, "listen", None) and str(exc).startswith(f"exporter {cid}:"):
+            prometheus = (
+                cid.split("/")[0] == "prometheus"
+                and len([c for c in config.exporters if c.split("/")[0] == "prometheus"]) == 1
+            )
+            return listen_advice(config, ("exporters", cid, "listen"), port_flag=prometheus)
+    return None

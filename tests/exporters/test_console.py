@@ -45,43 +45,56 @@ def sample_batch(**changes: Any) -> Batch:
 
 def export(batch: Batch, **options: Any) -> str:
     stream = io.StringIO()
+    options.setdefault("width", 200)
     asyncio.run(ConsoleExporter(ConsoleConfig.model_validate(options), stream=stream).export(batch))
     return stream.getvalue()
 
 
+def is_title(line: str) -> bool:
+    return line.strip().split(" · ")[0].removesuffix(" (continued)") in Batch.FIELDS
+
+
 def titles(output: str) -> list[str]:
-    """The tables' titles, in order (a title is a line of one word, padded to the table's width)."""
-    return [line.strip() for line in output.splitlines()[1:] if line.strip() in Batch.FIELDS]
+    """The tables' titles, in order (a field's name, with its kind where a field holds several)."""
+    return [line.strip() for line in output.splitlines()[1:] if is_title(line)]
 
 
 def row(output: str, table: str, first_cell: str) -> list[str]:
     """The cells of the row of ``table`` that starts with ``first_cell``."""
     lines = [line.rstrip() for line in output.splitlines()]
     start = lines.index(table)
-    end = next((i for i in range(start + 1, len(lines)) if lines[i] in Batch.FIELDS), len(lines))
+    end = next((i for i in range(start + 1, len(lines)) if is_title(lines[i])), len(lines))
     (line,) = [line for line in lines[start:end] if line.startswith(first_cell + " ")]
     return [cell.strip() for cell in line.split("│")]
 
 
-def test_table_shows_a_header_with_node_interval_and_record_count() -> None:
+def headers(output: str, table: str) -> list[str]:
+    lines = [line.rstrip() for line in output.splitlines()]
+    return [cell.strip() for cell in lines[lines.index(table) + 1].split("┃")]
+
+
+def test_table_shows_a_header_with_node_readable_time_interval_and_record_count() -> None:
     out = export(sample_batch())
 
     header = out.splitlines()[0]
     assert "metrics" in header
     assert "node node-a" in header
-    assert "wall 1767225600.000" in header
-    assert "interval 5.000s" in header
+    assert "2026-01-01 00:00:00 UTC" in header  # not 1767225600.000
+    assert "every 5 s" in header
     assert "5 records" in header
 
 
-def test_table_shows_attributes_and_floats_with_three_decimals() -> None:
+def test_table_shows_energy_in_joules_and_units_in_the_headers() -> None:
     out = export(sample_batch())
 
-    assert row(out, "devices", "GPU-0")[:6] == ["GPU-0", "0", "gpu", "True", "251.250", "1234.568"]
+    assert headers(out, "devices") == ["device id", "device index", "device type", "up", "power W", "energy J",
+                                       "processes known", "counter epoch"]  # fmt: skip
+    assert row(out, "devices", "GPU-0")[:6] == ["GPU-0", "0", "gpu", "True", "251.250", "1.235"]
     assert "4242" in out
     assert "0.500" in out  # sm_util
-    assert "1500000" in out  # device power energy_mj
-    assert titles(out) == ["devices", "gpu_processes", "device_power", "totals"]
+    assert row(out, "device_power", "GPU-0")[-6:-3] == ["1500.000", "300.000", "1200.000"]  # J, from mJ
+    assert "1500000" not in out
+    assert titles(out) == ["devices", "gpu_processes", "device_power", "totals · pod"]
 
 
 def test_table_shows_absent_values_as_a_dash_not_zero() -> None:
@@ -89,16 +102,34 @@ def test_table_shows_absent_values_as_a_dash_not_zero() -> None:
 
     cells = row(out, "devices", "GPU-1")
     assert cells[4] == "—"  # power_w: the source could not say
-    assert cells[5] == "99.000"
+    assert cells[5] == "0.099"
     assert "0.000" not in cells
 
 
 def test_table_kinds_option_limits_the_fields_shown_in_that_order() -> None:
     out = export(sample_batch(), kinds=["totals", "devices"])
 
-    assert titles(out) == ["totals", "devices"]
+    assert titles(out) == ["totals · pod", "devices"]
     assert "4242" not in out
     assert "uid-1" in out
+
+
+def test_process_container_and_pod_totals_are_tables_of_their_own() -> None:
+    totals = (
+        Totals(time=T, scope="process", key="7", device_id="GPU-0", energy_mj=1000),
+        Totals(time=T, scope="container", key="c1", device_id="GPU-0", energy_mj=2000),
+        Totals(time=T, scope="pod", key="uid-1", device_id="GPU-0", energy_mj=3000),
+        Totals(time=T, scope="process", key="8", device_id="GPU-0", energy_mj=4000),
+    )
+    out = export(Batch(time=T, interval_s=5, node="n").replace(totals=totals))
+
+    assert titles(out) == ["totals · process", "totals · container", "totals · pod"]
+    lines = [line.strip() for line in out.splitlines()]
+    process_rows = lines[lines.index("totals · process") + 3 : lines.index("totals · container")]
+    assert [r.split("│")[1].strip() for r in process_rows] == ["7", "8"]
+    assert "scope" not in headers(out, "totals · pod")  # the title says it
+    assert row(out, "totals · container", "GPU-0")[1:3] == ["c1", "running"]
+    assert row(out, "totals · pod", "GPU-0") == ["GPU-0", "uid-1", "running", "3.000"]
 
 
 def test_table_renders_labels_after_the_batch_label_actions() -> None:
@@ -110,9 +141,48 @@ def test_table_renders_labels_after_the_batch_label_actions() -> None:
     )
     out = export(batch, kinds=["devices"])
 
-    assert "gpu_uuid" in out
-    assert "device_id" not in out
+    assert "gpu uuid" in headers(out, "devices")
+    assert "device id" not in headers(out, "devices")
     assert out.count("prod-eu") == 2
+
+
+@pytest.mark.parametrize("width", [60, 80, 120])
+def test_tables_fit_the_width_without_cutting_a_header_or_a_value(width: int) -> None:
+    """A table wider than the terminal is split in several, each repeating the first column."""
+    batch = sample_batch(
+        label_actions=(LabelAction(op="insert", key="a_rather_long_cluster_label_name", value="production-eu"),)
+    )
+    out = export(batch, width=width)
+
+    assert max(len(line) for line in out.splitlines()[1:]) <= width
+    assert "…" not in out
+    for heading in ("a rather long cluster label name", "active energy J", "idle energy J", "processes known"):
+        assert heading in out
+    assert "1500.000" in out
+    assert "1200.000" in out
+    if width < 120:
+        assert "device_power (continued)" in titles(out)
+
+
+def test_long_hexadecimal_ids_are_shortened_as_docker_does() -> None:
+    container = "0271f6ceccc" + "d" * 53
+    total = Totals(time=T, scope="container", key=container, device_id="GPU-d45a74cd-629a-2859-337f-5ff4d997a9cb",
+                   energy_mj=5)  # fmt: skip
+    out = export(Batch(time=T, interval_s=5, node="n").replace(totals=(total,)))
+
+    assert "0271f6cecccd…" in out
+    assert "GPU-d45a74cd-629…" in out
+    assert container not in out
+
+
+def test_width_zero_follows_the_columns_variable_when_not_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "70")
+    out = export(sample_batch(), width=0)
+
+    assert max(len(line) for line in out.splitlines()[1:]) <= 70
+    monkeypatch.setenv("COLUMNS", "300")
+    wide = export(sample_batch(), width=0)
+    assert max(len(line) for line in wide.splitlines()[1:]) > 70
 
 
 def test_table_for_an_empty_batch_prints_only_the_header() -> None:
@@ -120,6 +190,22 @@ def test_table_for_an_empty_batch_prints_only_the_header() -> None:
 
     assert out.splitlines() == [out.splitlines()[0]]
     assert "0 records" in out
+
+
+def test_a_reader_that_went_away_stops_the_output_with_one_warning(caplog: pytest.LogCaptureFixture) -> None:
+    class Closed(io.StringIO):
+        def write(self, text: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    stream = Closed()
+    exporter = ConsoleExporter(ConsoleConfig(format="json"), stream=stream)
+    with caplog.at_level("WARNING"):
+        asyncio.run(exporter.export(sample_batch()))
+        asyncio.run(exporter.export(sample_batch()))  # no second error, no second warning
+
+    assert [r.getMessage() for r in caplog.records] == [
+        "the stdout reader went away (broken pipe): no more console output"
+    ]
 
 
 def test_json_writes_one_object_per_record_with_labels_after_actions_and_values() -> None:

@@ -213,8 +213,8 @@ def test_processor_before_its_provider_is_told_to_move() -> None:
     with pytest.raises(ConfigError) as info:
         make_graph(ORDER.replace("PROCS", "custom/needs, custom/split"))
     assert info.value.messages == [
-        "test.yaml service.pipelines.metrics: processor 'custom/needs' needs 'shares', which 'custom/split' "
-        "provides later: move 'custom/split' before 'custom/needs'"
+        "test.yaml:12 service.pipelines.metrics.processors[0]: processor 'custom/needs' needs 'shares', "
+        "which 'custom/split' provides later: move 'custom/split' before 'custom/needs'"
     ]
 
 
@@ -226,7 +226,9 @@ def test_processor_without_any_provider_is_told_what_to_add() -> None:
     with pytest.raises(ConfigError) as info:
         make_graph(text)
     (msg,) = info.value.messages
-    assert msg.startswith("test.yaml service.pipelines.metrics: processor 'custom/split' needs 'gpu_processes'")
+    assert msg.startswith(
+        "test.yaml:10 service.pipelines.metrics.processors[0]: processor 'custom/split' needs 'gpu_processes'"
+    )
     assert msg.endswith("which nothing before it provides: add a receiver 'nvml' before it")
 
 

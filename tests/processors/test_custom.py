@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 import textwrap
 import types
@@ -243,7 +244,7 @@ def test_a_bad_class_in_a_config_fails_the_build_with_the_component_id() -> None
         build(config, registry, clock, Telemetry(clock))
 
     (message,) = info.value.messages
-    assert message.startswith("test.yaml exporters.custom/rec: cannot be built: class")
+    assert re.match(r"test.yaml:\d+ exporters.custom/rec: cannot be built: class", message)
     assert "does not accept these options" in message
 
 

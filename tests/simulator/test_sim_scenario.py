@@ -49,7 +49,7 @@ def test_architecture_decides_energy_counter_and_memory() -> None:
 def test_unknown_key_is_named_with_its_path() -> None:
     data = two_gpu_data()
     data["gpus"][1]["idle_watts"] = 3
-    with pytest.raises(ScenarioError, match=r"gpus\.1\.idle_watts: Extra inputs are not permitted"):
+    with pytest.raises(ScenarioError, match=r"gpus\.1\.idle_watts: unknown key; did you mean .idle_w.\?"):
         parse_scenario(data)
 
 
@@ -100,7 +100,7 @@ def test_mig_reconfiguration_is_visible_by_time() -> None:
 def test_load_reports_yaml_errors_with_the_file(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text("gpus: [\n")
-    with pytest.raises(ScenarioError, match=r"bad\.yaml: not valid YAML"):
+    with pytest.raises(ScenarioError, match=r"bad\.yaml:\d+: not valid YAML"):
         load_scenario(path)
 
 

@@ -1,0 +1,224 @@
+"""What ``wattpipe top`` shows, read from a wattpipe's Prometheus exposition (Kepler or OpenTelemetry names).
+
+:func:`parse` turns ``/metrics`` text into a :class:`Snapshot`: per GPU its power, idle baseline and
+source, attribution mode, MIG instances, and the tree of pods → containers → processes that carry its
+energy. Names are matched through the metric catalog (:mod:`wattpipe.pipeline.catalog`), so both naming
+schemes give the same snapshot; labels are turned into canonical attribute names (``device_id``,
+``pod_name``...). A value the exposition does not carry stays ``None`` (absent is not zero).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from wattpipe.pipeline.catalog import ATTRIBUTES, FAMILIES, NODE, Family, prometheus_label, prometheus_name
+
+__all__ = ["Gpu", "Row", "Snapshot", "parse"]
+
+# Sample name in either scheme → (the family, the scheme it was named in).
+_SAMPLES: dict[str, tuple[Family, str]] = {}
+for _family in FAMILIES:
+    _SAMPLES[prometheus_name(_family, "kepler")] = (_family, "kepler")
+    _SAMPLES.setdefault(prometheus_name(_family, "otel"), (_family, "otel"))
+
+# Label name in either scheme (Prometheus form) → canonical attribute name.
+_LABELS: dict[str, str] = {}
+for _attribute in (*ATTRIBUTES, NODE):
+    if _attribute.kepler:
+        _LABELS[_attribute.kepler] = _attribute.name
+    if _attribute.otel:
+        _LABELS[prometheus_label(_attribute.otel)] = _attribute.name
+
+
+@dataclass
+class Row:
+    """A consumer of one GPU's energy: a pod, a container, a process, a MIG instance or the unattributed rest."""
+
+    kind: str  # "pod", "container", "process", "instance", "unattributed"
+    name: str
+    watts: float | None = None
+    joules: float | None = None
+    state: str | None = None
+    children: list[Row] = field(default_factory=list)
+
+
+@dataclass
+class Gpu:
+    """One GPU as the exposition describes it; every value ``None`` until a series carries it."""
+
+    uuid: str
+    index: str | None = None
+    name: str | None = None
+    watts: float | None = None
+    idle_w: float | None = None
+    idle_source: str | None = None
+    active_w: float | None = None
+    joules: float | None = None
+    unattributed_w: float | None = None
+    unattributed_j: float | None = None
+    up: bool | None = None
+    compute_mode: str | None = None
+    mig_enabled: bool | None = None
+    mode: str | None = None
+    model: str | None = None
+    rows: list[Row] = field(default_factory=list)
+
+
+@dataclass
+class Snapshot:
+    """Everything one scrape said: the GPUs (with their consumer trees), the node, the naming scheme."""
+
+    gpus: list[Gpu]
+    node: str | None = None
+    scheme: str | None = None
+
+
+@dataclass
+class _Sample:
+    family: str  # the Kepler name, whichever scheme the sample used
+    labels: dict[str, str]
+    value: float
+
+
+def _samples(text: str) -> tuple[list[_Sample], str | None]:
+    out: list[_Sample] = []
+    scheme: str | None = None
+    for metric in text_string_to_metric_families(text):
+        for sample in metric.samples:
+            known = _SAMPLES.get(sample.name)
+            if known is None:
+                continue
+            family, scheme = known
+            labels = {_LABELS.get(k, k): v for k, v in sample.labels.items()}
+            out.append(_Sample(family.kepler, labels, float(sample.value)))
+    return out, scheme
+
+
+_GPU_VALUES = {
+    "kepler_node_gpu_watts": "watts",
+    "kepler_node_gpu_idle_watts": "idle_w",
+    "kepler_node_gpu_active_watts": "active_w",
+    "kepler_node_gpu_joules_total": "joules",
+    "wattpipe_node_gpu_unattributed_watts": "unattributed_w",
+    "wattpipe_node_gpu_unattributed_joules_total": "unattributed_j",
+}
+
+
+def _device(gpus: dict[str, Gpu], sample: _Sample) -> Gpu | None:
+    uuid = sample.labels.get("device_id")
+    if uuid is None:
+        return None
+    gpu = gpus.setdefault(uuid, Gpu(uuid))
+    gpu.index = gpu.index or sample.labels.get("device_index")
+    gpu.name = gpu.name or sample.labels.get("device_name")
+    return gpu
+
+
+def _device_sample(gpu: Gpu, sample: _Sample) -> None:
+    labels = sample.labels
+    if sample.family in _GPU_VALUES:
+        setattr(gpu, _GPU_VALUES[sample.family], sample.value)
+    elif sample.family == "wattpipe_node_gpu_idle_source":
+        gpu.idle_source = labels.get("idle_source")
+    elif sample.family == "wattpipe_device_up":
+        gpu.up = sample.value == 1
+    elif sample.family == "kepler_node_gpu_info":
+        gpu.compute_mode = labels.get("compute_mode")
+        mig = labels.get("mig_enabled")
+        gpu.mig_enabled = None if mig is None else mig == "true"
+    elif sample.family == "wattpipe_attribution_mode":
+        gpu.mode, gpu.model = labels.get("mode"), labels.get("model")
+
+
+_CONSUMERS = {
+    "kepler_pod_gpu_watts": ("pod", "watts"),
+    "kepler_pod_gpu_joules_total": ("pod", "joules"),
+    "kepler_container_gpu_watts": ("container", "watts"),
+    "kepler_container_gpu_joules_total": ("container", "joules"),
+    "kepler_process_gpu_watts": ("process", "watts"),
+    "kepler_process_gpu_joules_total": ("process", "joules"),
+    "wattpipe_gpu_instance_watts": ("instance", "watts"),
+    "wattpipe_gpu_instance_joules_total": ("instance", "joules"),
+}
+
+
+def _consumer_key(kind: str, labels: dict[str, str]) -> tuple[str, str]:
+    """(its own key, its name as shown)."""
+    if kind == "pod":
+        name = f"{labels.get('pod_namespace', '?')}/{labels.get('pod_name', '?')}"
+        return labels.get("pod_uid", name), name
+    if kind == "container":
+        cid = labels.get("container_id", "?")
+        return cid, labels.get("container_name") or cid[:12]
+    if kind == "instance":
+        gi = labels.get("gpu_instance_id", "?")
+        profile = labels.get("profile")
+        return gi, f"MIG {gi}" + (f" {profile}" if profile else "")
+    pid = labels.get("pid", "?")
+    comm = labels.get("comm")
+    return pid, f"{pid} {comm}" if comm else pid
+
+
+@dataclass
+class _Found:
+    row: Row
+    parent: str | None  # the key of the row it hangs under (pod UID for a container, container ID for a process)
+
+
+def _consumer_rows(samples: list[_Sample]) -> dict[tuple[str, str, str], _Found]:
+    """(device, kind, key) → the row, with its values from the watts and joules series."""
+    found: dict[tuple[str, str, str], _Found] = {}
+    for sample in samples:
+        what = _CONSUMERS.get(sample.family)
+        uuid = sample.labels.get("device_id")
+        if what is None or uuid is None:
+            continue
+        kind, value = what
+        key, name = _consumer_key(kind, sample.labels)
+        parent = {"container": "pod_uid", "process": "container_id"}.get(kind)
+        item = found.setdefault((uuid, kind, key), _Found(Row(kind, name), sample.labels.get(parent or "")))
+        setattr(item.row, value, sample.value)
+        item.row.state = sample.labels.get("state", item.row.state)
+    return found
+
+
+def _tree(gpu: Gpu, found: dict[tuple[str, str, str], _Found]) -> list[Row]:
+    """The GPU's rows: MIG instances, pods → containers → processes, orphans, and the unattributed rest."""
+    mine = {(kind, key): f for (uuid, kind, key), f in found.items() if uuid == gpu.uuid}
+    instances = [f.row for (kind, _), f in mine.items() if kind == "instance"]
+    pods = {key: f.row for (kind, key), f in mine.items() if kind == "pod"}
+    containers = {key: f.row for (kind, key), f in mine.items() if kind == "container"}
+    orphans: list[Row] = []  # a container with no pod known, a process with no container known
+    for (kind, _), f in mine.items():
+        if kind == "container" and f.parent in pods:
+            pods[f.parent].children.append(f.row)
+        elif kind == "process" and f.parent in containers:
+            containers[f.parent].children.append(f.row)
+        elif kind in ("container", "process"):
+            orphans.append(f.row)
+    rows = [*instances, *pods.values(), *orphans]
+    if gpu.unattributed_w is not None or gpu.unattributed_j is not None:
+        rows.append(Row("unattributed", "unattributed", gpu.unattributed_w, gpu.unattributed_j))
+    return rows
+
+
+def parse(text: str) -> Snapshot:
+    """The snapshot one ``/metrics`` text describes; raises ValueError for text that is not an exposition."""
+    samples, scheme = _samples(text)
+    gpus: dict[str, Gpu] = {}
+    node: str | None = None
+    for sample in samples:
+        node = node or sample.labels.get("node_name")
+        if sample.family in _CONSUMERS:
+            continue
+        gpu = _device(gpus, sample)
+        if gpu is not None:
+            _device_sample(gpu, sample)
+    found = _consumer_rows(samples)
+    for uuid, _, _ in found:
+        gpus.setdefault(uuid, Gpu(uuid))
+    for gpu in gpus.values():
+        gpu.rows = _tree(gpu, found)
+    return Snapshot(list(gpus.values()), node, scheme)

@@ -1,0 +1,173 @@
+"""How ``wattpipe top`` draws a :class:`~wattpipe._top_model.Snapshot`: one rich table, GPUs and their trees.
+
+Each GPU is a bold row (power, energy, idle baseline and its source, sharing and attribution mode, a
+sparkline of its recent watts), followed by its consumers, indented: MIG instances, pods → containers →
+processes, those no pod claims, and the unattributed rest. ``share`` is a consumer's part of its GPU's
+active (above-idle) power this tick. Rows are sorted within each level by the chosen key.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from wattpipe._top_model import Gpu, Row, Snapshot
+
+__all__ = ["SORTS", "History", "View", "render", "sparkline"]
+
+_BARS = "▁▂▃▄▅▆▇█"
+HISTORY_POINTS = 20
+
+SORTS = {"w": "watts", "j": "joules", "n": "name"}
+"""Key → what the rows are sorted by (watts and joules largest first, names A→Z; ``r`` reverses)."""
+
+
+class History:
+    """The last :data:`HISTORY_POINTS` watts of each GPU, for its sparkline."""
+
+    def __init__(self, points: int = HISTORY_POINTS) -> None:
+        self.points = points
+        self.watts: dict[str, deque[float]] = {}
+
+    def add(self, snapshot: Snapshot) -> None:
+        for gpu in snapshot.gpus:
+            if gpu.watts is not None:
+                self.watts.setdefault(gpu.uuid, deque(maxlen=self.points)).append(gpu.watts)
+
+
+def sparkline(values: Iterable[float]) -> str:
+    """One block character per value, from 0 W (lowest) to the largest value shown (highest)."""
+    values = list(values)
+    top = max(values, default=0.0)
+    if top <= 0:
+        return _BARS[0] * len(values)
+    return "".join(_BARS[min(len(_BARS) - 1, int(v / top * (len(_BARS) - 1) + 0.5))] for v in values)
+
+
+@dataclass
+class View:
+    """What the person chose: the sort key and direction; what the screen says about the source."""
+
+    sort: str = "w"
+    reverse: bool = False
+    source: str = ""
+    status: str = ""
+    paused: bool = False
+    errors: list[str] = field(default_factory=list)
+
+
+def _number(value: float | None, digits: int = 1) -> str:
+    return "—" if value is None else f"{value:,.{digits}f}"
+
+
+_NOTHING_ACTIVE_W = 0.05
+"""Below this (shown as 0.0 W) a GPU draws nothing above idle: a share of it would be noise shown as 100 %."""
+
+
+def _share(watts: float | None, active_w: float | None) -> str:
+    if watts is None or active_w is None or active_w < _NOTHING_ACTIVE_W:
+        return "—"
+    return f"{100 * watts / active_w:.1f}%"
+
+
+def _order(view: View) -> Callable[[Row | Gpu], tuple[bool, float | str]]:
+    by = SORTS.get(view.sort, "watts")
+
+    def key(row: Row | Gpu) -> tuple[bool, float | str]:
+        if by == "name":
+            name = row.name if isinstance(row, Row) else f"{row.index or ''} {row.name or row.uuid}"
+            return (False, name or "")
+        value: float | None = getattr(row, by)
+        return (value is None, -value if value is not None else 0.0)  # absent values last
+
+    return key
+
+
+def _sorted(items: list[Row], view: View) -> list[Row]:
+    """Sorted by the view's key within each group: MIG instances, then pods and the rest, unattributed last."""
+    rows = sorted(items, key=_order(view), reverse=view.reverse)
+    group = {"instance": 0, "unattributed": 2}
+    return sorted(rows, key=lambda r: group.get(r.kind, 1))  # stable: the order within a group stays
+
+
+def _gpu_row(table: Table, gpu: Gpu, history: History) -> None:
+    name = f"GPU {gpu.index if gpu.index is not None else '?'} {gpu.name or gpu.uuid}"
+    if gpu.up is False:
+        name += " (down)"
+    idle = "—" if gpu.idle_w is None else f"{gpu.idle_w:.1f} ({gpu.idle_source or 'source unknown'})"
+    sharing = "MIG" if gpu.mig_enabled else (gpu.compute_mode or "—")
+    mode = (gpu.mode or "—") + (f" ({gpu.model})" if gpu.model else "")
+    trend = sparkline(history.watts.get(gpu.uuid, ()))
+    table.add_row(
+        Text(name, style="bold"),
+        _number(gpu.watts),
+        _number(gpu.active_w),
+        _number(gpu.joules, 0),
+        "",
+        idle,
+        sharing,
+        mode,
+        Text(trend, style="green"),
+        style="bold",
+    )
+
+
+def _consumer_rows(table: Table, gpu: Gpu, rows: list[Row], depth: int, view: View) -> None:
+    for row in _sorted(rows, view):
+        label = "  " * depth + row.name
+        if row.state and row.state != "running":
+            label += f" ({row.state})"
+        style = "dim" if row.kind == "unattributed" or row.state == "terminated" else ""
+        table.add_row(
+            f"{label}", _number(row.watts), "", _number(row.joules, 0), _share(row.watts, gpu.active_w), style=style
+        )
+        _consumer_rows(table, gpu, row.children, depth + 1, view)
+
+
+def _table(snapshot: Snapshot, history: History, view: View) -> Table:
+    table = Table(expand=True, box=None, header_style="bold reverse", pad_edge=False)
+    for title, justify in (
+        ("GPU / pod / container / process", "left"),
+        ("W", "right"),
+        ("active W", "right"),
+        ("J", "right"),
+        ("share", "right"),
+        ("idle W (source)", "left"),
+        ("sharing", "left"),
+        ("attribution", "left"),
+        ("recent W", "left"),
+    ):
+        table.add_column(title, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    gpus = sorted(snapshot.gpus, key=_order(view), reverse=view.reverse)
+    for gpu in gpus:
+        _gpu_row(table, gpu, history)
+        _consumer_rows(table, gpu, gpu.rows, 1, view)
+    return table
+
+
+def render(snapshot: Snapshot | None, history: History, view: View) -> RenderableType:
+    """The whole screen: a title line, the table (or why there is none), and the keys."""
+    by = SORTS.get(view.sort, "watts")
+    title = Text.assemble(
+        ("wattpipe top", "bold"),
+        f"  {view.source}",
+        f"  node {snapshot.node}" if snapshot and snapshot.node else "",
+        f"  names: {snapshot.scheme}" if snapshot and snapshot.scheme else "",
+        f"  sorted by {by}" + (" (reversed)" if view.reverse else ""),
+        "  PAUSED" if view.paused else "",
+    )
+    parts: list[RenderableType] = [title]
+    if view.status:
+        parts.append(Text(view.status, style="yellow"))
+    if snapshot is not None and snapshot.gpus:
+        parts.append(_table(snapshot, history, view))
+    elif snapshot is not None:
+        parts.append(Text("no GPU series in the exposition (is this a wattpipe /metrics?)", style="yellow"))
+    parts.extend(Text(e, style="red") for e in view.errors)
+    parts.append(Text("keys: w sort by watts  j by joules  n by name  r reverse  p pause  q quit", style="dim"))
+    return Group(*parts)
