@@ -23,6 +23,7 @@ from wattpipe.pipeline.records import (
     MigActivity,
     MigInstance,
     Record,
+    Saturation,
     Totals,
     Workload,
     record_kind,
@@ -73,6 +74,7 @@ _FIELD_BY_TYPE: dict[type[Record], str] = {
     Workload: "workloads",
     Totals: "totals",
     DeviceTotals: "device_totals",
+    Saturation: "saturation",
 }
 if tuple(_FIELD_BY_TYPE) != RECORD_TYPES:
     raise TypeError("records.RECORD_TYPES and the Batch fields differ: a new record type needs both")
@@ -107,6 +109,7 @@ class Batch:
     workloads: tuple[Workload, ...] = ()
     totals: tuple[Totals, ...] = ()
     device_totals: tuple[DeviceTotals, ...] = ()
+    saturation: tuple[Saturation, ...] = ()
     # Which fields some receiver or processor actually filled this tick (present, even if empty):
     # lets exporters tell "no processes" from "no process source".
     present: frozenset[str] = field(default_factory=frozenset)

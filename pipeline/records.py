@@ -1,12 +1,11 @@
 """The typed records that flow through a pipeline (``pipeline/batch.py`` carries one tick's worth).
 
-Every record is a frozen, slotted dataclass; units live in field names (``power_w``, ``energy_j``,
-``util`` as a 0–1 fraction). Every record carries the :class:`Timestamp` at which it was read or
-derived. ``None`` means *absent* (the source could not say), never zero: exporters skip absent values.
+Every record is a frozen, slotted dataclass; units live in field names (``power_w``, ``energy_j``, ``util`` as a
+0–1 fraction). Every record carries the :class:`Timestamp` at which it was read or derived. ``None`` means
+*absent* (the source could not say), never zero: exporters skip absent values.
 
-Each record class has a ``KIND`` (what a user filters on: device, process, container, pod, instance)
-and ``attributes()``: its identifying attributes as strings, under canonical names that the catalog
-maps to the Kepler and OpenTelemetry schemes.
+Each record class has a ``KIND`` (what a user filters on: device, process, container, pod, instance) and
+``attributes()``: its identifying attributes as strings, under names the catalog maps to both schemes.
 """
 
 from __future__ import annotations
@@ -34,6 +33,8 @@ __all__ = [
     "MigActivity",
     "MigInstance",
     "Record",
+    "Saturation",
+    "SaturationScope",
     "ShareModel",
     "SharingMode",
     "Totals",
@@ -194,24 +195,25 @@ class MigActivity(Record):
     profile: str | None = None
     gr_engine_active: float | None = None
     sm_active: float | None = None
-    # When the exporter collected these values, as the dcgm receiver inferred it (it prints no timestamps):
-    # in (collected_after_s, collected_by_s] of this process's monotonic clock, set only on the scrape
-    # that first saw the collection (None: a repeat, or not known). Each value is a mean over the window_s
-    # before its collection (the exporter's interval; None: the source cannot say).
+    # When the exporter collected these values, as the dcgm receiver inferred it: in (collected_after_s,
+    # collected_by_s] of this process's monotonic clock, on the scrape that first saw it (None: a repeat, or
+    # not known). Each is a mean over the window_s before its collection. ``fields``: the instance's own.
     collected_after_s: float | None = None
     collected_by_s: float | None = None
     window_s: float | None = None
+    fields: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DeviceSignals(Record):
-    """Raw per-device fields from dcgm-exporter, in SI units (name → value)."""
+    """Raw per-device fields from dcgm-exporter (or nvml's saturation fields), in SI units (name → value)."""
 
     KIND: ClassVar[RecordKind] = "device"
     IDENTITY: ClassVar[tuple[str, ...]] = ("device_id",)
 
     device_id: str
     fields: tuple[tuple[str, float], ...] = ()
+    source: Literal["dcgm", "nvml"] = "dcgm"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -448,6 +450,27 @@ class DeviceTotals(Record):
     start: Timestamp | None = None
 
 
+SaturationScope = Literal["device", "instance", "physical_gpu", "exclusive", "device_shared"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Saturation(Record):
+    """A saturation signal over the sliding window for a GPU, MIG instance or pod (docs/saturation.md)."""
+
+    KIND: ClassVar[RecordKind] = "device"
+    IDENTITY: ClassVar[tuple[str, ...]] = ("device_id", "gpu_instance_id", "pod_namespace", "pod_name")
+
+    device_id: str
+    gpu_instance_id: int | None = None
+    signal: str  # the catalog's name: throttle_power, memory_used_max, xid_count, …
+    value: float
+    window_s: float
+    scope: SaturationScope = "device"
+    pod_name: str | None = None
+    pod_namespace: str | None = None
+    container_name: str | None = None
+
+
 def record_kind(record: Record) -> str:
     """The kind a user filters on; a Totals record is of its scope's kind."""
     if isinstance(record, Totals):
@@ -469,6 +492,7 @@ RECORD_TYPES: tuple[type[Record], ...] = (
     Workload,
     Totals,
     DeviceTotals,
+    Saturation,
 )
 """Every concrete record type, in the order a Batch carries them (``pipeline/batch.py``)."""
 

@@ -7,7 +7,8 @@ whole-GPU rows beside GPU-instance rows, and families in any order (even split i
 
 How rows become records:
 - a row with ``GPU_I_ID`` belongs to that MIG GPU instance of the GPU named by ``UUID`` (the parent's);
-- per instance, ``GR_ENGINE_ACTIVE`` (and ``SM_ACTIVE``) becomes a :class:`MigActivity`;
+- per instance, ``GR_ENGINE_ACTIVE`` (and ``SM_ACTIVE``) becomes a :class:`MigActivity`, whose ``fields``
+  carry every field the instance owns (profiling ratios, framebuffer) for the saturation processor;
 - per GPU, one :class:`DeviceSignals` holding every other field in SI units. A board field that a MIG
   GPU repeats on every instance row (power, energy, temperature, clocks) is taken ONCE: from the
   whole-GPU row if there is one, else from the instance with the lowest ``GPU_I_ID`` (the repeats can
@@ -155,6 +156,12 @@ class _Device:
 class _Instance:
     profile: str | None
     activity: dict[str, tuple[int, float]] = field(default_factory=dict)  # name → (spelling rank, value)
+    own: dict[str, tuple[int, float]] = field(default_factory=dict)  # the instance's own fields, ranked so
+
+    def offer(self, name: str, spelling: int, value: float) -> None:
+        held = self.own.get(name)
+        if held is None or spelling < held[0]:
+            self.own[name] = (spelling, value)
 
 
 _ACTIVITY = frozenset({"gr_engine_active", "sm_active"})
@@ -192,6 +199,8 @@ def to_records(
                 instance.activity[signal.name] = (spelling, value)
         if not instance_scoped(s.field):
             device.offer(signal.name, (1, spelling, s.gpu_instance_id), value)
+        else:
+            instance.offer(signal.name, spelling, value)
     order = sorted(devices, key=lambda uuid: (devices[uuid].index is None, devices[uuid].index or 0, uuid))
     position = {uuid: pos for pos, uuid in enumerate(order)}
     records: list[Record] = [
@@ -217,6 +226,7 @@ def to_records(
                 collected_after_s=new.after_s if new else None,
                 collected_by_s=new.by_s if new else None,
                 window_s=window_s,
+                fields=tuple(sorted((name, value) for name, (_, value) in instance.own.items())),
             )
         )
     return records
