@@ -465,7 +465,7 @@ class Saturation(Record):
     signal: str  # the catalog's name: throttle_power, memory_used_max, xid_count, …
     value: float
     window_s: float
-    scope: SaturationScope = "device"
+    saturation_scope: SaturationScope = "device"
     pod_name: str | None = None
     pod_namespace: str | None = None
     container_name: str | None = None

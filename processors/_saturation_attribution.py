@@ -63,7 +63,7 @@ def attribute(
             sources = [(r, "device_shared" if shared else "exclusive") for r in by_place.get((uuid, None), [])]
         else:
             own = by_place.get((uuid, gi), [])
-            board = [r for r in by_place.get((uuid, None), []) if r.scope in ("device", "physical_gpu")]
+            board = [r for r in by_place.get((uuid, None), []) if r.saturation_scope in ("device", "physical_gpu")]
             own_names = {r.signal for r in own}
             sources = [(r, "device_shared" if shared else "instance") for r in own]
             sources += [(r, "physical_gpu") for r in board if r.signal not in own_names]
@@ -77,7 +77,7 @@ def attribute(
                         signal=record.signal,
                         value=record.value,
                         window_s=record.window_s,
-                        scope=scope,  # type: ignore[arg-type]
+                        saturation_scope=scope,  # type: ignore[arg-type]
                         pod_name=pod,
                         pod_namespace=namespace,
                         container_name=container,

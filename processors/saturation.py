@@ -108,7 +108,7 @@ class SaturationProcessor:
                             signal=signal,
                             value=values[signal],
                             window_s=span_s,
-                            scope="device" if gi is None else "instance",
+                            saturation_scope="device" if gi is None else "instance",
                         )
                     )
         if self.config.per_pod and batch.allocations:

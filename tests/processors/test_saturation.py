@@ -140,7 +140,7 @@ def test_exclusive_and_shared_pods() -> None:
         SaturationProcessor(SaturationConfig()), [(0.0, {"clocks_event_reasons": 4.0})], allocations=allocations
     )
     pods = [s for s in batch.saturation if s.pod_name is not None]
-    assert {(s.pod_name, s.scope, s.value) for s in pods if s.signal == "clock_event_sw_power_cap"} == {
+    assert {(s.pod_name, s.saturation_scope, s.value) for s in pods if s.signal == "clock_event_sw_power_cap"} == {
         ("a", "exclusive", 1.0)
     }
     shared = tuple(
@@ -156,7 +156,7 @@ def test_exclusive_and_shared_pods() -> None:
         for i, name in enumerate(["a", "b"])
     )
     batch = _run(SaturationProcessor(SaturationConfig()), [(0.0, {"clocks_event_reasons": 4.0})], allocations=shared)
-    got = {(s.pod_name, s.scope, s.value) for s in batch.saturation if s.signal == "clock_event_sw_power_cap"}
+    got = {(s.pod_name, s.saturation_scope, s.value) for s in batch.saturation if s.signal == "clock_event_sw_power_cap"}
     assert got == {(None, "device", 1.0), ("a", "device_shared", 1.0), ("b", "device_shared", 1.0)}
 
 
@@ -177,7 +177,7 @@ def test_mig_instance_signals_and_the_physical_gpu_bitmask() -> None:
     )
     batch = _batch(0.0, {"clocks_event_reasons": 0x20}).with_records([activity, instance, allocation])
     out = SaturationProcessor(SaturationConfig()).process(batch)
-    rows = {(s.gpu_instance_id, s.pod_name, s.signal): (s.scope, s.value) for s in out.saturation}
+    rows = {(s.gpu_instance_id, s.pod_name, s.signal): (s.saturation_scope, s.value) for s in out.saturation}
     assert rows[(3, None, "memory_used_max")] == ("instance", pytest.approx(0.95))
     assert rows[(3, None, "memory_pressure")] == ("instance", 1.0)
     assert rows[(3, "p", "memory_used_max")] == ("instance", pytest.approx(0.95))
