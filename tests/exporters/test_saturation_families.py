@@ -56,7 +56,7 @@ def _render(naming: str) -> dict[str, list[tuple[dict[str, str], float]]]:
 def test_kepler_naming_renders_device_pod_and_instance_series() -> None:
     families = _render("kepler")
     [(labels, value)] = families["wattpipe_gpu_throttle_power_ratio"]
-    assert value == 0.25 and labels["gpu_uuid"] == GPU and labels["scope"] == "device" and labels["gpu"] == "0"
+    assert (value, labels["gpu_uuid"], labels["scope"], labels["gpu"]) == (0.25, GPU, "device", "0")
     assert "gpu_instance_id" not in labels  # absent, not empty
     [(labels, value)] = families["wattpipe_pod_gpu_throttle_power_ratio"]
     assert (labels["pod_name"], labels["pod_namespace"], labels["container_name"], labels["scope"]) == (
@@ -73,7 +73,7 @@ def test_kepler_naming_renders_device_pod_and_instance_series() -> None:
 def test_otel_naming() -> None:
     families = _render("otel")
     [(labels, value)] = families["wattpipe_gpu_saturation_throttle_power"]
-    assert value == 0.25 and labels["hw_id"] == GPU and labels["wattpipe_saturation_scope"] == "device"
+    assert (value, labels["hw_id"], labels["wattpipe_saturation_scope"]) == (0.25, GPU, "device")
     [(labels, _)] = families["wattpipe_pod_gpu_saturation_throttle_power"]
     assert labels["k8s_pod_name"] == "p"
 

@@ -156,7 +156,9 @@ def test_exclusive_and_shared_pods() -> None:
         for i, name in enumerate(["a", "b"])
     )
     batch = _run(SaturationProcessor(SaturationConfig()), [(0.0, {"clocks_event_reasons": 4.0})], allocations=shared)
-    got = {(s.pod_name, s.saturation_scope, s.value) for s in batch.saturation if s.signal == "clock_event_sw_power_cap"}
+    got = {
+        (s.pod_name, s.saturation_scope, s.value) for s in batch.saturation if s.signal == "clock_event_sw_power_cap"
+    }
     assert got == {(None, "device", 1.0), ("a", "device_shared", 1.0), ("b", "device_shared", 1.0)}
 
 
