@@ -75,9 +75,18 @@ class Gpu(_Model):
     memory_mib: int | None = Field(default=None, gt=0)  # None → from the model name
     mig: MigSpec | None = None
     topology: Topology = Field(default_factory=Topology)
+    # Saturation (docs/saturation.md): [start_s, end_s) spans of thermal throttling, and [at_s, code] XIDs.
+    thermal_throttle: list[tuple[float, float]] = Field(default_factory=list)
+    xid: list[tuple[float, int]] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _check(self) -> Gpu:
+        for start_s, end_s in self.thermal_throttle:
+            if not 0 <= start_s < end_s:
+                raise ValueError(f"thermal_throttle [{start_s}, {end_s}]: need 0 <= start_s < end_s")
+        for at_s, code in self.xid:
+            if at_s < 0 or code <= 0:
+                raise ValueError(f"xid [{at_s}, {code}]: need at_s >= 0 and a positive XID code")
         if self.max_w < self.idle_w:
             raise ValueError(f"max_w ({self.max_w}) is below idle_w ({self.idle_w})")
         if self.uuid and not re.fullmatch(
@@ -183,6 +192,7 @@ class DcgmSpec(_Model):
 
     collect_interval_s: float = Field(default=30.0, gt=0)
     collect_offset_s: float = Field(default=0.0, ge=0)  # collections at offset + k·interval
+    extra_fields: list[str] = Field(default_factory=list)  # beyond the default counters, e.g. the violations
 
     @model_validator(mode="after")
     def _offset_within_interval(self) -> DcgmSpec:
