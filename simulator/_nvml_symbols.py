@@ -50,6 +50,9 @@ SYMBOLS: frozenset[str] = frozenset(
         "nvmlDeviceGetP2PStatus",
         "nvmlDeviceGetNvLinkState",
         "nvmlDeviceGetNvLinkRemotePciInfo_v2",
+        "nvmlDeviceGetViolationStatus",
+        "nvmlDeviceGetCurrentClocksEventReasons",
+        "nvmlDeviceGetCurrentClocksThrottleReasons",
     }
 )
 

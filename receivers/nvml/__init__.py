@@ -50,6 +50,9 @@ class NvmlConfig(ComponentConfig):
     """How often a MIG GPU's instance layout is re-read (also at once when a process names an unknown instance)."""
     reinit_backoff: Duration = 5.0
     reinit_backoff_max: Duration = 300.0
+    saturation: bool = False
+    """Also read the saturation fields (violation counters, clock event reasons, memory) as DeviceSignals
+    for the ``saturation`` processor: its source where no dcgm-exporter runs (docs/saturation.md)."""
 
 
 @dataclass
@@ -81,6 +84,8 @@ class NvmlReceiver:
 
     def __init__(self, config: NvmlConfig, ctx: CreateContext) -> None:
         self.config = config
+        if config.saturation:
+            self.provides = NvmlReceiver.provides | {"device_signals"}
         self.clock = ctx.clock
         self.log = ctx.logger
         self.rl: ComponentTelemetry = ctx.telemetry
@@ -153,6 +158,7 @@ class NvmlReceiver:
             name=name,
             handle=handle,
             read_utilisation=self.config.process_utilization,
+            read_saturation=self.config.saturation,
             mig_layout=MigLayout(self.config.mig_layout_refresh),
             # Only samples from now on: the driver's buffer holds older ones (Kepler reads them all).
             last_seen_us=int(self.clock.wall() * 1e6),
@@ -243,7 +249,12 @@ class NvmlReceiver:
                     )
                     continue
                 reading = pending.result()
-                readings[self.slots.index(slot)] = [reading.device, *reading.processes, *reading.instances]
+                readings[self.slots.index(slot)] = [
+                    reading.device,
+                    *reading.processes,
+                    *reading.instances,
+                    *reading.signals,
+                ]
                 for problem in reading.problems:
                     self._warn(slot, problem, f"GPU {slot.reader.index}: {problem}; that value is absent")
         return [record for pos in sorted(readings) for record in readings[pos]]
