@@ -11,6 +11,7 @@ from typing import Any, ClassVar, Literal
 from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.records import (
     RECORD_TYPES,
+    ClusterGpu,
     DeviceAllocation,
     DevicePower,
     DeviceSample,
@@ -75,6 +76,7 @@ _FIELD_BY_TYPE: dict[type[Record], str] = {
     Totals: "totals",
     DeviceTotals: "device_totals",
     Saturation: "saturation",
+    ClusterGpu: "cluster_gpu",
 }
 if tuple(_FIELD_BY_TYPE) != RECORD_TYPES:
     raise TypeError("records.RECORD_TYPES and the Batch fields differ: a new record type needs both")
@@ -110,6 +112,7 @@ class Batch:
     totals: tuple[Totals, ...] = ()
     device_totals: tuple[DeviceTotals, ...] = ()
     saturation: tuple[Saturation, ...] = ()
+    cluster_gpu: tuple[ClusterGpu, ...] = ()
     # Which fields some receiver or processor actually filled this tick (present, even if empty):
     # lets exporters tell "no processes" from "no process source".
     present: frozenset[str] = field(default_factory=frozenset)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields
 from typing import Literal
 
 from wattpipe.pipeline.records import (
+    ClusterGpu,
     DevicePower,
     DeviceSample,
     DeviceTotals,
@@ -95,6 +96,7 @@ ATTRIBUTES: tuple[Attribute, ...] = (
         "Where the idle power comes from: `configured`, `free`, `quiet`, `regression` or `prior` (docs/attribution.md).",
     ),
     Attribute("scope", None, None, "Which consumer a Totals record is about (the metric name says it)."),
+    Attribute("resource_name", "resource", "k8s.resource.name", "A Kubernetes extended resource (`nvidia.com/gpu`)."),
     Attribute(
         "saturation_scope",
         "scope",
@@ -434,6 +436,39 @@ def _saturation_families() -> tuple[Family, ...]:
 
 
 FAMILIES = (*FAMILIES, *_saturation_families())
+
+
+def _cluster(name: str, unit: str, help: str) -> Family:
+    return Family(
+        f"cluster_gpu_{name}",
+        f"wattpipe.cluster.gpu.{name}",
+        ClusterGpu,
+        name,
+        "gauge",
+        unit,
+        help,
+        ("resource_name",),
+        extras=False,
+    )
+
+
+FAMILIES = (
+    *FAMILIES,
+    _cluster(
+        "pending_pod_count", "{pod}", "Pods waiting to be scheduled that request this GPU resource (k8s_cluster)."
+    ),
+    _cluster(
+        "pending_request_total",
+        "{device}",
+        "Devices of this GPU resource that pending pods request, summed over their containers (k8s_cluster).",
+    ),
+    _cluster(
+        "requested_allocatable_ratio",
+        "1",
+        "Devices of this resource requested by scheduled, unfinished pods / allocatable on all nodes (k8s_cluster); "
+        "absent where nothing is allocatable.",
+    ),
+)
 
 
 # --- Prometheus names ----------------------------------------------------------------------------

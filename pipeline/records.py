@@ -1,12 +1,7 @@
-"""The typed records that flow through a pipeline (``pipeline/batch.py`` carries one tick's worth).
-
-Every record is a frozen, slotted dataclass; units live in field names (``power_w``, ``energy_j``, ``util`` as a
-0–1 fraction). Every record carries the :class:`Timestamp` at which it was read or derived. ``None`` means
-*absent* (the source could not say), never zero: exporters skip absent values.
-
-Each record class has a ``KIND`` (what a user filters on: device, process, container, pod, instance) and
-``attributes()``: its identifying attributes as strings, under names the catalog maps to both schemes.
-"""
+"""The typed records that flow through a pipeline (``pipeline/batch.py`` carries one tick's worth): frozen, slotted
+dataclasses, units in field names (``power_w``, ``energy_j``, ``util`` 0–1), each with the :class:`Timestamp` it was
+read or derived at; ``None`` means *absent*, never zero. A class's ``KIND`` is what a user filters on (device,
+process, container, pod, instance); ``attributes()`` its identifying attributes, named as the catalog maps them."""
 
 from __future__ import annotations
 
@@ -21,6 +16,7 @@ from wattpipe.pipeline.clock import Timestamp
 __all__ = [
     "RECORD_TYPES",
     "Attrs",
+    "ClusterGpu",
     "DeviceAllocation",
     "DevicePower",
     "DeviceSample",
@@ -34,7 +30,6 @@ __all__ = [
     "MigInstance",
     "Record",
     "Saturation",
-    "SaturationScope",
     "ShareModel",
     "SharingMode",
     "Totals",
@@ -195,9 +190,8 @@ class MigActivity(Record):
     profile: str | None = None
     gr_engine_active: float | None = None
     sm_active: float | None = None
-    # When the exporter collected these values, as the dcgm receiver inferred it: in (collected_after_s,
-    # collected_by_s] of this process's monotonic clock, on the scrape that first saw it (None: a repeat, or
-    # not known). Each is a mean over the window_s before its collection. ``fields``: the instance's own.
+    # When the exporter collected these (the dcgm receiver's inference, in (after, by] of the monotonic clock;
+    # None: a repeat, or not known), each a mean over the window_s before. ``fields``: the instance's own.
     collected_after_s: float | None = None
     collected_by_s: float | None = None
     window_s: float | None = None
@@ -450,14 +444,10 @@ class DeviceTotals(Record):
     start: Timestamp | None = None
 
 
-SaturationScope = Literal["device", "instance", "physical_gpu", "exclusive", "device_shared"]
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Saturation(Record):
     """A saturation signal over the sliding window for a GPU, MIG instance or pod (docs/saturation.md)."""
 
-    KIND: ClassVar[RecordKind] = "device"
     IDENTITY: ClassVar[tuple[str, ...]] = ("device_id", "gpu_instance_id", "pod_namespace", "pod_name")
 
     device_id: str
@@ -465,10 +455,18 @@ class Saturation(Record):
     signal: str  # the catalog's name: throttle_power, memory_used_max, xid_count, …
     value: float
     window_s: float
-    saturation_scope: SaturationScope = "device"
+    saturation_scope: Literal["device", "instance", "physical_gpu", "exclusive", "device_shared"] = "device"
     pod_name: str | None = None
     pod_namespace: str | None = None
     container_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterGpu(Record):  # scheduler-level GPU saturation of one resource, cluster-wide (k8s_cluster receiver)
+    resource_name: str
+    pending_pod_count: int | None = None  # None: the gauge is switched off
+    pending_request_total: int | None = None
+    requested_allocatable_ratio: float | None = None  # None also when nothing is allocatable
 
 
 def record_kind(record: Record) -> str:
@@ -493,6 +491,7 @@ RECORD_TYPES: tuple[type[Record], ...] = (
     Totals,
     DeviceTotals,
     Saturation,
+    ClusterGpu,
 )
 """Every concrete record type, in the order a Batch carries them (``pipeline/batch.py``)."""
 

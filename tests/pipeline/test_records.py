@@ -14,6 +14,7 @@ from wattpipe.pipeline.batch import Batch, LabelAction
 from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.constructors import new_process_sample, new_share, new_totals
 from wattpipe.pipeline.records import (
+    ClusterGpu,
     DeviceAllocation,
     DevicePower,
     DeviceSample,
@@ -80,6 +81,7 @@ def one_of_each() -> list[Record]:
             unattributed_energy_mj=0,
         ),
         Saturation(time=T, device_id="GPU-0", signal="throttle_power", value=0.25, window_s=60.0),
+        ClusterGpu(time=T, resource_name="nvidia.com/gpu", pending_pod_count=2),
     ]
 
 
@@ -88,7 +90,7 @@ def test_with_records_routes_each_record_type_to_its_field_and_marks_it_present(
     out = batch().with_records(records)
 
     assert out.present == frozenset(Batch.FIELDS)
-    assert out.count() == len(Batch.FIELDS) == 14
+    assert out.count() == len(Batch.FIELDS) == 15
     for record in records:
         field = Batch.field_for(type(record))
         assert getattr(out, field) == (record,), field
