@@ -201,6 +201,40 @@ class DcgmSpec(_Model):
         return self
 
 
+class ClusterNode(_Model):
+    name: str = Field(min_length=1)
+    allocatable: dict[str, int] = Field(default_factory=dict)  # e.g. {nvidia.com/gpu: 8}
+
+
+class ClusterPod(_Model):
+    """A pod of the wider cluster (the k8s_cluster receiver's view): Pending from ``created_s`` until
+    ``scheduled_s`` (None: never), then Running on ``node`` until ``finished_s`` (None: never)."""
+
+    name: str = Field(min_length=1)
+    namespace: str = "default"
+    requests: dict[str, int] = Field(default_factory=dict)  # resource → devices, per container
+    containers: int = Field(default=1, ge=1)
+    created_s: float = Field(default=0.0, ge=0)
+    scheduled_s: float | None = None
+    node: str = ""
+    finished_s: float | None = None
+
+    @model_validator(mode="after")
+    def _order(self) -> ClusterPod:
+        if self.scheduled_s is not None and (self.scheduled_s < self.created_s or not self.node):
+            raise ValueError(f"pod {self.name}: scheduled_s needs a node and must not be before created_s")
+        if self.finished_s is not None and (self.scheduled_s is None or self.finished_s < self.scheduled_s):
+            raise ValueError(f"pod {self.name}: finished_s needs scheduled_s before it")
+        return self
+
+
+class ClusterSpec(_Model):
+    """The cluster beyond this node, for the cluster-wide receiver (simulator/k8s_cluster_api.py)."""
+
+    nodes: list[ClusterNode] = Field(default_factory=list)
+    pods: list[ClusterPod] = Field(default_factory=list)
+
+
 class Scenario(_Model):
     node: Node = Field(default_factory=Node)
     gpus: list[Gpu] = Field(default_factory=list)
@@ -208,6 +242,7 @@ class Scenario(_Model):
     processes: list[Process] = Field(default_factory=list)
     cpu: CpuSpec = Field(default_factory=CpuSpec)
     dcgm: DcgmSpec = Field(default_factory=DcgmSpec)
+    cluster: ClusterSpec = Field(default_factory=ClusterSpec)
     faults: list[Annotated[Fault, Field(discriminator="target")]] = Field(default_factory=list)
 
     @model_validator(mode="after")
