@@ -62,3 +62,13 @@ off. tests/deploy mirrors these steps to validate each combination without helm.
 {{- toYaml $cfg }}
 {{- end }}
 {{- end }}
+
+{{/*
+The cluster-wide pipeline (templates/cluster.yaml): files/cluster.yaml with the k8s_cluster receiver's
+options from the cluster.config value.
+*/}}
+{{- define "wattpipe.clusterConfig" -}}
+{{- $cfg := .Files.Get "files/cluster.yaml" | fromYaml }}
+{{- $_ := set $cfg.receivers "k8s_cluster" .Values.cluster.config }}
+{{- toYaml $cfg }}
+{{- end }}
