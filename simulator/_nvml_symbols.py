@@ -53,6 +53,10 @@ SYMBOLS: frozenset[str] = frozenset(
         "nvmlDeviceGetViolationStatus",
         "nvmlDeviceGetCurrentClocksEventReasons",
         "nvmlDeviceGetCurrentClocksThrottleReasons",
+        "nvmlEventSetCreate",
+        "nvmlEventSetFree",
+        "nvmlDeviceRegisterEvents",
+        "nvmlEventSetWait_v2",
     }
 )
 

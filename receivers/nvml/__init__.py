@@ -33,6 +33,7 @@ from wattpipe.pipeline.telemetry import ComponentTelemetry
 from wattpipe.receivers.nvml._device import DeviceReader, Reading
 from wattpipe.receivers.nvml._errors import DeviceLost, LibraryMissing, NvmlFailure, nvml_call
 from wattpipe.receivers.nvml._mig import MigLayout
+from wattpipe.receivers.nvml._xid import XidEvents
 
 __all__ = ["NvmlConfig", "NvmlReceiver", "factory"]
 
@@ -84,8 +85,10 @@ class NvmlReceiver:
 
     def __init__(self, config: NvmlConfig, ctx: CreateContext) -> None:
         self.config = config
+        self.xids: XidEvents | None = None
         if config.saturation:
             self.provides = NvmlReceiver.provides | {"device_signals"}
+            self.xids = XidEvents()
         self.clock = ctx.clock
         self.log = ctx.logger
         self.rl: ComponentTelemetry = ctx.telemetry
@@ -209,6 +212,8 @@ class NvmlReceiver:
             slot.executor.shutdown(wait=False, cancel_futures=True)
         self._opener.shutdown(wait=False, cancel_futures=True)
         if self.available:
+            if self.xids is not None:
+                await asyncio.to_thread(self.xids.close)
             try:
                 await asyncio.to_thread(nvml_call, pynvml.nvmlShutdown)
             except NvmlFailure as exc:
@@ -257,7 +262,21 @@ class NvmlReceiver:
                 ]
                 for problem in reading.problems:
                     self._warn(slot, problem, f"GPU {slot.reader.index}: {problem}; that value is absent")
-        return [record for pos in sorted(readings) for record in readings[pos]]
+        records = [record for pos in sorted(readings) for record in readings[pos]]
+        if self.xids is not None:
+            records += await asyncio.to_thread(self._xid_records, now)
+        return records
+
+    def _xid_records(self, now: Timestamp) -> list[Record]:
+        assert self.xids is not None
+        for slot in self.slots:
+            if not slot.down:
+                self.xids.register(slot.reader.handle, slot.reader.uuid)
+        self.xids.drain()
+        for problem in self.xids.problems:
+            self.rl.log.log(logging.WARNING, "xid", f"nvml: {problem}; its XIDs are absent")
+        self.xids.problems.clear()
+        return list(self.xids.records(now))
 
     async def _all_done(self, futures: list[Future[Reading]]) -> None:
         """Until every read is done or ``device_timeout`` passed: one wake-up of the event loop when the

@@ -7,8 +7,8 @@ The same SI names the dcgm receiver uses, so the ``saturation`` processor reads 
 - ``nvmlDeviceGetCurrentClocksEventReasons`` (``…ClocksThrottleReasons`` on drivers before the rename)
   → ``clocks_event_reasons``, the bitmask as it is at the read;
 - ``nvmlDeviceGetMemoryInfo`` → ``fb_used_bytes``, ``fb_free_bytes``, ``fb_total_bytes``.
-A call the GPU does not support leaves its field out: absent, never 0. XID events
-(``nvmlDeviceRegisterEvents``) are not read yet.
+A call the GPU does not support leaves its field out: absent, never 0. XIDs, counted from NVML's events,
+are ``_xid``'s.
 """
 
 from __future__ import annotations

@@ -149,3 +149,23 @@ def test_real_exporter_text_parses_into_the_same_signals(fixture: str) -> None:
         assert got[(uuid, None, "xid_count")] == 0.0  # the field is there: a first reading counts nothing
         assert (uuid, None, "throttle_power") not in got  # violation counters are off by default: absent
         assert (uuid, None, "clock_event_sw_power_cap") not in got
+
+
+def test_dcgm_last_code_field_undercounts_repeated_xids(node: SimulatedNode) -> None:
+    # The scenario raises 13, 13 again, then 79 (200, 230, 250 s): dcgm's field shows 13 → 79, two changes.
+    exporter = DcgmExporter(node, DcgmExporterOptions(fields=("DCGM_FI_DEV_XID_ERRORS",), collect_interval_s=10.0))
+    try:
+        processor = SaturationProcessor(SaturationConfig(window=1000.0))
+        batch = None
+        for t in range(10, 310, 10):
+            now = Timestamp(float(t), 1_700_000_000.0 + t)
+            records = to_records(parse_exposition(exporter.metrics_text(float(t))).series, now)
+            batch = processor.process(Batch(time=now, interval_s=10.0, node="n").with_records(records))
+        assert batch is not None
+        gpu1 = node.scenario.gpus[1].uuid
+        [count] = [
+            s.value for s in batch.saturation if s.device_id == gpu1 and s.signal == "xid_count" and not s.pod_name
+        ]
+        assert count == 2.0  # of 3: the docs say why
+    finally:
+        exporter.close()

@@ -19,11 +19,13 @@ from wattpipe.simulator.saturation_truth import true_signal
 SCENARIO = Path(__file__).resolve().parents[2] / "configs" / "scenarios" / "saturation.yaml"
 
 
-def _run(saturation: bool, seconds: int = 120) -> tuple[Batch, NvmlReceiver, simulator.SimulatedNode]:
+def _run(
+    saturation: bool, seconds: int = 120, window_s: float = 60.0
+) -> tuple[Batch, NvmlReceiver, simulator.SimulatedNode]:
     clock = SteppedClock()
     node = simulator.install(SCENARIO, clock)
     receiver = NvmlReceiver(NvmlConfig(saturation=saturation), make_context("nvml", "receiver", clock))
-    processor = SaturationProcessor(SaturationConfig())
+    processor = SaturationProcessor(SaturationConfig(window=window_s))
     try:
         asyncio.run(receiver.start())
         batch = None
@@ -70,7 +72,7 @@ def test_nvml_signals_match_truth_within_0_01(measured: tuple[Batch, NvmlReceive
     assert values[(uuids[1], "throttle_thermal")] == pytest.approx(1.0)
     assert values[(uuids[1], "clock_event_sw_thermal")] == 1.0
     assert values[(uuids[2], "memory_pressure")] == 1.0
-    assert (uuids[0], "xid_count") not in values  # NVML XID events are not read: absent, not 0
+    assert values[(uuids[0], "xid_count")] == 0.0  # registered, none raised: an observed 0
     assert (uuids[0], "dram_active_avg") not in values  # a DCGM profiling field: absent without dcgm
     assert checked >= 40
 
@@ -80,3 +82,14 @@ def test_saturation_off_reads_nothing() -> None:
     assert "device_signals" not in receiver.provides
     assert not [r for r in batch.device_signals if isinstance(r, DeviceSignals)]
     assert batch.saturation == ()
+
+
+def test_xid_count_from_nvml_events_is_exact() -> None:
+    # 13 at 200 s, 13 again at 230 s, 79 at 250 s: three, though two share a code (dcgm's field sees two).
+    batch, _, node = _run(True, seconds=300, window_s=1000.0)
+    gpu1 = node.scenario.gpus[1].uuid
+    values = {(s.device_id, s.signal): s.value for s in batch.saturation if s.pod_name is None}
+    assert values[(gpu1, "xid_count")] == 3.0
+    batch, _, node = _run(True, seconds=300, window_s=60.0)
+    values = {(s.device_id, s.signal): s.value for s in batch.saturation if s.pod_name is None}
+    assert values[(gpu1, "xid_count")] == 1.0  # only 79 in (240, 300]
