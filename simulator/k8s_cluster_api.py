@@ -4,7 +4,8 @@ scenario's ``cluster`` section (the node agent's pod endpoints are ``simulator/k
     api = start_k8s_cluster_api(node)
     api.write_kubeconfig(tmp / "kubeconfig")
 
-``GET /api/v1/pods`` and ``GET /api/v1/nodes``: a list (``resourceVersion`` in its metadata) or, with
+``GET /api/v1/pods``, ``/api/v1/nodes``, ``/apis/resource.k8s.io/v1/resourceslices`` and ``…/resourceclaims``
+(DRA, ``_dra_objects``; a cluster-scoped list, selectors ignored: clients filter): a list (``resourceVersion`` in its metadata) or, with
 ``watch=true``, a chunked stream of ``{"type", "object"}`` lines from the given ``resourceVersion`` until
 ``timeoutSeconds`` (of scenario time, or real time, whichever ends first). Each pod is ADDED as Pending
 (no ``spec.nodeName``, ``PodScheduled=False/Unschedulable``) at ``created_s``, MODIFIED to Running on its
@@ -26,6 +27,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
+from wattpipe.simulator._dra_objects import claim_object, pod_claims, pod_uid, slice_object
 from wattpipe.simulator._k8s_objects import BASE_RV, Json, rfc3339, status_object
 from wattpipe.simulator._loopback import LoopbackHttp
 from wattpipe.simulator.node import SimulatedNode
@@ -33,7 +35,14 @@ from wattpipe.simulator.scenario import ClusterNode, ClusterPod
 
 __all__ = ["K8sClusterApi", "start_k8s_cluster_api"]
 
-Kind = Literal["pods", "nodes"]
+Kind = Literal["pods", "nodes", "resourceslices", "resourceclaims"]
+_PATHS: dict[str, Kind] = {
+    "/api/v1/pods": "pods",
+    "/api/v1/nodes": "nodes",
+    "/apis/resource.k8s.io/v1/resourceslices": "resourceslices",
+    "/apis/resource.k8s.io/v1/resourceclaims": "resourceclaims",
+}
+_LIST_KIND = {"pods": "PodList", "nodes": "NodeList", "resourceslices": "ResourceSliceList"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +71,7 @@ def _pod_object(pod: ClusterPod, rv: int, phase: str, created: str) -> Json:
         for i in range(pod.containers)
     ]
     spec: Json = {"containers": containers, "restartPolicy": "Never"}
+    pod_claims(pod, spec)
     status: Json = {"phase": phase}
     if phase == "Pending":
         status["conditions"] = [
@@ -75,7 +85,7 @@ def _pod_object(pod: ClusterPod, rv: int, phase: str, created: str) -> Json:
         "metadata": {
             "name": pod.name,
             "namespace": pod.namespace,
-            "uid": f"cluster-{pod.namespace}-{pod.name}",
+            "uid": pod_uid(pod.namespace, pod.name),
             "resourceVersion": str(rv),
             "creationTimestamp": created,
         },
@@ -94,12 +104,21 @@ def _timeline(node: SimulatedNode) -> list[_Event]:
             steps.append((pod.scheduled_s, 1000 + i, "pods", "MODIFIED", pod, "Running"))
         if pod.finished_s is not None:
             steps.append((pod.finished_s, 1000 + i, "pods", "MODIFIED", pod, "Succeeded"))
-    steps.sort(key=lambda s: (s[0], s[1], s[5] != "Pending"))
+    for i, item in enumerate(node.scenario.cluster.slices):
+        steps.append((0.0, 100 + i, "resourceslices", "ADDED", item, ""))
+    for i, claim in enumerate(node.scenario.cluster.claims):
+        steps.append((0.0, 5000 + i, "resourceclaims", "ADDED", claim, ""))
+        steps.append((claim.allocated_s, 5000 + i, "resourceclaims", "MODIFIED", claim, "allocated"))
+    steps.sort(key=lambda s: (s[0], s[1], s[3] != "ADDED", s[5] != "Pending"))
     events = []
     for n, (t_s, _, kind, kind_type, item, phase) in enumerate(steps):
         rv = BASE_RV + n + 1
         if kind == "nodes":
             obj = _node_object(item, rv)
+        elif kind == "resourceslices":
+            obj = slice_object(item, rv)
+        elif kind == "resourceclaims":
+            obj = claim_object(item, rv, allocated=phase == "allocated")
         else:
             obj = _pod_object(item, rv, phase, rfc3339(node.wall_at(item.created_s)))
         events.append(_Event(rv, t_s, kind, kind_type, obj))
@@ -109,8 +128,9 @@ def _timeline(node: SimulatedNode) -> list[_Event]:
 class K8sClusterApi:
     """A running cluster API face. Stop it with :meth:`close` (or by closing its node)."""
 
-    def __init__(self, node: SimulatedNode, watch_poll_s: float = 0.02) -> None:
+    def __init__(self, node: SimulatedNode, watch_poll_s: float = 0.02, dra: bool = True) -> None:
         self.node = node
+        self.dra = dra
         self.events = _timeline(node)
         self._times = [e.t_s for e in self.events]
         self.watch_poll_s = watch_poll_s
@@ -134,7 +154,7 @@ class K8sClusterApi:
                 meta = event.object["metadata"]
                 latest[f"{meta.get('namespace', '')}/{meta['name']}"] = event.object
         return {
-            "kind": "PodList" if kind == "pods" else "NodeList",
+            "kind": _LIST_KIND.get(kind, "ResourceClaimList"),
             "apiVersion": "v1",
             "metadata": {"resourceVersion": str(BASE_RV + count)},
             "items": [latest[key] for key in sorted(latest)],
@@ -169,8 +189,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         url = urlsplit(self.path)
         query = {key: values[-1] for key, values in parse_qs(url.query, keep_blank_values=True).items()}
-        kinds: dict[str, Kind] = {"/api/v1/pods": "pods", "/api/v1/nodes": "nodes"}
-        kind = kinds.get(url.path.rstrip("/"))
+        kind = _PATHS.get(url.path.rstrip("/"))
+        if kind in ("resourceslices", "resourceclaims") and not self.api.dra:
+            kind = None  # a cluster without the DRA API: 404, as an older API server answers
         if kind is None:
             self._json(404, status_object(404, "NotFound", "the server could not find the requested resource"))
             return
@@ -228,8 +249,9 @@ class _Handler(BaseHTTPRequestHandler):
         return
 
 
-def start_k8s_cluster_api(node: SimulatedNode, watch_poll_s: float = 0.02) -> K8sClusterApi:
-    """Start the cluster face for ``node``'s scenario on 127.0.0.1; it stops when the node closes."""
-    api = K8sClusterApi(node, watch_poll_s)
+def start_k8s_cluster_api(node: SimulatedNode, watch_poll_s: float = 0.02, dra: bool = True) -> K8sClusterApi:
+    """Start the cluster face for ``node``'s scenario on 127.0.0.1; it stops when the node closes. ``dra``
+    False: the resource.k8s.io endpoints answer 404, as on a cluster without DRA."""
+    api = K8sClusterApi(node, watch_poll_s, dra)
     node.on_close(api.close)
     return api

@@ -218,6 +218,7 @@ class ClusterPod(_Model):
     scheduled_s: float | None = None
     node: str = ""
     finished_s: float | None = None
+    claims: list[str] = Field(default_factory=list)  # DRA ResourceClaims (same namespace) its first container uses
 
     @model_validator(mode="after")
     def _order(self) -> ClusterPod:
@@ -228,11 +229,40 @@ class ClusterPod(_Model):
         return self
 
 
+class DraDevice(_Model):
+    name: str = Field(min_length=1)
+    uuid: str = Field(min_length=1)  # the driver's ``uuid`` attribute: GPU-… (or MIG-…)
+
+
+class DraSlice(_Model):
+    """A ResourceSlice (resource.k8s.io/v1): one pool of devices a DRA driver publishes for a node."""
+
+    name: str = Field(min_length=1)
+    node: str = Field(min_length=1)
+    driver: str = "gpu.nvidia.com"
+    pool: str = ""  # "" → the node's name
+    devices: list[DraDevice] = Field(default_factory=list)
+
+
+class DraClaim(_Model):
+    """A ResourceClaim, allocated at ``allocated_s`` to ``devices`` (``pool/device``) and reserved for ``pod``."""
+
+    name: str = Field(min_length=1)
+    namespace: str = "default"
+    pod: str = Field(min_length=1)  # a cluster pod in the same namespace
+    shared_with: list[str] = Field(default_factory=list)  # more pods the claim is reserved for (a shared claim)
+    driver: str = "gpu.nvidia.com"
+    devices: list[str] = Field(default_factory=list)
+    allocated_s: float = Field(default=0.0, ge=0)
+
+
 class ClusterSpec(_Model):
-    """The cluster beyond this node, for the cluster-wide receiver (simulator/k8s_cluster_api.py)."""
+    """The cluster beyond this node, for the cluster-wide receiver and DRA (simulator/k8s_cluster_api.py)."""
 
     nodes: list[ClusterNode] = Field(default_factory=list)
     pods: list[ClusterPod] = Field(default_factory=list)
+    slices: list[DraSlice] = Field(default_factory=list)
+    claims: list[DraClaim] = Field(default_factory=list)
 
 
 class Scenario(_Model):

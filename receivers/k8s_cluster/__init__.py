@@ -25,8 +25,8 @@ from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
 from wattpipe.pipeline.config import Duration
 from wattpipe.pipeline.kube import api_client
 from wattpipe.pipeline.records import ClusterGpu, Record
+from wattpipe.receivers._list_watch import Watcher
 from wattpipe.receivers.k8s_cluster._state import ClusterState, Gauge, pod_requests
-from wattpipe.receivers.k8s_cluster._watch import Watcher
 
 __all__ = ["ClusterState", "Gauge", "K8sClusterConfig", "K8sClusterReceiver", "factory", "pod_requests"]
 

@@ -1,18 +1,24 @@
-"""Keep a :class:`ClusterState` current: one thread per kind (pods, nodes) that lists once, then watches from
-the list's resourceVersion; on any failure (the stream breaks, 410 Expired, the API is down) it lists again
-after a backoff. Lists and watches, never polled lists: the API server does the work once per change."""
+"""Keep an in-memory store of Kubernetes objects current (the k8s_cluster and dra receivers): one thread per
+kind that lists once, then watches from the list's resourceVersion; on any failure (the stream breaks,
+410 Expired, the API is down) it lists again after a backoff. Lists and watches, never polled lists: the
+API server does the work once per change. Objects stay plain JSON dicts (no client models)."""
 
 from __future__ import annotations
 
 import json
 import logging
 import threading
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
-from wattpipe.receivers.k8s_cluster._state import ClusterState
+__all__ = ["Store", "Watcher"]
 
-__all__ = ["Watcher"]
+
+class Store(Protocol):
+    def replace(self, kind: str, items: list[Mapping[str, Any]]) -> None: ...
+
+    def apply(self, kind: str, event_type: str, obj: Mapping[str, Any]) -> None: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -24,18 +30,23 @@ class Watcher:
         self,
         kind: str,
         list_call: Callable[..., Any],
-        state: ClusterState,
+        state: Store,
         *,
         watch_timeout_s: float,
         backoff_s: float,
         warn: Callable[[str, str], None],
+        on_error: Callable[[Exception], bool] | None = None,
+        list_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
+        """``on_error``: asked first about each failure; True means it was handled (no warning)."""
         self.kind = kind
         self.list_call = list_call
         self.state = state
         self.watch_timeout_s = watch_timeout_s
         self.backoff_s = backoff_s
         self.warn = warn
+        self.on_error = on_error
+        self.list_kwargs = dict(list_kwargs or {})  # e.g. a field selector, for the list and the watch
         self.failures = 0
         self._stop = threading.Event()
         self._watch: Any = None
@@ -55,14 +66,18 @@ class Watcher:
 
         while not self._stop.is_set():
             try:
-                answer = self.list_call(_preload_content=False, _request_timeout=30)
+                answer = self.list_call(**self.list_kwargs, _preload_content=False, _request_timeout=30)
                 listed = json.loads(answer.data)
                 self.state.replace(self.kind, listed.get("items") or [])
                 version = listed["metadata"]["resourceVersion"]
                 while not self._stop.is_set():
-                    self._watch = watch.Watch()  # type: ignore[no-untyped-call]
+                    # "object": events stay JSON dicts (no client models, whose names vary by API version).
+                    self._watch = watch.Watch(return_type="object")  # type: ignore[no-untyped-call]
                     for event in self._watch.stream(
-                        self.list_call, resource_version=version, timeout_seconds=int(self.watch_timeout_s)
+                        self.list_call,
+                        **self.list_kwargs,
+                        resource_version=version,
+                        timeout_seconds=int(self.watch_timeout_s),
                     ):
                         raw = event.get("raw_object") or {}
                         if event.get("type") == "ERROR":
@@ -74,5 +89,6 @@ class Watcher:
                 if self._stop.is_set():
                     return
                 self.failures += 1
-                self.warn(self.kind, f"{self.kind} list/watch failed ({type(exc).__name__}: {exc}); listing again")
+                if self.on_error is None or not self.on_error(exc):
+                    self.warn(self.kind, f"{self.kind} list/watch failed ({type(exc).__name__}: {exc}); listing again")
                 self._stop.wait(self.backoff_s)
