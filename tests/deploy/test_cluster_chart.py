@@ -63,3 +63,19 @@ def test_no_rbac_when_the_chart_makes_none() -> None:
     objects = _objects({"cluster": {"enabled": True}, "rbac": {"create": False}})
     assert not [o for o in objects if o["kind"] in ("ClusterRole", "ClusterRoleBinding")]
     assert _named(objects, "Deployment")
+
+
+def test_dra_switch_adds_the_receiver_and_its_rbac() -> None:
+    objects = _objects({"dra": {"enabled": True}})
+    role = _named(objects, "ClusterRole", suffix="wattpipe")
+    assert {
+        "apiGroups": ["resource.k8s.io"],
+        "resources": ["resourceclaims", "resourceslices"],
+        "verbs": ["get", "list", "watch"],
+    } in role["rules"]
+    config = yaml.safe_load(_named(objects, "ConfigMap", suffix="wattpipe")["data"]["config.yaml"])
+    assert "dra" in config["service"]["pipelines"]["metrics"]["receivers"]
+    daemonset = _named(objects, "DaemonSet", suffix="wattpipe")
+    assert daemonset["spec"]["template"]["spec"]["automountServiceAccountToken"] is True
+    default_role = _named(_objects({}), "ClusterRole", suffix="wattpipe")
+    assert all(rule["apiGroups"] == [""] for rule in default_role["rules"])
