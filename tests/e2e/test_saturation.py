@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from wattpipe.cli import main
 from wattpipe.pipeline.batch import Batch
@@ -58,6 +59,30 @@ def test_the_scenario_shows_each_kind_of_saturation(report: dict) -> None:  # ty
     assert got[(mig, 2, "memory_used_max")] == 0.0
     # The clock-event bitmask is the physical GPU's: never on an instance's own series.
     assert not [k for k in got if k[1] is not None and k[2].startswith(("clock_event_", "throttle_", "xid"))]
+
+
+def test_pods_get_their_gpus_saturation_with_the_right_scope(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = yaml.safe_load((ROOT / "configs" / "saturation.yaml").read_text())
+    config["exporters"] = {"console": {"format": "json", "kinds": ["saturation"]}}
+    config["service"]["pipelines"]["metrics"]["exporters"] = ["console"]
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(config))
+    args = ["simulate", "-c", str(path), "--scenario", str(SCENARIO), "--duration", "70s", "--log-level", "error"]
+    assert main(args, io.StringIO(), io.StringIO()) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]  # console
+    last = max(r["time"] for r in rows)
+    got = {
+        (r["attributes"]["pod_name"], r["values"]["signal"]): (r["values"]["saturation_scope"], r["values"]["value"])
+        for r in rows
+        if r["time"] == last and "pod_name" in r["attributes"]
+    }
+    assert got[("trainer-0", "throttle_power")] == ("exclusive", pytest.approx(1.0))
+    assert got[("shared-a", "memory_pressure")] == ("device_shared", 1.0)  # the device's, not a's own
+    assert got[("shared-b", "memory_pressure")] == ("device_shared", 1.0)
+    assert got[("mig-small", "memory_used_max")] == ("instance", pytest.approx(0.95))
+    assert got[("mig-small", "clock_event_sw_power_cap")] == ("physical_gpu", 0.0)
 
 
 def test_existing_configs_get_no_saturation_section(tmp_path: Path) -> None:
