@@ -132,3 +132,26 @@ def test_values_are_absent_until_listed(tmp_path: Path) -> None:
         receiver = K8sClusterReceiver(K8sClusterConfig(), make_context("k8s_cluster", "receiver"), env={})
         with pytest.raises(RuntimeError, match="not listed yet"):
             asyncio.run(receiver.collect())
+
+
+def test_the_shipped_saturation_scenario(tmp_path: Path) -> None:
+    clock = SteppedClock()
+    path = Path(__file__).resolve().parents[2] / "configs" / "scenarios" / "saturation.yaml"
+    with build(path, clock) as node:
+        api = start_k8s_cluster_api(node)
+        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+        receiver = K8sClusterReceiver(
+            K8sClusterConfig(relist_backoff=0.1),
+            make_context("k8s_cluster", "receiver", clock),
+            env={"KUBECONFIG": str(kubeconfig)},
+        )
+        asyncio.run(receiver.start())
+        try:
+            harness = Cluster.__new__(Cluster)
+            harness.clock, harness.node, harness.api, harness.receiver = clock, node, api, receiver
+            # 60 s: big-job (4) and huge-job (16) wait; 2 of 10 GPUs held; mig-late waits, nothing holds a MIG.
+            harness.at(60, {GPU: (2, 20, 2 / 10), MIG: (1, 1, 0.0), SHARED: (0, 0, 0.0)})  # seen on a node: 0s
+            # 130 s: big-job is placed on gpu-node-9; huge-job still waits.
+            harness.at(130, {GPU: (1, 16, 6 / 10), MIG: (1, 1, 0.0), SHARED: (0, 0, 0.0)})
+        finally:
+            asyncio.run(receiver.shutdown())
