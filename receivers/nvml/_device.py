@@ -139,10 +139,12 @@ class DeviceReader:
     def read(self, now: Timestamp) -> Reading:
         problems: list[str] = []
         device = self._device_sample(now, problems)
+        signals = read_saturation(self.handle, self.uuid, now, problems) if self.read_saturation else None
+        saturation = [signals] if signals is not None else []
         procs = _optional(problems, self.list_processes, self.handle)
         if procs is None:
             # Unknown, not empty: "nobody on it" would let idle learn busy power and bill no one.
-            return Reading(dataclasses.replace(device, processes_known=False), [], problems)
+            return Reading(dataclasses.replace(device, processes_known=False), [], problems, signals=saturation)
         mig_enabled = device.mig_enabled is True  # (always a bool here: this reader read the mode)
         processes = self._process_samples(now, procs, mig_enabled, problems)
         instances: list[MigInstance] = []
@@ -150,8 +152,7 @@ class DeviceReader:
             instances = self._mig_instances(now, processes, problems)
         else:
             self.mig_layout.forget()
-        signals = read_saturation(self.handle, self.uuid, now, problems) if self.read_saturation else None
-        return Reading(device, processes, problems, instances, [signals] if signals is not None else [])
+        return Reading(device, processes, problems, instances, saturation)
 
     def _device_sample(self, now: Timestamp, problems: list[str]) -> DeviceSample:
         """The device's own readings: power, energy counter, compute and MIG mode, utilisation."""
