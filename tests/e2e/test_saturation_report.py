@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,7 +32,14 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict:  # type: ignore[ty
     err = io.StringIO()
     args = ["simulate", "-c", str(ROOT / "configs" / "saturation.yaml"), "--scenario", str(SCENARIO),
             "--duration", "5m", "--report", str(path), "--log-level", "error"]  # fmt: skip
-    assert main(args, io.StringIO(), err) == 0, err.getvalue()
+    # A module fixture runs before the per-test logging restore (tests/conftest.py): restore it here.
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    try:
+        assert main(args, io.StringIO(), err) == 0, err.getvalue()
+    finally:
+        root.setLevel(level)
+        root.handlers[:] = handlers
     return json.loads(path.read_text())  # type: ignore[no-any-return]
 
 
