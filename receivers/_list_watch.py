@@ -5,13 +5,15 @@ API server does the work once per change. Objects stay plain JSON dicts (no clie
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-__all__ = ["Store", "Watcher"]
+__all__ = ["Store", "Watcher", "wait_synced"]
 
 
 class Store(Protocol):
@@ -92,3 +94,15 @@ class Watcher:
                 if self.on_error is None or not self.on_error(exc):
                     self.warn(self.kind, f"{self.kind} list/watch failed ({type(exc).__name__}: {exc}); listing again")
                 self._stop.wait(self.backoff_s)
+
+
+async def wait_synced(
+    synced: set[str], kinds: set[str], timeout_s: float, give_up: Callable[[], bool] = lambda: False
+) -> None:
+    """Until every kind has been listed once, ``give_up()`` is true, or ``timeout_s`` (real time) passed."""
+    deadline = time.monotonic() + timeout_s
+    # Filled by the watch threads: polled (an asyncio.Event would need the loop handed to every thread).
+    while True:
+        if kinds <= synced or give_up() or time.monotonic() >= deadline:
+            return
+        await asyncio.sleep(0.02)

@@ -22,7 +22,7 @@ from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
 from wattpipe.pipeline.config import Duration
 from wattpipe.pipeline.kube import api_client
 from wattpipe.pipeline.records import Record
-from wattpipe.receivers._list_watch import Watcher
+from wattpipe.receivers._list_watch import Watcher, wait_synced
 from wattpipe.receivers.dra._join import DraStore, allocations
 
 __all__ = ["DraConfig", "DraReceiver", "DraStore", "allocations", "factory"]
@@ -39,6 +39,8 @@ class DraConfig(ComponentConfig):
     """The device attribute holding the GPU UUID (NVIDIA's driver: ``uuid``)."""
     watch_timeout: Duration = Field(default=300.0, ge=1)
     relist_backoff: Duration = Field(default=5.0, gt=0)
+    initial_sync_timeout: Duration = Field(default=10.0, ge=0)
+    """``start`` waits this long for the first lists, so the first tick has the allocations (0: do not wait)."""
 
 
 class DraReceiver:
@@ -80,6 +82,8 @@ class DraReceiver:
             )
             watcher.start()
             self.watchers.append(watcher)
+        kinds = {"resourceclaims", "resourceslices", "pods"}
+        await wait_synced(self.store.synced, kinds, self.config.initial_sync_timeout, lambda: self.unavailable)
 
     def _not_served(self, exc: Exception) -> bool:
         if getattr(exc, "status", None) != 404:

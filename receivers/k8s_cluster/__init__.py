@@ -25,7 +25,7 @@ from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
 from wattpipe.pipeline.config import Duration
 from wattpipe.pipeline.kube import api_client
 from wattpipe.pipeline.records import ClusterGpu, Record
-from wattpipe.receivers._list_watch import Watcher
+from wattpipe.receivers._list_watch import Watcher, wait_synced
 from wattpipe.receivers.k8s_cluster._state import ClusterState, Gauge, pod_requests
 
 __all__ = ["ClusterState", "Gauge", "K8sClusterConfig", "K8sClusterReceiver", "factory", "pod_requests"]
@@ -50,6 +50,8 @@ class K8sClusterConfig(ComponentConfig):
     """Each watch request asks the API server to end it after this long; it is then renewed."""
     relist_backoff: Duration = 5.0
     """After a failed list or a broken watch, list again after this long."""
+    initial_sync_timeout: Duration = 10.0
+    """``start`` waits this long for the first lists, so the first tick has values (0: do not wait)."""
 
     @model_validator(mode="after")
     def _check(self) -> Self:
@@ -97,6 +99,7 @@ class K8sClusterReceiver:
             )
             watcher.start()
             self.watchers.append(watcher)
+        await wait_synced(self.state.synced, {"pods", "nodes"}, self.config.initial_sync_timeout)
 
     async def shutdown(self) -> None:
         for watcher in self.watchers:
