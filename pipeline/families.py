@@ -371,7 +371,7 @@ FAMILIES: tuple[Family, ...] = (
 _SAT_RATIO, _SAT_RATE, _SAT_COUNT = "1", "By/s", "{error}"
 _THROTTLE = "Fraction of the window the clocks were held back by the {} (Δ violation counter / Δ time, 0–1)."
 _EVENT = "Fraction of the window's observations with the {} clock-event reason set (0–1)."
-
+# Every saturation signal: the name the report and the record use, its unit, its help.
 SATURATION_SIGNALS: tuple[tuple[str, str, str], ...] = (
     ("throttle_power", _SAT_RATIO, _THROTTLE.format("power limit")),
     ("throttle_thermal", _SAT_RATIO, _THROTTLE.format("thermal limit")),
@@ -398,7 +398,6 @@ SATURATION_SIGNALS: tuple[tuple[str, str, str], ...] = (
     ("nvlink_tx_bytes_per_s", _SAT_RATE, "Mean NVLink transmit rate over the window (bytes/s, payload only)."),
     ("nvlink_rx_bytes_per_s", _SAT_RATE, "Mean NVLink receive rate over the window (bytes/s, payload only)."),
 )
-"""Every saturation signal: the name the report and the record use, its unit, its help."""
 
 
 def _saturation_kepler(consumer: str, signal: str, unit: str) -> str:

@@ -158,10 +158,12 @@ class _Instance:
     activity: dict[str, tuple[int, float]] = field(default_factory=dict)  # name → (spelling rank, value)
     own: dict[str, tuple[int, float]] = field(default_factory=dict)  # the instance's own fields, ranked so
 
-    def offer(self, name: str, spelling: int, value: float) -> None:
-        held = self.own.get(name)
-        if held is None or spelling < held[0]:
-            self.own[name] = (spelling, value)
+
+def _ranked(table: dict[str, tuple[int, float]], name: str, spelling: int, value: float) -> None:
+    """Keep ``value`` under ``name`` unless a better-ranked spelling is already there."""
+    held = table.get(name)
+    if held is None or spelling < held[0]:
+        table[name] = (spelling, value)
 
 
 _ACTIVITY = frozenset({"gr_engine_active", "sm_active"})
@@ -191,16 +193,13 @@ def to_records(
             device.offer(signal.name, (0, spelling, 0), value)
             continue
         instance = instances.setdefault((s.uuid, s.gpu_instance_id), _Instance(s.profile))
-        if instance.profile is None:
-            instance.profile = s.profile
+        instance.profile = instance.profile or s.profile
         if signal.name in _ACTIVITY:
-            held = instance.activity.get(signal.name)
-            if held is None or spelling < held[0]:
-                instance.activity[signal.name] = (spelling, value)
-        if not instance_scoped(s.field):
-            device.offer(signal.name, (1, spelling, s.gpu_instance_id), value)
+            _ranked(instance.activity, signal.name, spelling, value)
+        if instance_scoped(s.field):
+            _ranked(instance.own, signal.name, spelling, value)
         else:
-            instance.offer(signal.name, spelling, value)
+            device.offer(signal.name, (1, spelling, s.gpu_instance_id), value)
     order = sorted(devices, key=lambda uuid: (devices[uuid].index is None, devices[uuid].index or 0, uuid))
     position = {uuid: pos for pos, uuid in enumerate(order)}
     records: list[Record] = [
