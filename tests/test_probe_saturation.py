@@ -34,7 +34,7 @@ def test_default_exporter_fields_name_the_missing_groups_and_how_to_enable_them(
     assert lines[0].endswith("found memory (dcgm), xid (dcgm), dram (dcgm), pcie (dcgm)")
     assert lines[1].startswith("  missing throttle: add DCGM_FI_DEV_POWER_VIOLATION")
     assert "nvml receiver's saturation: true" in lines[1]
-    assert sum(1 for line in lines if line.startswith("saturation GPU-")) == 4
+    assert sum(1 for line in lines if line.startswith("saturation GPU-")) == 5
 
 
 def test_enabled_fields_are_found(tmp_path: Path) -> None:

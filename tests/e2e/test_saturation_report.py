@@ -57,7 +57,7 @@ def test_every_ratio_is_within_0_01_of_truth(report: dict) -> None:  # type: ign
 def test_the_scenario_shows_each_kind_of_saturation(report: dict) -> None:  # type: ignore[type-arg]
     uuid = [g["uuid"] for g in report["devices"]]
     got = {(r["uuid"], r["gi"], r["signal"]): round(r["value"], 9) for r in report["saturation"]}
-    capped, hot, full, mig = sorted(uuid, key=lambda u: [r["uuid"] for r in report["saturation"]].index(u))
+    capped, hot, full, mig, _dra = sorted(uuid, key=lambda u: [r["uuid"] for r in report["saturation"]].index(u))
     assert got[(capped, None, "throttle_power")] == 1.0
     assert got[(capped, None, "clock_event_sw_power_cap")] == 1.0
     assert got[(hot, None, "throttle_thermal")] == 1.0

@@ -126,3 +126,25 @@ def test_a_cluster_without_dra_gives_nothing_and_one_log_line(tmp_path: Path, ca
         assert len(lines) == 1
     finally:
         h.close()
+
+
+def test_the_shipped_saturation_scenarios_dra_pod(tmp_path: Path) -> None:
+    path = Path(__file__).resolve().parents[2] / "configs" / "scenarios" / "saturation.yaml"
+    clock = SteppedClock()
+    with build(path, clock) as node:
+        api = start_k8s_cluster_api(node)
+        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+        ctx = make_context("dra", "receiver", clock, node_name="saturation-node")
+        receiver = DraReceiver(DraConfig(), ctx, env={"KUBECONFIG": str(kubeconfig)})
+        asyncio.run(receiver.start())  # waits for the first lists
+        try:
+            (allocation,) = asyncio.run(receiver.collect())
+        finally:
+            asyncio.run(receiver.shutdown())
+    assert isinstance(allocation, DeviceAllocation)
+    assert (allocation.device_id, allocation.pod_namespace, allocation.pod_name, allocation.container_name) == (
+        node.scenario.gpus[4].uuid,
+        "ml",
+        "dra-job",
+        "c0",
+    )
