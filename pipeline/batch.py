@@ -11,6 +11,7 @@ from typing import Any, ClassVar, Literal
 from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.records import (
     RECORD_TYPES,
+    ClusterGpu,
     DeviceAllocation,
     DevicePower,
     DeviceSample,
@@ -23,6 +24,7 @@ from wattpipe.pipeline.records import (
     MigActivity,
     MigInstance,
     Record,
+    Saturation,
     Totals,
     Workload,
     record_kind,
@@ -74,6 +76,8 @@ _FIELD_BY_TYPE: dict[type[Record], str] = {
     Workload: "workloads",
     Totals: "totals",
     DeviceTotals: "device_totals",
+    Saturation: "saturation",
+    ClusterGpu: "cluster_gpu",
     GpuLink: "gpu_links",
     GpuSetScore: "gpu_set_scores",
 }
@@ -112,6 +116,8 @@ class Batch:
     device_totals: tuple[DeviceTotals, ...] = ()
     gpu_links: tuple[GpuLink, ...] = ()
     gpu_set_scores: tuple[GpuSetScore, ...] = ()
+    saturation: tuple[Saturation, ...] = ()
+    cluster_gpu: tuple[ClusterGpu, ...] = ()
     # Which fields some receiver or processor actually filled this tick (present, even if empty):
     # lets exporters tell "no processes" from "no process source".
     present: frozenset[str] = field(default_factory=frozenset)

@@ -1,13 +1,7 @@
-"""The typed records that flow through a pipeline (``pipeline/batch.py`` carries one tick's worth).
-
-Every record is a frozen, slotted dataclass; units live in field names (``power_w``, ``energy_j``,
-``util`` as a 0–1 fraction). Every record carries the :class:`Timestamp` at which it was read or
-derived. ``None`` means *absent* (the source could not say), never zero: exporters skip absent values.
-
-Each record class has a ``KIND`` (what a user filters on: device, process, container, pod, instance)
-and ``attributes()``: its identifying attributes as strings, under canonical names that the catalog
-maps to the Kepler and OpenTelemetry schemes.
-"""
+"""The typed records that flow through a pipeline (``pipeline/batch.py`` carries one tick's worth): frozen, slotted
+dataclasses, units in field names (``power_w``, ``energy_j``, ``util`` 0–1), each with the :class:`Timestamp` it was
+read or derived at; ``None`` means *absent*, never zero. A class's ``KIND`` is what a user filters on (device,
+process, container, pod, instance); ``attributes()`` its identifying attributes, named as the catalog maps them."""
 
 from __future__ import annotations
 
@@ -22,6 +16,7 @@ from wattpipe.pipeline.clock import Timestamp
 __all__ = [
     "RECORD_TYPES",
     "Attrs",
+    "ClusterGpu",
     "DeviceAllocation",
     "DevicePower",
     "DeviceSample",
@@ -34,6 +29,7 @@ __all__ = [
     "MigActivity",
     "MigInstance",
     "Record",
+    "Saturation",
     "ShareModel",
     "SharingMode",
     "Totals",
@@ -194,24 +190,24 @@ class MigActivity(Record):
     profile: str | None = None
     gr_engine_active: float | None = None
     sm_active: float | None = None
-    # When the exporter collected these values, as the dcgm receiver inferred it (it prints no timestamps):
-    # in (collected_after_s, collected_by_s] of this process's monotonic clock, set only on the scrape
-    # that first saw the collection (None: a repeat, or not known). Each value is a mean over the window_s
-    # before its collection (the exporter's interval; None: the source cannot say).
+    # When the exporter collected these (the dcgm receiver's inference, in (after, by] of the monotonic clock;
+    # None: a repeat, or not known), each a mean over the window_s before. ``fields``: the instance's own.
     collected_after_s: float | None = None
     collected_by_s: float | None = None
     window_s: float | None = None
+    fields: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DeviceSignals(Record):
-    """Raw per-device fields from dcgm-exporter, in SI units (name → value)."""
+    """Raw per-device fields from dcgm-exporter (or nvml's saturation fields), in SI units (name → value)."""
 
     KIND: ClassVar[RecordKind] = "device"
     IDENTITY: ClassVar[tuple[str, ...]] = ("device_id",)
 
     device_id: str
     fields: tuple[tuple[str, float], ...] = ()
+    source: Literal["dcgm", "nvml"] = "dcgm"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -448,6 +444,31 @@ class DeviceTotals(Record):
     start: Timestamp | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Saturation(Record):
+    """A saturation signal over the sliding window for a GPU, MIG instance or pod (docs/saturation.md)."""
+
+    IDENTITY: ClassVar[tuple[str, ...]] = ("device_id", "gpu_instance_id", "pod_namespace", "pod_name")
+
+    device_id: str
+    gpu_instance_id: int | None = None
+    signal: str  # the catalog's name: throttle_power, memory_used_max, xid_count, …
+    value: float
+    window_s: float
+    saturation_scope: Literal["device", "instance", "physical_gpu", "exclusive", "device_shared"] = "device"
+    pod_name: str | None = None
+    pod_namespace: str | None = None
+    container_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterGpu(Record):  # scheduler-level GPU saturation of one resource, cluster-wide (k8s_cluster receiver)
+    resource_name: str
+    pending_pod_count: int | None = None  # None: the gauge is switched off
+    pending_request_total: int | None = None
+    requested_allocatable_ratio: float | None = None  # None also when nothing is allocatable
+
+
 def record_kind(record: Record) -> str:
     """The kind a user filters on; a Totals record is of its scope's kind."""
     if isinstance(record, Totals):
@@ -469,6 +490,8 @@ RECORD_TYPES: tuple[type[Record], ...] = (
     Workload,
     Totals,
     DeviceTotals,
+    Saturation,
+    ClusterGpu,
 )
 """Every concrete record type, in the order a Batch carries them (``pipeline/batch.py``)."""
 

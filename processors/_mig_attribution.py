@@ -237,7 +237,9 @@ def _collection(batch: Batch, device_id: str, slices: dict[int, int | None]) -> 
         value = a.gr_engine_active if a.gr_engine_active is not None else a.sm_active
         if value is not None:
             weights[a.gpu_instance_id] = value * (slices.get(a.gpu_instance_id) or 1)
-    signals = next((dict(s.fields) for s in batch.device_signals if s.device_id == device_id), {})
+    signals = next(
+        (dict(s.fields) for s in batch.device_signals if s.device_id == device_id and s.source == "dcgm"), {}
+    )
     energy_j = signals.get("energy_j")
     return Collection(
         after_s=first.collected_after_s,

@@ -16,6 +16,7 @@ from typing import Literal
 
 from wattpipe.simulator.hardware import mig_profile_memory_mib
 from wattpipe.simulator.node import SimulatedNode
+from wattpipe.simulator.saturation_truth import thermal_s, xid_last
 
 __all__ = ["DEFAULT_FIELDS", "FIELDS", "OPTIONAL_FIELDS", "Row", "render"]
 
@@ -66,7 +67,8 @@ def _clock_event_reasons(node: SimulatedNode, row: Row) -> int:
     truth = node.truth
     capped = truth.device_capped_s(row.gpu, row.t1_s) > truth.device_capped_s(row.gpu, row.t0_s)
     idle = truth.activity(row.gpu, None, row.t0_s, row.t1_s) == 0.0
-    return (0x4 if capped else 0) | (0x1 if idle else 0)  # sw_power_cap, gpu_idle
+    thermal = thermal_s(node, row.gpu, row.t1_s) > thermal_s(node, row.gpu, row.t0_s)
+    return (0x4 if capped else 0) | (0x1 if idle else 0) | (0x20 if thermal else 0)  # sw_power_cap, idle, sw_thermal
 
 
 _Kind = Literal["gauge", "counter"]
@@ -85,7 +87,8 @@ FIELDS: dict[str, tuple[_Kind, str, Value]] = {
                              _whole_gpu_only(lambda n, r: round(100 * _activity(n, r)))),
     "DCGM_FI_DEV_MEM_COPY_UTIL": ("gauge", "Memory utilization (in %).",
                                   _whole_gpu_only(lambda n, r: round(50 * _activity(n, r)))),
-    "DCGM_FI_DEV_XID_ERRORS": ("gauge", "Value of the last XID error encountered.", lambda n, r: 0),
+    "DCGM_FI_DEV_XID_ERRORS": ("gauge", "Value of the last XID error encountered.",
+                               lambda n, r: xid_last(n, r.gpu, r.t1_s)),
     "DCGM_FI_DEV_FB_FREE": ("gauge", "Framebuffer memory free (in MiB).",
                             lambda n, r: _fb_total_mib(n, r) - _fb_used_mib(n, r)),
     "DCGM_FI_DEV_FB_USED": ("gauge", "Framebuffer memory used (in MiB).", _fb_used_mib),
@@ -114,7 +117,7 @@ FIELDS: dict[str, tuple[_Kind, str, Value]] = {
     "DCGM_FI_DEV_POWER_VIOLATION": ("counter", "Throttling duration due to power constraints (in ns).",
                                     lambda n, r: round(n.truth.device_capped_s(r.gpu, r.t1_s) * 1e9)),
     "DCGM_FI_DEV_THERMAL_VIOLATION": ("counter", "Throttling duration due to thermal constraints (in ns).",
-                                      lambda n, r: 0),
+                                      lambda n, r: round(thermal_s(n, r.gpu, r.t1_s) * 1e9)),
     "DCGM_FI_DEV_SYNC_BOOST_VIOLATION": ("counter", "Throttling duration due to sync-boost constraints (in ns).",
                                          lambda n, r: 0),
     "DCGM_FI_DEV_BOARD_LIMIT_VIOLATION": ("counter", "Throttling duration due to board limit constraints (in ns).",

@@ -16,6 +16,7 @@ from wattpipe.simulator._ctypes_io import DeviceRef, as_int, out, write_handle, 
 from wattpipe.simulator._util_samples import utilisation_entries
 from wattpipe.simulator.hardware import gpu_model_info, mig_profile_memory_mib
 from wattpipe.simulator.node import SimulatedNode
+from wattpipe.simulator.saturation_truth import thermal_s
 
 __all__ = ["DEVICE_CALLS", "Impl"]
 
@@ -367,4 +368,44 @@ def _compute_instance_id(node: SimulatedNode, t_s: float, device: DeviceRef, ci:
     if device.gi is None:
         return NOT_SUPPORTED
     out(ci).value = 0  # one compute instance per GPU instance, as the GPU Operator creates them
+    return SUCCESS
+
+
+# --- saturation (docs/saturation.md) ------------------------------------------------------------------
+
+
+def _throttled_s(node: SimulatedNode, gpu: int, policy: int, t_s: float) -> float | None:
+    """Cumulative seconds the GPU was held back by ``policy`` (POWER 0, THERMAL 1, SYNC_BOOST 2, BOARD_LIMIT 3)."""
+    if policy == pynvml.NVML_PERF_POLICY_POWER:
+        return node.truth.device_capped_s(gpu, t_s)
+    if policy == pynvml.NVML_PERF_POLICY_THERMAL:
+        return thermal_s(node, gpu, t_s)
+    if policy in (pynvml.NVML_PERF_POLICY_SYNC_BOOST, pynvml.NVML_PERF_POLICY_BOARD_LIMIT):
+        return 0.0
+    return None
+
+
+@_call("nvmlDeviceGetViolationStatus")
+def _violation_status(node: SimulatedNode, t_s: float, device: DeviceRef, policy: Any, violation: Any) -> int:
+    if device.gi is not None:
+        return NOT_SUPPORTED
+    held_s = _throttled_s(node, device.gpu, as_int(policy), t_s)
+    if held_s is None:
+        return NOT_SUPPORTED
+    result = out(violation)
+    result.referenceTime = round(node.wall_at(t_s) * 1e6)  # CPU µs
+    result.violationTime = round(held_s * 1e9)  # cumulative ns
+    return SUCCESS
+
+
+@_call("nvmlDeviceGetCurrentClocksEventReasons")
+@_call("nvmlDeviceGetCurrentClocksThrottleReasons")
+def _clocks_event_reasons(node: SimulatedNode, t_s: float, device: DeviceRef, reasons: Any) -> int:
+    if device.gi is not None:
+        return NOT_SUPPORTED
+    gpu, since_s = device.gpu, max(0.0, t_s - 1.0)
+    capped = node.truth.device_capped_s(gpu, t_s) > node.truth.device_capped_s(gpu, since_s)
+    thermal = thermal_s(node, gpu, t_s) > thermal_s(node, gpu, since_s)
+    idle = node.truth.activity(gpu, None, since_s, t_s) == 0.0 if t_s > 0 else True
+    out(reasons).value = (0x4 if capped else 0) | (0x20 if thermal else 0) | (0x1 if idle else 0)
     return SUCCESS

@@ -50,6 +50,13 @@ SYMBOLS: frozenset[str] = frozenset(
         "nvmlDeviceGetP2PStatus",
         "nvmlDeviceGetNvLinkState",
         "nvmlDeviceGetNvLinkRemotePciInfo_v2",
+        "nvmlDeviceGetViolationStatus",
+        "nvmlDeviceGetCurrentClocksEventReasons",
+        "nvmlDeviceGetCurrentClocksThrottleReasons",
+        "nvmlEventSetCreate",
+        "nvmlEventSetFree",
+        "nvmlDeviceRegisterEvents",
+        "nvmlEventSetWait_v2",
     }
 )
 

@@ -75,7 +75,9 @@ class DcgmExporter:
         self.node = node
         spec = node.scenario.dcgm
         self.options = options or DcgmExporterOptions(
-            collect_interval_s=spec.collect_interval_s, collect_offset_s=spec.collect_offset_s
+            collect_interval_s=spec.collect_interval_s,
+            collect_offset_s=spec.collect_offset_s,
+            extra_fields=tuple(spec.extra_fields),
         )
         self._allocations = _allocations(node)
         self.requests: Counter[str] = Counter()  # GET /metrics answered (to the end) with: "metrics" or a fault's kind

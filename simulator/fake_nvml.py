@@ -15,6 +15,7 @@ from typing import Any
 
 import pynvml
 
+import wattpipe.simulator._nvml_events
 import wattpipe.simulator._nvml_topology  # noqa: F401  (registers the topology calls)
 from wattpipe.simulator._ctypes_io import decode_handle
 from wattpipe.simulator._nvml_calls import DEVICE_CALLS, INVALID_ARGUMENT, SUCCESS, UNINITIALIZED, Impl, mig_uuid

@@ -86,9 +86,18 @@ class Gpu(_Model):
     memory_mib: int | None = Field(default=None, gt=0)  # None → from the model name
     mig: MigSpec | None = None
     topology: Topology = Field(default_factory=Topology)
+    # Saturation (docs/saturation.md): [start_s, end_s) spans of thermal throttling, and [at_s, code] XIDs.
+    thermal_throttle: list[tuple[float, float]] = Field(default_factory=list)
+    xid: list[tuple[float, int]] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _check(self) -> Gpu:
+        for start_s, end_s in self.thermal_throttle:
+            if not 0 <= start_s < end_s:
+                raise ValueError(f"thermal_throttle [{start_s}, {end_s}]: need 0 <= start_s < end_s")
+        for at_s, code in self.xid:
+            if at_s < 0 or code <= 0:
+                raise ValueError(f"xid [{at_s}, {code}]: need at_s >= 0 and a positive XID code")
         if self.max_w < self.idle_w:
             raise ValueError(f"max_w ({self.max_w}) is below idle_w ({self.idle_w})")
         if self.uuid and not re.fullmatch(
@@ -194,12 +203,77 @@ class DcgmSpec(_Model):
 
     collect_interval_s: float = Field(default=30.0, gt=0)
     collect_offset_s: float = Field(default=0.0, ge=0)  # collections at offset + k·interval
+    extra_fields: list[str] = Field(default_factory=list)  # beyond the default counters, e.g. the violations
 
     @model_validator(mode="after")
     def _offset_within_interval(self) -> DcgmSpec:
         if self.collect_offset_s >= self.collect_interval_s:
             raise ValueError("collect_offset_s must be less than collect_interval_s")
         return self
+
+
+class ClusterNode(_Model):
+    name: str = Field(min_length=1)
+    allocatable: dict[str, int] = Field(default_factory=dict)  # e.g. {nvidia.com/gpu: 8}
+
+
+class ClusterPod(_Model):
+    """A pod of the wider cluster (the k8s_cluster receiver's view): Pending from ``created_s`` until
+    ``scheduled_s`` (None: never), then Running on ``node`` until ``finished_s`` (None: never)."""
+
+    name: str = Field(min_length=1)
+    namespace: str = "default"
+    requests: dict[str, int] = Field(default_factory=dict)  # resource → devices, per container
+    containers: int = Field(default=1, ge=1)
+    created_s: float = Field(default=0.0, ge=0)
+    scheduled_s: float | None = None
+    node: str = ""
+    finished_s: float | None = None
+    claims: list[str] = Field(default_factory=list)  # DRA ResourceClaims (same namespace) its first container uses
+
+    @model_validator(mode="after")
+    def _order(self) -> ClusterPod:
+        if self.scheduled_s is not None and (self.scheduled_s < self.created_s or not self.node):
+            raise ValueError(f"pod {self.name}: scheduled_s needs a node and must not be before created_s")
+        if self.finished_s is not None and (self.scheduled_s is None or self.finished_s < self.scheduled_s):
+            raise ValueError(f"pod {self.name}: finished_s needs scheduled_s before it")
+        return self
+
+
+class DraDevice(_Model):
+    name: str = Field(min_length=1)
+    uuid: str = Field(min_length=1)  # the driver's ``uuid`` attribute: GPU-… (or MIG-…)
+
+
+class DraSlice(_Model):
+    """A ResourceSlice (resource.k8s.io/v1): one pool of devices a DRA driver publishes for a node."""
+
+    name: str = Field(min_length=1)
+    node: str = Field(min_length=1)
+    driver: str = "gpu.nvidia.com"
+    pool: str = ""  # "" → the node's name
+    devices: list[DraDevice] = Field(default_factory=list)
+
+
+class DraClaim(_Model):
+    """A ResourceClaim, allocated at ``allocated_s`` to ``devices`` (``pool/device``) and reserved for ``pod``."""
+
+    name: str = Field(min_length=1)
+    namespace: str = "default"
+    pod: str = Field(min_length=1)  # a cluster pod in the same namespace
+    shared_with: list[str] = Field(default_factory=list)  # more pods the claim is reserved for (a shared claim)
+    driver: str = "gpu.nvidia.com"
+    devices: list[str] = Field(default_factory=list)
+    allocated_s: float = Field(default=0.0, ge=0)
+
+
+class ClusterSpec(_Model):
+    """The cluster beyond this node, for the cluster-wide receiver and DRA (simulator/k8s_cluster_api.py)."""
+
+    nodes: list[ClusterNode] = Field(default_factory=list)
+    pods: list[ClusterPod] = Field(default_factory=list)
+    slices: list[DraSlice] = Field(default_factory=list)
+    claims: list[DraClaim] = Field(default_factory=list)
 
 
 class Scenario(_Model):
@@ -209,6 +283,7 @@ class Scenario(_Model):
     processes: list[Process] = Field(default_factory=list)
     cpu: CpuSpec = Field(default_factory=CpuSpec)
     dcgm: DcgmSpec = Field(default_factory=DcgmSpec)
+    cluster: ClusterSpec = Field(default_factory=ClusterSpec)
     faults: list[Annotated[Fault, Field(discriminator="target")]] = Field(default_factory=list)
 
     @model_validator(mode="after")

@@ -26,6 +26,8 @@ import yaml
 from wattpipe.pipeline.clock import RealClock
 from wattpipe.pipeline.components import Receiver, call_optional
 from wattpipe.pipeline.config import ConfigError, parse_duration
+from wattpipe.pipeline.records import Record
+from wattpipe.saturation_probe import print_saturation_sources
 from wattpipe.steps import (
     EXIT_CONFIG,
     EXIT_OK,
@@ -124,6 +126,7 @@ async def _probe(receiver: Receiver, args: argparse.Namespace, out: TextIO, err:
     try:
         await call_optional(receiver, "start")
         batches = []
+        records: Sequence[Record] = ()
         for i in range(args.count):
             if i:
                 await asyncio.sleep(args.every)
@@ -139,6 +142,7 @@ async def _probe(receiver: Receiver, args: argparse.Namespace, out: TextIO, err:
         await call_optional(receiver, "shutdown")
     json.dump(batches[0] if args.count == 1 else batches, out, indent=2, sort_keys=True)
     out.write("\n")
+    print_saturation_sources(records, getattr(receiver, "provides", ()), err)
     return EXIT_OK
 
 

@@ -29,8 +29,10 @@ from wattpipe.pipeline.clock import Clock, RealClock, SteppedClock
 from wattpipe.pipeline.components import Registry
 from wattpipe.pipeline.config import Config, ConfigError
 from wattpipe.pipeline.graph import Graph
+from wattpipe.pipeline.records import Saturation
 from wattpipe.pipeline.runtime import Service
 from wattpipe.progress import SimulationProgress
+from wattpipe.simulator.saturation_truth import saturation_rows
 from wattpipe.steps import EXIT_CONFIG, EXIT_OK
 
 __all__ = ["TruthCollector", "cmd_demo", "cmd_simulate", "truth_report"]
@@ -50,9 +52,12 @@ class TruthCollector:
         # Per device, the (start, end) wall times of the intervals wattpipe declared it could not split
         # (an outage's gap, a failed process listing): their energy is unattributed by design.
         self.unattributable: dict[str, list[tuple[float, float]]] = {}
+        self.saturation: tuple[Saturation, ...] = ()  # the last tick's: the last complete window
 
     async def export(self, batch: Batch) -> None:
         self.ticks += 1
+        if "saturation" in batch.present:
+            self.saturation = batch.saturation
         for p in batch.device_power:
             d = self.device.setdefault(p.device_id, {"counter": 0, "idle": 0, "attributed": 0, "unattributed": 0})
             d["counter"] += p.energy_mj
@@ -80,6 +85,7 @@ def truth_report(collector: TruthCollector, node: simulator.SimulatedNode) -> di
         sums[0] = node.truth.container_energy_j(container, t_s)
     for (namespace, pod), sums in by_pod.items():
         sums[0] = node.truth.pod_energy_j(namespace, pod, t_s)
+    saturation = saturation_rows(collector.saturation, node)
     return {
         "ticks": collector.ticks,
         "simulated_s": t_s,
@@ -100,6 +106,7 @@ def truth_report(collector: TruthCollector, node: simulator.SimulatedNode) -> di
             {"namespace": ns, "name": pod, "true_j": s[0], "true_unattributable_j": s[2], "attributed_j": s[1]}
             for (ns, pod), s in sorted(by_pod.items())
         ],
+        **({"saturation": saturation} if saturation else {}),  # only where a saturation processor ran
     }
 
 

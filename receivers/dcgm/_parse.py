@@ -7,7 +7,8 @@ whole-GPU rows beside GPU-instance rows, and families in any order (even split i
 
 How rows become records:
 - a row with ``GPU_I_ID`` belongs to that MIG GPU instance of the GPU named by ``UUID`` (the parent's);
-- per instance, ``GR_ENGINE_ACTIVE`` (and ``SM_ACTIVE``) becomes a :class:`MigActivity`;
+- per instance, ``GR_ENGINE_ACTIVE`` (and ``SM_ACTIVE``) becomes a :class:`MigActivity`, whose ``fields``
+  carry every field the instance owns (profiling ratios, framebuffer) for the saturation processor;
 - per GPU, one :class:`DeviceSignals` holding every other field in SI units. A board field that a MIG
   GPU repeats on every instance row (power, energy, temperature, clocks) is taken ONCE: from the
   whole-GPU row if there is one, else from the instance with the lowest ``GPU_I_ID`` (the repeats can
@@ -155,6 +156,14 @@ class _Device:
 class _Instance:
     profile: str | None
     activity: dict[str, tuple[int, float]] = field(default_factory=dict)  # name → (spelling rank, value)
+    own: dict[str, tuple[int, float]] = field(default_factory=dict)  # the instance's own fields, ranked so
+
+
+def _ranked(table: dict[str, tuple[int, float]], name: str, spelling: int, value: float) -> None:
+    """Keep ``value`` under ``name`` unless a better-ranked spelling is already there."""
+    held = table.get(name)
+    if held is None or spelling < held[0]:
+        table[name] = (spelling, value)
 
 
 _ACTIVITY = frozenset({"gr_engine_active", "sm_active"})
@@ -184,13 +193,12 @@ def to_records(
             device.offer(signal.name, (0, spelling, 0), value)
             continue
         instance = instances.setdefault((s.uuid, s.gpu_instance_id), _Instance(s.profile))
-        if instance.profile is None:
-            instance.profile = s.profile
+        instance.profile = instance.profile or s.profile
         if signal.name in _ACTIVITY:
-            held = instance.activity.get(signal.name)
-            if held is None or spelling < held[0]:
-                instance.activity[signal.name] = (spelling, value)
-        if not instance_scoped(s.field):
+            _ranked(instance.activity, signal.name, spelling, value)
+        if instance_scoped(s.field):
+            _ranked(instance.own, signal.name, spelling, value)
+        else:
             device.offer(signal.name, (1, spelling, s.gpu_instance_id), value)
     order = sorted(devices, key=lambda uuid: (devices[uuid].index is None, devices[uuid].index or 0, uuid))
     position = {uuid: pos for pos, uuid in enumerate(order)}
@@ -217,6 +225,7 @@ def to_records(
                 collected_after_s=new.after_s if new else None,
                 collected_by_s=new.by_s if new else None,
                 window_s=window_s,
+                fields=tuple(sorted((name, value) for name, (_, value) in instance.own.items())),
             )
         )
     return records

@@ -33,6 +33,7 @@ from wattpipe.pipeline.telemetry import ComponentTelemetry
 from wattpipe.receivers.nvml._device import DeviceReader, Reading
 from wattpipe.receivers.nvml._errors import DeviceLost, LibraryMissing, NvmlFailure, nvml_call
 from wattpipe.receivers.nvml._mig import MigLayout
+from wattpipe.receivers.nvml._xid import XidEvents
 
 __all__ = ["NvmlConfig", "NvmlReceiver", "factory"]
 
@@ -50,6 +51,9 @@ class NvmlConfig(ComponentConfig):
     """How often a MIG GPU's instance layout is re-read (also at once when a process names an unknown instance)."""
     reinit_backoff: Duration = 5.0
     reinit_backoff_max: Duration = 300.0
+    saturation: bool = False
+    """Also read the saturation fields (violation counters, clock event reasons, memory) as DeviceSignals
+    for the ``saturation`` processor: its source where no dcgm-exporter runs (docs/saturation.md)."""
 
 
 @dataclass
@@ -81,6 +85,10 @@ class NvmlReceiver:
 
     def __init__(self, config: NvmlConfig, ctx: CreateContext) -> None:
         self.config = config
+        self.xids: XidEvents | None = None
+        if config.saturation:
+            self.provides = NvmlReceiver.provides | {"device_signals"}
+            self.xids = XidEvents()
         self.clock = ctx.clock
         self.log = ctx.logger
         self.rl: ComponentTelemetry = ctx.telemetry
@@ -153,6 +161,7 @@ class NvmlReceiver:
             name=name,
             handle=handle,
             read_utilisation=self.config.process_utilization,
+            read_saturation=self.config.saturation,
             mig_layout=MigLayout(self.config.mig_layout_refresh),
             # Only samples from now on: the driver's buffer holds older ones (Kepler reads them all).
             last_seen_us=int(self.clock.wall() * 1e6),
@@ -203,6 +212,8 @@ class NvmlReceiver:
             slot.executor.shutdown(wait=False, cancel_futures=True)
         self._opener.shutdown(wait=False, cancel_futures=True)
         if self.available:
+            if self.xids is not None:
+                await asyncio.to_thread(self.xids.close)
             try:
                 await asyncio.to_thread(nvml_call, pynvml.nvmlShutdown)
             except NvmlFailure as exc:
@@ -243,10 +254,29 @@ class NvmlReceiver:
                     )
                     continue
                 reading = pending.result()
-                readings[self.slots.index(slot)] = [reading.device, *reading.processes, *reading.instances]
+                readings[self.slots.index(slot)] = [
+                    reading.device,
+                    *reading.processes,
+                    *reading.instances,
+                    *reading.signals,
+                ]
                 for problem in reading.problems:
                     self._warn(slot, problem, f"GPU {slot.reader.index}: {problem}; that value is absent")
-        return [record for pos in sorted(readings) for record in readings[pos]]
+        records = [record for pos in sorted(readings) for record in readings[pos]]
+        if self.xids is not None:
+            records += await asyncio.to_thread(self._xid_records, now)
+        return records
+
+    def _xid_records(self, now: Timestamp) -> list[Record]:
+        assert self.xids is not None
+        for slot in self.slots:
+            if not slot.down:
+                self.xids.register(slot.reader.handle, slot.reader.uuid)
+        self.xids.drain()
+        for problem in self.xids.problems:
+            self.rl.log.log(logging.WARNING, "xid", f"nvml: {problem}; its XIDs are absent")
+        self.xids.problems.clear()
+        return list(self.xids.records(now))
 
     async def _all_done(self, futures: list[Future[Reading]]) -> None:
         """Until every read is done or ``device_timeout`` passed: one wake-up of the event loop when the

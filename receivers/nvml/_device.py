@@ -11,10 +11,11 @@ import pynvml
 
 from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.constructors import new_process_sample
-from wattpipe.pipeline.records import DeviceSample, GpuProcessSample, MigInstance
+from wattpipe.pipeline.records import DeviceSample, DeviceSignals, GpuProcessSample, MigInstance
 from wattpipe.receivers.nvml._errors import DeviceLost, NotFound, NotSupported, NvmlFailure, nvml_call
 from wattpipe.receivers.nvml._mig import MigLayout
 from wattpipe.receivers.nvml._raw import ProcessEntry, ProcessList, UtilisationSamples
+from wattpipe.receivers.nvml._saturation import read_saturation
 
 __all__ = ["COMPUTE_MODES", "DeviceReader", "Reading", "integrate_utilisation"]
 
@@ -99,6 +100,7 @@ class Reading:
     processes: list[GpuProcessSample]
     problems: list[str] = field(default_factory=list)  # absent values, and why
     instances: list[MigInstance] = field(default_factory=list)
+    signals: list[DeviceSignals] = field(default_factory=list)  # saturation fields (``saturation: true``)
 
 
 def _optional(problems: list[str], fn: Callable[..., T], *args: Any) -> T | None:
@@ -124,6 +126,7 @@ class DeviceReader:
     name: str
     handle: Any
     read_utilisation: bool = True
+    read_saturation: bool = False
     last_seen_us: int = 0  # newest utilisation sample already consumed (driver's µs CPU clock)
     mig_layout: MigLayout = field(default_factory=lambda: MigLayout(refresh_s=60.0))
     prev_read_wall_s: float | None = None
@@ -136,10 +139,12 @@ class DeviceReader:
     def read(self, now: Timestamp) -> Reading:
         problems: list[str] = []
         device = self._device_sample(now, problems)
+        signals = read_saturation(self.handle, self.uuid, now, problems) if self.read_saturation else None
+        saturation = [signals] if signals is not None else []
         procs = _optional(problems, self.list_processes, self.handle)
         if procs is None:
             # Unknown, not empty: "nobody on it" would let idle learn busy power and bill no one.
-            return Reading(dataclasses.replace(device, processes_known=False), [], problems)
+            return Reading(dataclasses.replace(device, processes_known=False), [], problems, signals=saturation)
         mig_enabled = device.mig_enabled is True  # (always a bool here: this reader read the mode)
         processes = self._process_samples(now, procs, mig_enabled, problems)
         instances: list[MigInstance] = []
@@ -147,7 +152,7 @@ class DeviceReader:
             instances = self._mig_instances(now, processes, problems)
         else:
             self.mig_layout.forget()
-        return Reading(device, processes, problems, instances)
+        return Reading(device, processes, problems, instances, saturation)
 
     def _device_sample(self, now: Timestamp, problems: list[str]) -> DeviceSample:
         """The device's own readings: power, energy counter, compute and MIG mode, utilisation."""

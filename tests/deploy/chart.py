@@ -50,6 +50,9 @@ def render_config(v: dict[str, Any]) -> dict[str, Any]:
     if v["dcgm"]["enabled"]:
         cfg["receivers"]["dcgm"] = v["dcgm"]["config"]
         metrics["receivers"] = [*metrics["receivers"], "dcgm"]
+    if v.get("dra", {}).get("enabled"):
+        cfg["receivers"]["dra"] = v["dra"]["config"]
+        metrics["receivers"] = [*metrics["receivers"], "dra"]
     if v["k8s"]["enabled"]:
         cfg["processors"]["k8s"] = v["k8s"]["config"]
         processors: list[str] = []

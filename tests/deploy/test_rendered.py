@@ -30,6 +30,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "dcgm-discovered": {"dcgm": {"enabled": True}},
     "k8s": {"k8s": {"enabled": True}},
     "k8s-dcgm": {"k8s": {"enabled": True}, "dcgm": {"enabled": True}},
+    "dra": {"dra": {"enabled": True}, "k8s": {"enabled": True}},
     "runtime-class": {"driver": {"mode": "runtimeClass"}},
     "otlp": {"otlp": {"endpoint": OTLP}},
     "nvml-only": {"procfs": {"enabled": False}, "podResources": {"enabled": False}, "hostSys": {"enabled": False}},

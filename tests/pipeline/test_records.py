@@ -14,6 +14,7 @@ from wattpipe.pipeline.batch import Batch, LabelAction
 from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.constructors import new_process_sample, new_share, new_totals
 from wattpipe.pipeline.records import (
+    ClusterGpu,
     DeviceAllocation,
     DevicePower,
     DeviceSample,
@@ -26,6 +27,7 @@ from wattpipe.pipeline.records import (
     MigActivity,
     MigInstance,
     Record,
+    Saturation,
     Totals,
     Workload,
     record_kind,
@@ -79,6 +81,8 @@ def one_of_each() -> list[Record]:
             attributed_energy_mj=1000000,
             unattributed_energy_mj=0,
         ),
+        Saturation(time=T, device_id="GPU-0", signal="throttle_power", value=0.25, window_s=60.0),
+        ClusterGpu(time=T, resource_name="nvidia.com/gpu", pending_pod_count=2),
         GpuLink(time=T, gpu_a=0, gpu_b=1, link="NV2", pcie="NODE", nvlinks=2, score=220),
         GpuSetScore(time=T, size=2, free_gpus=2, score=220, gpus="0,1"),
     ]
@@ -89,7 +93,7 @@ def test_with_records_routes_each_record_type_to_its_field_and_marks_it_present(
     out = batch().with_records(records)
 
     assert out.present == frozenset(Batch.FIELDS)
-    assert out.count() == len(Batch.FIELDS) == 15
+    assert out.count() == len(Batch.FIELDS) == 17
     for record in records:
         field = Batch.field_for(type(record))
         assert getattr(out, field) == (record,), field
@@ -181,7 +185,7 @@ def test_values_render_timestamps_and_pairs_as_json_ready_objects() -> None:
     signals = DeviceSignals(time=T, device_id="GPU-0", fields=(("power_w", 251.0), ("sm_active", 0.75)))
 
     assert total.values() == {"energy_mj": 12500, "start": {"monotonic_s": 900.0, "wall_s": 1_767_225_500.0}}
-    assert signals.values() == {"fields": {"power_w": 251.0, "sm_active": 0.75}}
+    assert signals.values() == {"fields": {"power_w": 251.0, "sm_active": 0.75}, "source": "dcgm"}
 
 
 def test_to_json_has_type_kind_time_attributes_and_values() -> None:

@@ -50,6 +50,10 @@ off. tests/deploy mirrors these steps to validate each combination without helm.
 {{- $_ := set $cfg.receivers "dcgm" .Values.dcgm.config }}
 {{- $_ := set $metrics "receivers" (append $metrics.receivers "dcgm") }}
 {{- end }}
+{{- if .Values.dra.enabled }}
+{{- $_ := set $cfg.receivers "dra" .Values.dra.config }}
+{{- $_ := set $metrics "receivers" (append $metrics.receivers "dra") }}
+{{- end }}
 {{- if .Values.k8s.enabled }}
 {{- $_ := set $cfg.processors "k8s" .Values.k8s.config }}
 {{- $processors := list }}
@@ -71,4 +75,14 @@ off. tests/deploy mirrors these steps to validate each combination without helm.
 {{- end }}
 {{- toYaml $cfg }}
 {{- end }}
+{{- end }}
+
+{{/*
+The cluster-wide pipeline (templates/cluster.yaml): files/cluster.yaml with the k8s_cluster receiver's
+options from the cluster.config value.
+*/}}
+{{- define "wattpipe.clusterConfig" -}}
+{{- $cfg := .Files.Get "files/cluster.yaml" | fromYaml }}
+{{- $_ := set $cfg.receivers "k8s_cluster" .Values.cluster.config }}
+{{- toYaml $cfg }}
 {{- end }}

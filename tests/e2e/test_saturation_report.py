@@ -1,0 +1,204 @@
+"""Saturation end to end: `simulate --report` against ground truth, absent fields, and real dcgm-exporter texts."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from wattpipe.cli import main
+from wattpipe.pipeline.batch import Batch
+from wattpipe.pipeline.clock import SteppedClock, Timestamp
+from wattpipe.processors.saturation import SaturationConfig, SaturationProcessor
+from wattpipe.receivers.dcgm import parse_exposition, to_records
+from wattpipe.simulator import DcgmExporter, DcgmExporterOptions, SimulatedNode, build
+from wattpipe.simulator._dcgm_text import FIELDS
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIO = ROOT / "configs" / "scenarios" / "saturation.yaml"
+FIXTURES = ROOT / "tests" / "fixtures" / "dcgm-exporter"
+RATES = ("pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s", "nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s")
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> dict:  # type: ignore[type-arg]
+    path = tmp_path_factory.mktemp("sat") / "report.json"
+    err = io.StringIO()
+    args = ["simulate", "-c", str(ROOT / "configs" / "saturation.yaml"), "--scenario", str(SCENARIO),
+            "--duration", "5m", "--report", str(path), "--log-level", "error"]  # fmt: skip
+    # A module fixture runs before the per-test logging restore (tests/conftest.py): restore it here.
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    try:
+        assert main(args, io.StringIO(), err) == 0, err.getvalue()
+    finally:
+        root.setLevel(level)
+        root.handlers[:] = handlers
+    return json.loads(path.read_text())  # type: ignore[no-any-return]
+
+
+def test_every_ratio_is_within_0_01_of_truth(report: dict) -> None:  # type: ignore[type-arg]
+    rows = report["saturation"]
+    assert len(rows) > 80
+    for row in rows:
+        assert row["true_value"] is not None, row
+        if row["signal"] in RATES:
+            assert row["value"] == pytest.approx(row["true_value"], rel=0.01, abs=1.0), row
+        else:
+            assert abs(row["value"] - row["true_value"]) <= 0.01, row
+
+
+def test_the_scenario_shows_each_kind_of_saturation(report: dict) -> None:  # type: ignore[type-arg]
+    uuid = [g["uuid"] for g in report["devices"]]
+    got = {(r["uuid"], r["gi"], r["signal"]): round(r["value"], 9) for r in report["saturation"]}
+    capped, hot, full, mig, _dra = sorted(uuid, key=lambda u: [r["uuid"] for r in report["saturation"]].index(u))
+    assert got[(capped, None, "throttle_power")] == 1.0
+    assert got[(capped, None, "clock_event_sw_power_cap")] == 1.0
+    assert got[(hot, None, "throttle_thermal")] == 1.0
+    assert got[(hot, None, "xid_count")] == 1.0  # the 79 at 250 s; 13 at 200 s is outside the last 60 s
+    assert got[(full, None, "memory_pressure")] == 1.0
+    assert got[(mig, 9, "memory_pressure")] == 1.0
+    assert got[(mig, 2, "memory_used_max")] == 0.0
+    # The clock-event bitmask is the physical GPU's: never on an instance's own series.
+    assert not [k for k in got if k[1] is not None and k[2].startswith(("clock_event_", "throttle_", "xid"))]
+
+
+def test_pods_get_their_gpus_saturation_with_the_right_scope(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = yaml.safe_load((ROOT / "configs" / "saturation.yaml").read_text())
+    config["exporters"] = {"console": {"format": "json", "kinds": ["saturation"]}}
+    config["service"]["pipelines"]["metrics"]["exporters"] = ["console"]
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(config))
+    args = ["simulate", "-c", str(path), "--scenario", str(SCENARIO), "--duration", "70s", "--log-level", "error"]
+    assert main(args, io.StringIO(), io.StringIO()) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]  # console
+    last = max(r["time"] for r in rows)
+    got = {
+        (r["attributes"]["pod_name"], r["values"]["signal"]): (r["values"]["saturation_scope"], r["values"]["value"])
+        for r in rows
+        if r["time"] == last and "pod_name" in r["attributes"]
+    }
+    assert got[("trainer-0", "throttle_power")] == ("exclusive", pytest.approx(1.0))
+    assert got[("shared-a", "memory_pressure")] == ("device_shared", 1.0)  # the device's, not a's own
+    assert got[("shared-b", "memory_pressure")] == ("device_shared", 1.0)
+    assert got[("mig-small", "memory_used_max")] == ("instance", pytest.approx(0.95))
+    assert got[("mig-small", "clock_event_sw_power_cap")] == ("physical_gpu", 0.0)
+
+
+def test_existing_configs_get_no_saturation_section(tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    args = ["simulate", "--scenario", str(SCENARIO), "--duration", "30s", "--report", str(path), "--log-level", "error"]
+    assert main(args, io.StringIO(), io.StringIO()) == 0
+    assert "saturation" not in json.loads(path.read_text())
+
+
+# --- absent fields give absent series, per field group ------------------------------------------------
+
+GROUPS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    # group → (its dcgm fields, the signals they make)
+    "throttle": (
+        ("DCGM_FI_DEV_POWER_VIOLATION", "DCGM_FI_DEV_THERMAL_VIOLATION", "DCGM_FI_DEV_SYNC_BOOST_VIOLATION",
+         "DCGM_FI_DEV_BOARD_LIMIT_VIOLATION"),
+        ("throttle_power", "throttle_thermal", "throttle_sync_boost", "throttle_board_limit"),
+    ),
+    "clock_events": (("DCGM_FI_DEV_CLOCKS_EVENT_REASONS",), ("clock_event_sw_power_cap", "clock_event_hw_thermal")),
+    "memory": (("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE"), ("memory_used_avg", "memory_used_max", "memory_pressure")),
+    "xid": (("DCGM_FI_DEV_XID_ERRORS",), ("xid_count",)),
+    "dram": (("DCGM_FI_PROF_DRAM_ACTIVE",), ("dram_active_avg", "dram_active_max")),
+    "sm": (("DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_SM_OCCUPANCY"), ("sm_active_avg", "sm_occupancy_max")),
+    "pcie": (("DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES"), ("pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s")),
+    "nvlink": (("DCGM_FI_PROF_NVLINK_TX_BYTES", "DCGM_FI_PROF_NVLINK_RX_BYTES"), ("nvlink_tx_bytes_per_s",)),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def node() -> Iterator[SimulatedNode]:
+    with build(SCENARIO, SteppedClock()) as built:
+        yield built
+
+
+def _signals(node: SimulatedNode, fields: tuple[str, ...]) -> set[str]:
+    exporter = DcgmExporter(node, DcgmExporterOptions(fields=fields, collect_interval_s=10.0))
+    try:
+        processor = SaturationProcessor(SaturationConfig())
+        batch = None
+        for t in range(60, 130, 10):
+            now = Timestamp(float(t), 1_700_000_000.0 + t)
+            records = to_records(parse_exposition(exporter.metrics_text(float(t))).series, now)
+            batch = processor.process(Batch(time=now, interval_s=10.0, node="n").with_records(records))
+        assert batch is not None
+        return {s.signal for s in batch.saturation}
+    finally:
+        exporter.close()
+
+
+@pytest.mark.parametrize("group", sorted(GROUPS))
+def test_a_field_group_absent_gives_no_series_and_present_gives_them(node: SimulatedNode, group: str) -> None:
+    fields, signals = GROUPS[group]
+    without = tuple(name for name in FIELDS if name not in fields)
+    assert not set(signals) & _signals(node, without)
+    assert set(signals) <= _signals(node, fields)
+
+
+# --- real dcgm-exporter texts -------------------------------------------------------------------------
+
+
+def _values(text: str, field: str) -> dict[tuple[str, str | None], float]:
+    out = {}
+    for line in text.splitlines():
+        if line.startswith(field + "{"):
+            uuid = re.search(r'UUID="([^"]+)"', line)
+            gi = re.search(r'GPU_I_ID="([^"]+)"', line)
+            assert uuid is not None
+            out[(uuid.group(1), gi.group(1) if gi else None)] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+@pytest.mark.parametrize("fixture", ["t4_2gpu_nonmig_pod_labels.txt", "a100_mig_4instances_gpu_operator.txt"])
+def test_real_exporter_text_parses_into_the_same_signals(fixture: str) -> None:
+    text = (FIXTURES / fixture).read_text()
+    now = Timestamp(1.0, 1_700_000_001.0)
+    batch = Batch(time=now, interval_s=5.0, node="n").with_records(to_records(parse_exposition(text).series, now))
+    got = {
+        (s.device_id, s.gpu_instance_id, s.signal): s.value
+        for s in SaturationProcessor(SaturationConfig()).process(batch).saturation
+    }
+    used, free = _values(text, "DCGM_FI_DEV_FB_USED"), _values(text, "DCGM_FI_DEV_FB_FREE")
+    dram = _values(text, "DCGM_FI_PROF_DRAM_ACTIVE")
+    assert used
+    for (uuid, gi), mib in used.items():
+        key = (uuid, None if gi is None else int(gi))
+        assert got[(*key, "memory_used_max")] == pytest.approx(mib / (mib + free[(uuid, gi)]))
+        assert got[(*key, "dram_active_avg")] == pytest.approx(dram[(uuid, gi)])
+    for uuid in {u for u, _ in used}:
+        assert got[(uuid, None, "xid_count")] == 0.0  # the field is there: a first reading counts nothing
+        assert (uuid, None, "throttle_power") not in got  # violation counters are off by default: absent
+        assert (uuid, None, "clock_event_sw_power_cap") not in got
+
+
+def test_dcgm_last_code_field_undercounts_repeated_xids(node: SimulatedNode) -> None:
+    # The scenario raises 13, 13 again, then 79 (200, 230, 250 s): dcgm's field shows 13 → 79, two changes.
+    exporter = DcgmExporter(node, DcgmExporterOptions(fields=("DCGM_FI_DEV_XID_ERRORS",), collect_interval_s=10.0))
+    try:
+        processor = SaturationProcessor(SaturationConfig(window=1000.0))
+        batch = None
+        for t in range(10, 310, 10):
+            now = Timestamp(float(t), 1_700_000_000.0 + t)
+            records = to_records(parse_exposition(exporter.metrics_text(float(t))).series, now)
+            batch = processor.process(Batch(time=now, interval_s=10.0, node="n").with_records(records))
+        assert batch is not None
+        gpu1 = node.scenario.gpus[1].uuid
+        [count] = [
+            s.value for s in batch.saturation if s.device_id == gpu1 and s.signal == "xid_count" and not s.pod_name
+        ]
+        assert count == 2.0  # of 3: the docs say why
+    finally:
+        exporter.close()

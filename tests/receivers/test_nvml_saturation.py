@@ -1,0 +1,95 @@
+"""The nvml receiver's saturation fields (``saturation: true``) against the simulator, through the processor."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.context import make_context
+from wattpipe import simulator
+from wattpipe.pipeline.batch import Batch
+from wattpipe.pipeline.clock import SteppedClock
+from wattpipe.pipeline.records import DeviceSignals
+from wattpipe.processors.saturation import SaturationConfig, SaturationProcessor
+from wattpipe.receivers.nvml import NvmlConfig, NvmlReceiver
+from wattpipe.simulator.saturation_truth import true_signal
+
+SCENARIO = Path(__file__).resolve().parents[2] / "configs" / "scenarios" / "saturation.yaml"
+
+
+def _run(
+    saturation: bool, seconds: int = 120, window_s: float = 60.0
+) -> tuple[Batch, NvmlReceiver, simulator.SimulatedNode]:
+    clock = SteppedClock()
+    node = simulator.install(SCENARIO, clock)
+    receiver = NvmlReceiver(NvmlConfig(saturation=saturation), make_context("nvml", "receiver", clock))
+    processor = SaturationProcessor(SaturationConfig(window=window_s))
+    try:
+        asyncio.run(receiver.start())
+        batch = None
+        for _ in range(0, seconds, 5):
+            clock.advance(5.0)
+            records = asyncio.run(receiver.collect())
+            batch = processor.process(Batch(time=clock.now(), interval_s=5.0, node="n").with_records(records))
+        assert batch is not None
+        return batch, receiver, node
+    finally:
+        asyncio.run(receiver.shutdown())
+        simulator.uninstall()
+
+
+@pytest.fixture(scope="module")
+def measured() -> tuple[Batch, NvmlReceiver, simulator.SimulatedNode]:
+    return _run(True)
+
+
+def test_nvml_fields_are_device_signals_of_source_nvml(
+    measured: tuple[Batch, NvmlReceiver, simulator.SimulatedNode],
+) -> None:
+    batch, receiver, _ = measured
+    assert "device_signals" in receiver.provides
+    assert {s.source for s in batch.device_signals} == {"nvml"}
+    fields = dict(batch.device_signals[0].fields)
+    assert set(fields) >= {"power_violation_s", "thermal_violation_s", "clocks_event_reasons", "fb_used_bytes"}
+
+
+def test_nvml_signals_match_truth_within_0_01(measured: tuple[Batch, NvmlReceiver, simulator.SimulatedNode]) -> None:
+    batch, _, node = measured
+    uuids = [g.uuid for g in node.scenario.gpus]
+    t1 = 120.0
+    checked = 0
+    for s in batch.saturation:
+        if s.pod_name is not None or s.gpu_instance_id is not None:
+            continue
+        truth = true_signal(node, uuids.index(s.device_id), None, s.signal, t1 - s.window_s, t1)
+        assert truth is not None, s.signal
+        assert abs(s.value - truth) <= 0.01, (s.device_id, s.signal, s.value, truth)
+        checked += 1
+    values = {(s.device_id, s.signal): s.value for s in batch.saturation if s.pod_name is None}
+    assert values[(uuids[0], "throttle_power")] == pytest.approx(1.0)
+    assert values[(uuids[1], "throttle_thermal")] == pytest.approx(1.0)
+    assert values[(uuids[1], "clock_event_sw_thermal")] == 1.0
+    assert values[(uuids[2], "memory_pressure")] == 1.0
+    assert values[(uuids[0], "xid_count")] == 0.0  # registered, none raised: an observed 0
+    assert (uuids[0], "dram_active_avg") not in values  # a DCGM profiling field: absent without dcgm
+    assert checked >= 40
+
+
+def test_saturation_off_reads_nothing() -> None:
+    batch, receiver, _ = _run(False, seconds=10)
+    assert "device_signals" not in receiver.provides
+    assert not [r for r in batch.device_signals if isinstance(r, DeviceSignals)]
+    assert batch.saturation == ()
+
+
+def test_xid_count_from_nvml_events_is_exact() -> None:
+    # 13 at 200 s, 13 again at 230 s, 79 at 250 s: three, though two share a code (dcgm's field sees two).
+    batch, _, node = _run(True, seconds=300, window_s=1000.0)
+    gpu1 = node.scenario.gpus[1].uuid
+    values = {(s.device_id, s.signal): s.value for s in batch.saturation if s.pod_name is None}
+    assert values[(gpu1, "xid_count")] == 3.0
+    batch, _, node = _run(True, seconds=300, window_s=60.0)
+    values = {(s.device_id, s.signal): s.value for s in batch.saturation if s.pod_name is None}
+    assert values[(gpu1, "xid_count")] == 1.0  # only 79 in (240, 300]
