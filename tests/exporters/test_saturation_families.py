@@ -12,7 +12,7 @@ from wattpipe.exporters.otlp import OtlpConfig, OtlpExporter
 from wattpipe.exporters.prometheus import PrometheusConfig, PrometheusExporter
 from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.clock import Timestamp
-from wattpipe.pipeline.families import SATURATION_SIGNALS
+from wattpipe.pipeline.families_saturation import SATURATION_SIGNALS
 from wattpipe.pipeline.records import ClusterGpu, DeviceSample, Saturation
 from wattpipe.processors._saturation_signals import SIGNALS
 
