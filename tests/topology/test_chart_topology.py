@@ -26,8 +26,9 @@ def one(found: list[dict[str, Any]], kind: str, name_suffix: str = "") -> dict[s
     return doc
 
 
-def node_rules(found: list[dict[str, Any]]) -> list[list[str]]:
-    return [rule["verbs"] for rule in one(found, "ClusterRole")["rules"] if rule["resources"] == ["nodes"]]
+def node_rules(found: list[dict[str, Any]], name_suffix: str = "wattpipe") -> list[list[str]]:
+    role = one(found, "ClusterRole", name_suffix)
+    return [rule["verbs"] for rule in role["rules"] if rule["resources"] == ["nodes"]]
 
 
 def test_off_by_default_no_extender_and_no_node_access() -> None:
@@ -91,7 +92,18 @@ def test_extender_node_cache_and_tls() -> None:
     assert container["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
     assert pod["volumes"] == [{"name": "web", "secret": {"secretName": "extender-tls"}}]
     assert pod["automountServiceAccountToken"] is True
-    assert node_rules(found) == [["patch"], ["get", "list"]]
+    # Least privilege: the agent patches its node, the extender reads nodes; neither gets the other's right.
+    assert node_rules(found) == [["patch"]]
+    assert node_rules(found, "-extender") == [["get", "list"]]
+    assert one(found, "ClusterRole", "-extender")["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}
+    ]
+    account = pod["serviceAccountName"]
+    assert account == one(found, "ServiceAccount", "-extender")["metadata"]["name"]
+    assert account != one(found, "DaemonSet")["spec"]["template"]["spec"]["serviceAccountName"]
+    binding = one(found, "ClusterRoleBinding", "-extender")
+    assert binding["roleRef"]["name"] == one(found, "ClusterRole", "-extender")["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": "monitoring"}]
 
 
 def _selects(selector: dict[str, str], labels: dict[str, str]) -> bool:

@@ -40,6 +40,14 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
+{{- define "wattpipe.extenderServiceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- printf "%s-extender" (include "wattpipe.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- include "wattpipe.serviceAccountName" . }}
+{{- end }}
+{{- end }}
+
 {{- define "wattpipe.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
 {{- default (include "wattpipe.fullname" .) .Values.serviceAccount.name }}
