@@ -1,4 +1,9 @@
-"""`wattpipe extender` answers kube-scheduler requests (k8s.io/kube-scheduler/extender/v1 JSON) over HTTP."""
+"""`wattpipe extender` answers kube-scheduler requests (k8s.io/kube-scheduler/extender/v1 JSON) over HTTP.
+
+fixtures/extender_args.json is an ExtenderArgs as kube-scheduler sends it with ``nodeCacheCapable: false`` (the
+v1 json names ``pod``, ``nodes``; a full Pod and NodeList), assembled by hand in that shape: no cluster was at
+hand to capture one from a running scheduler.
+"""
 
 from __future__ import annotations
 
