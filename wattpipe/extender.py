@@ -96,6 +96,10 @@ def _candidates(args: Mapping[str, Any], lookup: NodeLookup | None) -> dict[str,
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise ExtenderError("ExtenderArgs needs 'nodes' (a NodeList) or 'nodenames' (a list of names)")
     if lookup is None:
+        log.warning(
+            "the scheduler sent node names only (its extender config has nodeCacheCapable: true) but this extender "
+            "runs without --node-cache: no node's annotation can be read, none is scored; run it with --node-cache"
+        )
         return dict.fromkeys(names)
     looked_up = lookup(names)
     return {name: _topology(name, looked_up.get(name)) for name in names}

@@ -26,8 +26,9 @@ def one(found: list[dict[str, Any]], kind: str, name_suffix: str = "") -> dict[s
     return doc
 
 
-def node_rules(found: list[dict[str, Any]]) -> list[list[str]]:
-    return [rule["verbs"] for rule in one(found, "ClusterRole")["rules"] if rule["resources"] == ["nodes"]]
+def node_rules(found: list[dict[str, Any]], name_suffix: str = "wattpipe") -> list[list[str]]:
+    role = one(found, "ClusterRole", name_suffix)
+    return [rule["verbs"] for rule in role["rules"] if rule["resources"] == ["nodes"]]
 
 
 def test_off_by_default_no_extender_and_no_node_access() -> None:
@@ -76,7 +77,7 @@ def test_extender_deployment_and_service() -> None:
     assert pod["automountServiceAccountToken"] is False
     service = one(found, "Service", "-extender")
     assert service["spec"]["ports"] == [{"name": "extender", "port": 8890, "targetPort": "extender"}]
-    assert service["spec"]["selector"]["app.kubernetes.io/component"] == "extender"
+    assert service["spec"]["selector"]["app.kubernetes.io/name"] == "wattpipe-extender"
 
 
 def test_extender_node_cache_and_tls() -> None:
@@ -91,4 +92,38 @@ def test_extender_node_cache_and_tls() -> None:
     assert container["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
     assert pod["volumes"] == [{"name": "web", "secret": {"secretName": "extender-tls"}}]
     assert pod["automountServiceAccountToken"] is True
-    assert node_rules(found) == [["patch"], ["get", "list"]]
+    # Least privilege: the agent patches its node, the extender reads nodes; neither gets the other's right.
+    assert node_rules(found) == [["patch"]]
+    assert node_rules(found, "-extender") == [["get", "list"]]
+    assert one(found, "ClusterRole", "-extender")["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}
+    ]
+    account = pod["serviceAccountName"]
+    assert account == one(found, "ServiceAccount", "-extender")["metadata"]["name"]
+    assert account != one(found, "DaemonSet")["spec"]["template"]["spec"]["serviceAccountName"]
+    binding = one(found, "ClusterRoleBinding", "-extender")
+    assert binding["roleRef"]["name"] == one(found, "ClusterRole", "-extender")["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": "monitoring"}]
+
+
+def _selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return all(labels.get(key) == value for key, value in selector.items())
+
+
+def test_agent_and_extender_select_only_their_own_pods() -> None:
+    # A DaemonSet must not select pods of another workload (Kubernetes' DaemonSet docs), and the agent's
+    # Service and ServiceMonitor must not send scrapes to the extender, nor the extender's Service requests
+    # to the agents.
+    found = docs({**ON, "serviceMonitor": {"enabled": True}})
+    agent_pod = one(found, "DaemonSet")["spec"]["template"]["metadata"]["labels"]
+    extender = one(found, "Deployment", "-extender")
+    extender_pod = extender["spec"]["template"]["metadata"]["labels"]
+    assert _selects(extender["spec"]["selector"]["matchLabels"], extender_pod)
+    assert not _selects(one(found, "DaemonSet")["spec"]["selector"]["matchLabels"], extender_pod)
+    agent_service = next(d for d in found if d["kind"] == "Service" and not d["metadata"]["name"].endswith("-extender"))
+    assert not _selects(agent_service["spec"]["selector"], extender_pod)
+    assert not _selects(one(found, "Service", "-extender")["spec"]["selector"], agent_pod)
+    assert _selects(one(found, "Service", "-extender")["spec"]["selector"], extender_pod)
+    monitor = one(found, "ServiceMonitor")["spec"]["selector"]["matchLabels"]
+    assert _selects(monitor, agent_service["metadata"]["labels"])
+    assert not _selects(monitor, one(found, "Service", "-extender")["metadata"]["labels"])

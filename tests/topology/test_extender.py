@@ -1,4 +1,9 @@
-"""`wattpipe extender` answers kube-scheduler requests (k8s.io/kube-scheduler/extender/v1 JSON) over HTTP."""
+"""`wattpipe extender` answers kube-scheduler requests (k8s.io/kube-scheduler/extender/v1 JSON) over HTTP.
+
+fixtures/extender_args.json is an ExtenderArgs as kube-scheduler sends it with ``nodeCacheCapable: false`` (the
+v1 json names ``pod``, ``nodes``; a full Pod and NodeList), assembled by hand in that shape: no cluster was at
+hand to capture one from a running scheduler.
+"""
 
 from __future__ import annotations
 
@@ -204,3 +209,16 @@ def test_node_cache_without_an_api_server_is_a_config_error(monkeypatch: pytest.
     assert "no Kubernetes API to look nodes up in" in err.getvalue()
     assert main(["extender", "--listen", "nonsense"], io.StringIO(), err) == 2
     assert "'nonsense' is not host:port" in err.getvalue()
+
+
+def test_node_names_without_node_cache_say_why_nothing_is_scored(caplog: pytest.LogCaptureFixture) -> None:
+    # nodeCacheCapable: true in the scheduler but no --node-cache here: every node is unknown. Say so, each request.
+    args = recorded()
+    args.pop("nodes")
+    args["nodenames"] = ["v100-node-1", "v100-node-4"]
+    with caplog.at_level("WARNING", logger="wattpipe.extender"):
+        assert prioritize(args) == [{"host": "v100-node-1", "score": 0}, {"host": "v100-node-4", "score": 0}]
+        assert filter_nodes(args)["nodenames"] == ["v100-node-1", "v100-node-4"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 2
+    assert all("--node-cache" in w and "nodeCacheCapable" in w for w in warnings)

@@ -20,10 +20,17 @@ from wattpipe.pipeline.topology_annotation import ANNOTATION, decode
 
 class _Api(BaseHTTPRequestHandler):
     patches: list[tuple[str, str, dict[str, Any]]] = []
+    fail_next = 0
 
     def do_PATCH(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.patches.append((self.path, self.headers["Content-Type"], body))
+        if _Api.fail_next:
+            _Api.fail_next -= 1
+            self.send_response(500)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         answer = json.dumps({"apiVersion": "v1", "kind": "Node", "metadata": {"name": self.path.rsplit("/", 1)[1]}})
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -38,6 +45,7 @@ class _Api(BaseHTTPRequestHandler):
 def api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, str, dict[str, Any]]]]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Api)
     _Api.patches = []
+    _Api.fail_next = 0
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     kubeconfig = tmp_path / "kubeconfig"
@@ -80,3 +88,15 @@ def test_nothing_is_written_without_set_scores(api: list[tuple[str, str, dict[st
     exporter = NodeAnnotationExporter(NodeAnnotationConfig(node_name="x"), make_context("node_annotation", "exporter"))
     asyncio.run(exporter.export(placement().process(kep_batch())))  # no allocations answer: no scores
     assert api == []
+
+
+def test_a_failed_patch_is_retried_at_the_next_tick(api: list[tuple[str, str, dict[str, Any]]]) -> None:
+    exporter = NodeAnnotationExporter(NodeAnnotationConfig(node_name="x"), make_context("node_annotation", "exporter"))
+    batch = placement().process(kep_batch(allocations=()))
+    _Api.fail_next = 1
+    with pytest.raises(Exception, match="500"):
+        asyncio.run(exporter.export(batch))  # the runtime logs and counts the failed export
+    asyncio.run(exporter.export(batch))  # the same annotation: written now, since the first never landed
+    asyncio.run(exporter.export(batch))
+    assert len(api) == 2
+    assert decode(api[1][2]["metadata"]["annotations"][ANNOTATION]).free == tuple(range(8))

@@ -22,6 +22,32 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
+{{/*
+The extender's own name label: its pods must not match the agent DaemonSet's selector (a DaemonSet claims
+the pods its selector matches), the agent Service's or the ServiceMonitor's.
+*/}}
+{{- define "wattpipe.extenderSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "wattpipe.name" . }}-extender
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "wattpipe.extenderLabels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "wattpipe.extenderSelectorLabels" . }}
+app.kubernetes.io/component: extender
+app.kubernetes.io/part-of: {{ include "wattpipe.name" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "wattpipe.extenderServiceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- printf "%s-extender" (include "wattpipe.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- include "wattpipe.serviceAccountName" . }}
+{{- end }}
+{{- end }}
+
 {{- define "wattpipe.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
 {{- default (include "wattpipe.fullname" .) .Values.serviceAccount.name }}
