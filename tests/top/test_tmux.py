@@ -134,6 +134,16 @@ def test_top_in_tmux_shows_the_demo_tree_and_follows_the_keys(pane: Pane) -> Non
     assert row(screen, "GPU 1 ")[0] < row(screen, "GPU 0 ")[0]
     pane.press("j")
     pane.wait(lambda s: "sorted by joules (reversed)" in s, 15, "sorted by joules")
+    # Narrowed to 80 columns: redrawn to fit, every number whole, the GPU details that do not fit named.
+    pane.tmux("resize-window", "-t", "top", "-x", "80", "-y", "50")
+    screen = pane.wait(lambda s: "not shown at 80 columns:" in s, 15, "the screen redrawn at 80 columns")
+    assert max(len(line) for line in screen.splitlines()) <= 80
+    header = next(line for line in screen.splitlines() if line.startswith("GPU / pod"))
+    assert re.search(r" W +active W +J +share", header), header
+    assert "…" not in header
+    process_line = screen.splitlines()[row(screen, "4242 python")[0]]
+    assert re.search(r"python +\d+\.\d +[\d,]+ +\d+\.\d%$", process_line.rstrip()), process_line
+    assert watts(screen, "GPU 0 NVIDIA H100 80GB HBM3") > 72
     pane.press("q")
     screen = pane.wait(lambda s: "top exited" in s, 20, "top to exit")
     assert "top exited 0" in screen
