@@ -37,6 +37,9 @@ __all__ = ["add_arguments", "main"]
 
 EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
 _DEMO_START_S = 60.0  # how long the demo may take to serve its first scrape
+_ONCE_DEMO_SETTLE_S = 15.0
+"""With the demo, ``--once`` waits up to this long after its first power reading for a tick that attributes
+something (the first tick has GPU power but no process yet); a scenario without processes prints after it."""
 LOCAL_URL = "http://127.0.0.1:28282/metrics"
 """Where top looks first without ``--url``: the Prometheus exporter's default listen address."""
 
@@ -172,10 +175,17 @@ def _apply_key(key: str, view: View) -> bool:
     return True
 
 
+def _settled(snapshot: Snapshot, first_measured: float | None) -> bool:
+    """The demo's screen is worth printing: a tick attributed something, or none did for a while after power."""
+    attributed = any(row.kind != "unattributed" for gpu in snapshot.gpus for row in gpu.rows)
+    return attributed or (first_measured is not None and time.monotonic() - first_measured > _ONCE_DEMO_SETTLE_S)
+
+
 def _once(source: _Source, view: View, console: Console, wait_s: float) -> int:
-    """Scrape until the first good reading (the demo needs a moment), print the screen, exit."""
+    """Scrape until the first good reading (with the demo, one that attributes something), print it, exit."""
     deadline = time.monotonic() + wait_s
     history = History()
+    first_measured: float | None = None
     while True:
         try:
             snapshot = source.fetch()
@@ -186,7 +196,8 @@ def _once(source: _Source, view: View, console: Console, wait_s: float) -> int:
             time.sleep(0.5)
             continue
         measured = any(gpu.watts is not None for gpu in snapshot.gpus)
-        if measured or source.demo is None or time.monotonic() > deadline:
+        first_measured = first_measured or (time.monotonic() if measured else None)
+        if source.demo is None or time.monotonic() > deadline or (measured and _settled(snapshot, first_measured)):
             history.add(snapshot)
             console.print(render(snapshot, history, view))
             return EXIT_OK

@@ -176,3 +176,11 @@ def test_into_a_pipe_top_prints_one_screen_and_exits(local_wattpipe: str) -> Non
     assert done.stdout.count("wattpipe top") == 1
     assert "\x1b[?1049h" not in done.stdout  # no alternate screen
     assert "4242 python" in done.stdout
+
+
+def test_once_with_the_demo_waits_for_a_tick_that_attributes_something() -> None:
+    """The demo's first tick has GPU power but no process yet: one screen of it would show no pod at all."""
+    done = top("--demo", "--once")
+    assert done.returncode == 0, done.stderr
+    assert "ml/trainer-0" in done.stdout
+    assert "4242 python" in done.stdout
