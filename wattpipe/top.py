@@ -22,6 +22,7 @@ import tempfile
 import termios
 import time
 import tty
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -33,7 +34,7 @@ from rich.live import Live
 from wattpipe._top_model import Snapshot, parse
 from wattpipe._top_view import SORTS, History, View, render
 
-__all__ = ["add_arguments", "main"]
+__all__ = ["add_arguments", "main", "metrics_url"]
 
 EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
 _DEMO_START_S = 60.0  # how long the demo may take to serve its first scrape
@@ -50,8 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--url",
         default=None,
-        help=f"a running wattpipe's /metrics (e.g. http://node:28282/metrics); default: {LOCAL_URL} if a wattpipe "
-        "answers there, else the demo, started by top",
+        help=f"a running wattpipe's /metrics (e.g. http://node:28282/metrics; node:28282 reads the same); default: "
+        f"{LOCAL_URL} if a wattpipe answers there, else the demo, started by top",
     )
     parser.add_argument("--demo", action="store_true", help="start the demo and read it, even if a wattpipe is local")
     parser.add_argument("--every", type=float, default=2.0, help="seconds between scrapes (default 2)")
@@ -106,11 +107,18 @@ def _answers(url: str) -> bool:
         return False
 
 
+def metrics_url(given: str) -> str:
+    """``--url`` as read: ``http://`` when no scheme is given, ``/metrics`` when no path is."""
+    url = given if "://" in given else f"http://{given}"
+    parts = urllib.parse.urlsplit(url)
+    return parts._replace(path="/metrics").geturl() if parts.path in ("", "/") else url
+
+
 @contextlib.contextmanager
 def _source(args: argparse.Namespace) -> Iterator[_Source]:
     """The URL given, or ``wattpipe demo`` started on a free port (stopped when top stops)."""
     if args.url:
-        yield _Source(args.url)
+        yield _Source(metrics_url(args.url))
         return
     if not args.demo and _answers(LOCAL_URL):
         yield _Source(LOCAL_URL)
