@@ -29,6 +29,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, ValidationError, field_validator
 
 from wattpipe.pipeline.components import ComponentConfig, ComponentKind, Registry
+from wattpipe.pipeline.durations import format_duration, parse_duration  # re-exported, as before
 from wattpipe.pipeline.errors import ConfigError  # re-exported: `from pipeline.config import ConfigError` still works
 from wattpipe.pipeline.yamlsource import KeyPath, SourceError, YamlSource, format_path, load_yaml_text
 
@@ -58,44 +59,6 @@ KINDS: tuple[tuple[str, ComponentKind], ...] = (
 
 
 # --- durations -------------------------------------------------------------------------------
-
-_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
-_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def parse_duration(value: object) -> float:
-    """``500ms``, ``5s``, ``2m``, ``1h``, ``1m30s`` or a plain number of seconds → seconds."""
-    if isinstance(value, bool):
-        raise ValueError("a duration, like 500ms, 5s or 2m, is needed here, not true/false")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    elif isinstance(value, str):
-        text = value.strip()
-        pos, seconds = 0, 0.0
-        for match in _DURATION_RE.finditer(text):
-            if match.start() != pos:
-                break
-            seconds += float(match.group(1)) * _UNIT_S[match.group(2)]
-            pos = match.end()
-        if pos != len(text) or not text:
-            raise ValueError(f"'{value}' is not a duration; write it like 500ms, 5s, 2m or 1h")
-    else:
-        raise ValueError(f"a duration, like 500ms, 5s or 2m, is needed here, not {type(value).__name__}")
-    if seconds < 0:
-        raise ValueError("a duration cannot be negative")
-    return seconds
-
-
-def format_duration(seconds: float) -> str:
-    if seconds == 0:
-        return "0s"
-    for unit, size in (("h", 3600.0), ("m", 60.0), ("s", 1.0)):
-        if seconds >= size and (seconds / size).is_integer():
-            return f"{int(seconds / size)}{unit}"
-    if (seconds * 1000).is_integer():
-        return f"{int(seconds * 1000)}ms"
-    return f"{seconds}s"
-
 
 Duration = Annotated[float, BeforeValidator(parse_duration), PlainSerializer(format_duration, return_type=str)]
 """Seconds, written in config as ``500ms``, ``5s``, ``2m``; printed back the same way."""
@@ -423,7 +386,27 @@ def _top_level(source: YamlSource) -> tuple[_Sections, ServiceConfig | None, lis
             service = ServiceConfig.model_validate(data["service"])
         except ValidationError as exc:
             errors.extend(_pydantic_messages(exc, source, ("service",), ServiceConfig))
+            service = _pipelines_only(data["service"])  # its references still checked
     return sections, service, errors
+
+
+def _pipelines_only(raw: object) -> ServiceConfig | None:
+    """The pipelines' component lists of a ``service:`` that did not validate, if every list is one of names.
+
+    Only the references are checked on it: every interval is the same placeholder, so none is compared."""
+    pipes = raw.get("pipelines") if isinstance(raw, dict) else None
+    if not isinstance(pipes, dict) or not all(isinstance(p, dict) for p in pipes.values()):
+        return None
+    lists: dict[str, PipelineConfig] = {}
+    for name, pipe in pipes.items():
+        parts = {s: pipe.get(s) or [] for s in ("receivers", "processors", "exporters")}
+        if not all(isinstance(v, list) and all(isinstance(i, str) for i in v) for v in parts.values()):
+            return None  # what a broken list meant is unknown: no reference guessed from it
+        receivers, processors, exporters = parts.values()
+        lists[str(name)] = PipelineConfig.model_construct(
+            interval=0.0, receivers=receivers, processors=processors, exporters=exporters
+        )
+    return ServiceConfig.model_construct(pipelines=lists)
 
 
 def _component_configs(
@@ -472,7 +455,7 @@ def _pipeline_references(top: _TopLevel, source: YamlSource) -> list[str]:
                 if ref in seen:
                     errors.append(f"{where}: '{ref}' is listed twice in this pipeline")
                 seen.add(ref)
-                if ref not in defined:
+                if ref not in defined and isinstance(source.data.get(section) or {}, dict):  # else said already
                     hint = _suggest(ref, defined)
                     errors.append(f"{where}: {kind} '{ref}' is not defined under {section}:{hint}")
     return errors

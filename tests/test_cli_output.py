@@ -292,6 +292,47 @@ def test_a_section_that_is_not_a_mapping_does_not_hide_the_others(tmp_path: Path
     ]
 
 
+def test_a_service_that_does_not_validate_does_not_hide_undefined_and_unused_components(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "receivers:\n  nvml:\n    requird: true\nprocessors:\n  idle: {}\nexporters:\n  console: {}\n"
+        "service:\n  pipelines:\n    metrics:\n      receivers: [nvml, procfs]\n      processors: [attribution]\n"
+        "      exporters: [console, prometheus]\n      interval: 5 sec\n"
+    )
+    code, _, err = run_cli("validate", "-c", str(cfg))
+
+    assert code == 2
+    assert sorted(err.splitlines()) == sorted(
+        [
+            "error: c.yaml:14 service.pipelines.metrics.interval: '5 sec' is not a duration; write it like 500ms, "
+            "5s, 2m or 1h",
+            "error: c.yaml:3 receivers.nvml.requird: unknown option; did you mean 'required'?",
+            "error: c.yaml:11 service.pipelines.metrics.receivers[1]: receiver 'procfs' is not defined under receivers:",
+            "error: c.yaml:12 service.pipelines.metrics.processors[0]: processor 'attribution' is not defined under "
+            "processors:",
+            "error: c.yaml:13 service.pipelines.metrics.exporters[1]: exporter 'prometheus' is not defined under "
+            "exporters:",
+            "error: c.yaml:5 processors.idle: defined but not used in any pipeline (add it to a pipeline's processors "
+            "or remove it)",
+        ]
+    )
+
+
+def test_a_pipeline_whose_lists_are_broken_leaves_the_references_unchecked(tmp_path: Path) -> None:
+    """Which components a broken list meant is unknown: no 'defined but not used' guessed from it."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(
+        "receivers: {nvml: {}}\nexporters: {console: {}}\n"
+        "service: {pipelines: {metrics: {receivers: nvml, exporters: [console], interval: 5 sec}}}\n"
+    )
+    code, _, err = run_cli("validate", "-c", str(cfg))
+
+    assert code == 2
+    assert "not used" not in err
+    assert "'5 sec' is not a duration" in err
+    assert "receivers: Input should be a valid list" in err
+
+
 def test_scenario_errors_say_scenario_file_line_and_the_key_meant(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -4,6 +4,10 @@ Each GPU is a bold row (power, energy, idle baseline and its source, sharing and
 sparkline of its recent watts), followed by its consumers, indented: MIG instances, pods → containers →
 processes, those no pod claims, and the unattributed rest. ``share`` is a consumer's part of its GPU's
 active (above-idle) power this tick. Rows are sorted within each level by the chosen key.
+
+The table fits the width it is drawn at: the name and the numbers (W, active W, J, share) are always whole;
+the GPU's details (idle, sharing, attribution, recent W) follow in that order while they fit, and a line
+names those left out.
 """
 
 from __future__ import annotations
@@ -12,7 +16,8 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from rich.console import Group, RenderableType
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, Group, JustifyMethod, RenderableType, RenderResult
 from rich.table import Table
 from rich.text import Text
 
@@ -95,7 +100,31 @@ def _sorted(items: list[Row], view: View) -> list[Row]:
     return sorted(rows, key=lambda r: group.get(r.kind, 1))  # stable: the order within a group stays
 
 
-def _gpu_row(table: Table, gpu: Gpu, history: History) -> None:
+Cells = list[str | Text]
+"""One table row's cells, in :data:`_COLUMNS` order (a consumer's row stops after ``share``)."""
+
+_COLUMNS: tuple[tuple[str, JustifyMethod], ...] = (
+    ("GPU / pod / container / process", "left"),
+    ("W", "right"),
+    ("active W", "right"),
+    ("J", "right"),
+    ("share", "right"),
+    ("idle W (source)", "left"),
+    ("sharing", "left"),
+    ("attribution", "left"),
+    ("recent W", "left"),
+)
+_ALWAYS = 5
+"""The name and the numbers are always shown; the GPU's details after them, in order, as the width allows."""
+_NAME_MIN = 22
+"""The name column shrinks (with an ellipsis) down to this before a detail column is left out."""
+_GAP = 2
+"""Between two columns (rich's padding of one on each side)."""
+_NAME_TITLES = ("GPU / pod / container / process", "GPU / pod / container", "GPU / pod")
+"""The name column's title, the longest that fits when the column shrinks."""
+
+
+def _gpu_cells(gpu: Gpu, history: History) -> Cells:
     name = f"GPU {gpu.index if gpu.index is not None else '?'} {gpu.name or gpu.uuid}"
     if gpu.up is False:
         name += " (down)"
@@ -103,7 +132,7 @@ def _gpu_row(table: Table, gpu: Gpu, history: History) -> None:
     sharing = "MIG" if gpu.mig_enabled else (gpu.compute_mode or "—")
     mode = (gpu.mode or "—") + (f" ({gpu.model})" if gpu.model else "")
     trend = sparkline(history.watts.get(gpu.uuid, ()))
-    table.add_row(
+    return [
         Text(name, style="bold"),
         _number(gpu.watts),
         _number(gpu.active_w),
@@ -113,41 +142,82 @@ def _gpu_row(table: Table, gpu: Gpu, history: History) -> None:
         sharing,
         mode,
         Text(trend, style="green"),
-        style="bold",
-    )
+    ]
 
 
-def _consumer_rows(table: Table, gpu: Gpu, rows: list[Row], depth: int, view: View) -> None:
+def _consumer_cells(gpu: Gpu, rows: list[Row], depth: int, view: View) -> list[tuple[Cells, str]]:
+    out: list[tuple[Cells, str]] = []
     for row in _sorted(rows, view):
         label = "  " * depth + row.name
         if row.state and row.state != "running":
             label += f" ({row.state})"
         style = "dim" if row.kind == "unattributed" or row.state == "terminated" else ""
-        table.add_row(
-            f"{label}", _number(row.watts), "", _number(row.joules, 0), _share(row.watts, gpu.active_w), style=style
-        )
-        _consumer_rows(table, gpu, row.children, depth + 1, view)
+        out.append(([label, _number(row.watts), "", _number(row.joules, 0), _share(row.watts, gpu.active_w)], style))
+        out.extend(_consumer_cells(gpu, row.children, depth + 1, view))
+    return out
 
 
-def _table(snapshot: Snapshot, history: History, view: View) -> Table:
-    table = Table(expand=True, box=None, header_style="bold reverse", pad_edge=False)
-    for title, justify in (
-        ("GPU / pod / container / process", "left"),
-        ("W", "right"),
-        ("active W", "right"),
-        ("J", "right"),
-        ("share", "right"),
-        ("idle W (source)", "left"),
-        ("sharing", "left"),
-        ("attribution", "left"),
-        ("recent W", "left"),
-    ):
-        table.add_column(title, justify=justify, no_wrap=True)  # type: ignore[arg-type]
-    gpus = sorted(snapshot.gpus, key=_order(view), reverse=view.reverse)
-    for gpu in gpus:
-        _gpu_row(table, gpu, history)
-        _consumer_rows(table, gpu, gpu.rows, 1, view)
-    return table
+def _rows(snapshot: Snapshot, history: History, view: View) -> list[tuple[Cells, str]]:
+    rows: list[tuple[Cells, str]] = []
+    for gpu in sorted(snapshot.gpus, key=_order(view), reverse=view.reverse):
+        rows.append((_gpu_cells(gpu, history), "bold"))
+        rows.extend(_consumer_cells(gpu, gpu.rows, 1, view))
+    return rows
+
+
+def _natural(rows: list[tuple[Cells, str]]) -> list[int]:
+    """Each column's width with nothing cut: its longest cell or its title."""
+    widths = [cell_len(title) for title, _ in _COLUMNS]
+    for cells, _ in rows:
+        for i, cell in enumerate(cells):
+            widths[i] = max(widths[i], cell.cell_len if isinstance(cell, Text) else cell_len(cell))
+    return widths
+
+
+def _fitting(natural: list[int], width: int) -> list[int]:
+    """The columns shown at ``width``: the name and the numbers, then each detail while the next still fits."""
+    used = min(natural[0], _NAME_MIN) + sum(natural[1:_ALWAYS]) + _GAP * (_ALWAYS - 1)
+    shown = list(range(_ALWAYS))
+    for i in range(_ALWAYS, len(_COLUMNS)):
+        if used + _GAP + natural[i] > width:
+            break  # details keep their order: none shown after one left out
+        shown.append(i)
+        used += _GAP + natural[i]
+    return shown
+
+
+class _Fitted:
+    """The table drawn for the width it is given at each refresh (a resized terminal redraws to fit)."""
+
+    def __init__(self, rows: list[tuple[Cells, str]]) -> None:
+        self.rows = rows
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        width = options.max_width
+        natural = _natural(self.rows)
+        shown = _fitting(natural, width)
+        rest = sum(natural[i] for i in shown[1:]) + _GAP * (len(shown) - 1)
+        table = Table(expand=True, box=None, header_style="bold reverse", pad_edge=False)
+        for i in shown:
+            title, justify = _COLUMNS[i]
+            fixed = max(_NAME_MIN, width - rest) if i == 0 and natural[0] + rest > width else None
+            if fixed is not None:  # the name column shrinks: a shorter title, never a cut one
+                title = next(t for t in _NAME_TITLES if cell_len(t) <= fixed)
+            table.add_column(
+                title,
+                justify=justify,
+                no_wrap=True,
+                min_width=natural[i] if fixed is None else None,
+                width=fixed,
+                overflow="ellipsis",
+            )
+        for cells, style in self.rows:
+            padded = cells + [""] * (len(_COLUMNS) - len(cells))
+            table.add_row(*(padded[i] for i in shown), style=style)
+        yield table
+        hidden = [_COLUMNS[i][0] for i in range(len(_COLUMNS)) if i not in shown]
+        if hidden:
+            yield Text(f"not shown at {width} columns: {', '.join(hidden)} (widen the terminal)", style="dim")
 
 
 def render(snapshot: Snapshot | None, history: History, view: View) -> RenderableType:
@@ -165,7 +235,7 @@ def render(snapshot: Snapshot | None, history: History, view: View) -> Renderabl
     if view.status:
         parts.append(Text(view.status, style="yellow"))
     if snapshot is not None and snapshot.gpus:
-        parts.append(_table(snapshot, history, view))
+        parts.append(_Fitted(_rows(snapshot, history, view)))
     elif snapshot is not None:
         parts.append(Text("no GPU series in the exposition (is this a wattpipe /metrics?)", style="yellow"))
     parts.extend(Text(e, style="red") for e in view.errors)

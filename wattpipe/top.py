@@ -22,6 +22,7 @@ import tempfile
 import termios
 import time
 import tty
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -33,10 +34,13 @@ from rich.live import Live
 from wattpipe._top_model import Snapshot, parse
 from wattpipe._top_view import SORTS, History, View, render
 
-__all__ = ["add_arguments", "main"]
+__all__ = ["add_arguments", "main", "metrics_url"]
 
 EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
 _DEMO_START_S = 60.0  # how long the demo may take to serve its first scrape
+_ONCE_DEMO_SETTLE_S = 15.0
+"""With the demo, ``--once`` waits up to this long after its first power reading for a tick that attributes
+something (the first tick has GPU power but no process yet); a scenario without processes prints after it."""
 LOCAL_URL = "http://127.0.0.1:28282/metrics"
 """Where top looks first without ``--url``: the Prometheus exporter's default listen address."""
 
@@ -47,8 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--url",
         default=None,
-        help=f"a running wattpipe's /metrics (e.g. http://node:28282/metrics); default: {LOCAL_URL} if a wattpipe "
-        "answers there, else the demo, started by top",
+        help=f"a running wattpipe's /metrics (e.g. http://node:28282/metrics; node:28282 reads the same); default: "
+        f"{LOCAL_URL} if a wattpipe answers there, else the demo, started by top",
     )
     parser.add_argument("--demo", action="store_true", help="start the demo and read it, even if a wattpipe is local")
     parser.add_argument("--every", type=float, default=2.0, help="seconds between scrapes (default 2)")
@@ -103,11 +107,18 @@ def _answers(url: str) -> bool:
         return False
 
 
+def metrics_url(given: str) -> str:
+    """``--url`` as read: ``http://`` when no scheme is given, ``/metrics`` when no path is."""
+    url = given if "://" in given else f"http://{given}"
+    parts = urllib.parse.urlsplit(url)
+    return parts._replace(path="/metrics").geturl() if parts.path in ("", "/") else url
+
+
 @contextlib.contextmanager
 def _source(args: argparse.Namespace) -> Iterator[_Source]:
     """The URL given, or ``wattpipe demo`` started on a free port (stopped when top stops)."""
     if args.url:
-        yield _Source(args.url)
+        yield _Source(metrics_url(args.url))
         return
     if not args.demo and _answers(LOCAL_URL):
         yield _Source(LOCAL_URL)
@@ -172,10 +183,17 @@ def _apply_key(key: str, view: View) -> bool:
     return True
 
 
+def _settled(snapshot: Snapshot, first_measured: float | None) -> bool:
+    """The demo's screen is worth printing: a tick attributed something, or none did for a while after power."""
+    attributed = any(row.kind != "unattributed" for gpu in snapshot.gpus for row in gpu.rows)
+    return attributed or (first_measured is not None and time.monotonic() - first_measured > _ONCE_DEMO_SETTLE_S)
+
+
 def _once(source: _Source, view: View, console: Console, wait_s: float) -> int:
-    """Scrape until the first good reading (the demo needs a moment), print the screen, exit."""
+    """Scrape until the first good reading (with the demo, one that attributes something), print it, exit."""
     deadline = time.monotonic() + wait_s
     history = History()
+    first_measured: float | None = None
     while True:
         try:
             snapshot = source.fetch()
@@ -186,7 +204,8 @@ def _once(source: _Source, view: View, console: Console, wait_s: float) -> int:
             time.sleep(0.5)
             continue
         measured = any(gpu.watts is not None for gpu in snapshot.gpus)
-        if measured or source.demo is None or time.monotonic() > deadline:
+        first_measured = first_measured or (time.monotonic() if measured else None)
+        if source.demo is None or time.monotonic() > deadline or (measured and _settled(snapshot, first_measured)):
             history.add(snapshot)
             console.print(render(snapshot, history, view))
             return EXIT_OK

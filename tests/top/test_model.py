@@ -174,3 +174,47 @@ def test_no_share_of_a_gpu_drawing_nothing_above_idle() -> None:
     lines = {ln.strip().split("  ")[0]: ln for ln in screen(parse(text)).splitlines()}
     assert "%" not in lines["unattributed"]
     assert lines["unattributed"].rstrip().endswith("—")
+
+
+def _at(width: int, text: str = KEPLER) -> list[str]:
+    history = History()
+    for watts in (100, 172, 300):
+        history.add(parse(text.replace("} 172.0", f"}} {watts}.0")))
+    out = io.StringIO()
+    Console(file=out, width=width, color_system=None).print(render(parse(text), history, View()))
+    return out.getvalue().splitlines()
+
+
+@pytest.mark.parametrize("width", [80, 100, 120])
+def test_a_narrow_terminal_keeps_every_number_whole_and_names_the_columns_it_leaves_out(width: int) -> None:
+    lines = _at(width)
+    assert max(len(line) for line in lines) <= width
+    header = next(line for line in lines if line.startswith("GPU / pod"))
+    for title in ("W", "active W", "J", "share"):  # the numbers' headers, never cut
+        assert f" {title} " in f" {header} " or header.rstrip().endswith(f" {title}")
+    assert "…" not in header
+    gpu = next(line for line in lines if line.startswith("GPU 0"))
+    assert "172.0" in gpu.split()  # watts
+    assert "100.0" in gpu.split()  # active watts
+    assert "5,000" in gpu.split()  # joules
+    rows = {line.strip().split("  ")[0]: line for line in lines}
+    assert rows["ml/trainer-0"].split()[-3:] == ["70.0", "700", "70.0%"]
+    assert rows["4242 python"].split()[-3:] == ["70.0", "700", "70.0%"]
+    assert rows["900 sshd"].split()[-3:] == ["25.0", "—", "25.0%"]  # no joules series: absent
+    shown = [title for title in ("idle W (source)", "sharing", "attribution", "recent W") if title in header]
+    hidden = [title for title in ("idle W (source)", "sharing", "attribution", "recent W") if title not in shown]
+    if hidden:
+        assert f"not shown at {width} columns: {', '.join(hidden)} (widen the terminal)" in lines
+    assert "72.0 (quiet)" in gpu
+    assert "idle W (source)" in shown
+
+
+def test_a_wide_terminal_shows_every_column() -> None:
+    lines = _at(170)
+    header = next(line for line in lines if line.startswith("GPU / pod"))
+    for title in ("W", "active W", "J", "share", "idle W (source)", "sharing", "attribution", "recent W"):
+        assert title in header
+    assert not any(line.startswith("not shown at") for line in lines)
+    gpu = next(line for line in lines if line.startswith("GPU 0"))
+    assert "time_slicing (learned)" in gpu
+    assert "▃▅█" in gpu

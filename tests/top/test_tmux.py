@@ -90,6 +90,11 @@ def watts(screen: str, name: str) -> float:
     return float(row(screen, name)[1][0].replace(",", ""))
 
 
+def _table(screen: str) -> list[str]:
+    """The table's lines, without the title line (which says PAUSED)."""
+    return [line for line in screen.splitlines() if not line.startswith("wattpipe top")]
+
+
 def _all_pods(screen: str) -> bool:
     return all(p in screen for p in ("ml/trainer-0", "research/notebook-3", "ml/batch-7")) and "time_slicing" in screen
 
@@ -134,6 +139,24 @@ def test_top_in_tmux_shows_the_demo_tree_and_follows_the_keys(pane: Pane) -> Non
     assert row(screen, "GPU 1 ")[0] < row(screen, "GPU 0 ")[0]
     pane.press("j")
     pane.wait(lambda s: "sorted by joules (reversed)" in s, 15, "sorted by joules")
+    # Narrowed to 80 columns: redrawn to fit, every number whole, the GPU details that do not fit named.
+    pane.tmux("resize-window", "-t", "top", "-x", "80", "-y", "50")
+    screen = pane.wait(lambda s: "not shown at 80 columns:" in s, 15, "the screen redrawn at 80 columns")
+    assert max(len(line) for line in screen.splitlines()) <= 80
+    header = next(line for line in screen.splitlines() if line.startswith("GPU / pod"))
+    assert re.search(r" W +active W +J +share", header), header
+    assert "…" not in header
+    process_line = screen.splitlines()[row(screen, "4242 python")[0]]
+    assert re.search(r"python +\d+\.\d +[\d,]+ +\d+\.\d%$", process_line.rstrip()), process_line
+    assert watts(screen, "GPU 0 NVIDIA H100 80GB HBM3") > 72
+    # p pauses: the screen keeps its numbers over several scrapes (1 s apart) until p again.
+    pane.press("p")
+    paused = pane.wait(lambda s: "PAUSED" in s, 15, "PAUSED in the title")
+    time.sleep(3)
+    assert _table(pane.screen()) == _table(paused)
+    pane.press("p")
+    resumed = pane.wait(lambda s: "PAUSED" not in s and _table(s) != _table(paused), 15, "the numbers moving again")
+    assert "not shown at 80 columns:" in resumed
     pane.press("q")
     screen = pane.wait(lambda s: "top exited" in s, 20, "top to exit")
     assert "top exited 0" in screen

@@ -176,3 +176,33 @@ def test_into_a_pipe_top_prints_one_screen_and_exits(local_wattpipe: str) -> Non
     assert done.stdout.count("wattpipe top") == 1
     assert "\x1b[?1049h" not in done.stdout  # no alternate screen
     assert "4242 python" in done.stdout
+
+
+def test_once_with_the_demo_waits_for_a_tick_that_attributes_something() -> None:
+    """The demo's first tick has GPU power but no process yet: one screen of it would show no pod at all."""
+    done = top("--demo", "--once")
+    assert done.returncode == 0, done.stderr
+    assert "ml/trainer-0" in done.stdout
+    assert "4242 python" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("given", "read"),
+    [
+        ("http://node:28282", "http://node:28282/metrics"),
+        ("http://node:28282/", "http://node:28282/metrics"),
+        ("node:28282", "http://node:28282/metrics"),
+        ("node:28282/metrics", "http://node:28282/metrics"),
+        ("https://node:9443/custom/path", "https://node:9443/custom/path"),
+        ("http://node:28282/metrics?x=1", "http://node:28282/metrics?x=1"),
+    ],
+)
+def test_a_url_without_scheme_or_path_reads_metrics_over_http(given: str, read: str) -> None:
+    assert top_module.metrics_url(given) == read
+
+
+def test_top_reads_a_running_wattpipe_given_as_host_and_port(otel_demo: str) -> None:
+    host_port = otel_demo.removeprefix("http://").removesuffix("/metrics")
+    done = top("--url", host_port, "--once")
+    assert done.returncode == 0, done.stderr
+    assert f"wattpipe top  {otel_demo}  node demo-node" in done.stdout
