@@ -11,6 +11,7 @@ from typing import Any, ClassVar, Literal
 from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.records import (
     RECORD_TYPES,
+    CpuZoneSample,
     DeviceAllocation,
     DevicePower,
     DeviceSample,
@@ -22,6 +23,7 @@ from wattpipe.pipeline.records import (
     InstanceEnergy,
     MigActivity,
     MigInstance,
+    NodeCpuTime,
     Record,
     Totals,
     Workload,
@@ -73,6 +75,8 @@ _FIELD_BY_TYPE: dict[type[Record], str] = {
     Workload: "workloads",
     Totals: "totals",
     DeviceTotals: "device_totals",
+    CpuZoneSample: "cpu_zones",
+    NodeCpuTime: "node_cpu",
 }
 if tuple(_FIELD_BY_TYPE) != RECORD_TYPES:
     raise TypeError("records.RECORD_TYPES and the Batch fields differ: a new record type needs both")
@@ -107,6 +111,8 @@ class Batch:
     workloads: tuple[Workload, ...] = ()
     totals: tuple[Totals, ...] = ()
     device_totals: tuple[DeviceTotals, ...] = ()
+    cpu_zones: tuple[CpuZoneSample, ...] = ()
+    node_cpu: tuple[NodeCpuTime, ...] = ()
     # Which fields some receiver or processor actually filled this tick (present, even if empty):
     # lets exporters tell "no processes" from "no process source".
     present: frozenset[str] = field(default_factory=frozenset)

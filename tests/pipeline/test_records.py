@@ -14,6 +14,7 @@ from wattpipe.pipeline.batch import Batch, LabelAction
 from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.constructors import new_process_sample, new_share, new_totals
 from wattpipe.pipeline.records import (
+    CpuZoneSample,
     DeviceAllocation,
     DevicePower,
     DeviceSample,
@@ -25,6 +26,7 @@ from wattpipe.pipeline.records import (
     InstanceEnergy,
     MigActivity,
     MigInstance,
+    NodeCpuTime,
     Record,
     Totals,
     Workload,
@@ -78,6 +80,8 @@ def one_of_each() -> list[Record]:
             attributed_energy_mj=1000000,
             unattributed_energy_mj=0,
         ),
+        CpuZoneSample(time=T, zone="package", path="intel-rapl:0", socket=0, energy_uj=123_456),
+        NodeCpuTime(time=T, total_s=400.0, active_s=100.0, cpu_count=4),
     ]
 
 
@@ -86,7 +90,7 @@ def test_with_records_routes_each_record_type_to_its_field_and_marks_it_present(
     out = batch().with_records(records)
 
     assert out.present == frozenset(Batch.FIELDS)
-    assert out.count() == len(Batch.FIELDS) == 13
+    assert out.count() == len(Batch.FIELDS) == 15
     for record in records:
         field = Batch.field_for(type(record))
         assert getattr(out, field) == (record,), field
@@ -336,3 +340,19 @@ def test_every_record_type_has_its_batch_field_and_the_quick_init() -> None:
     assert len(Batch.FIELDS) == len(RECORD_TYPES)
     for record_type in RECORD_TYPES:  # the slot-setting __init__ (pipeline/_slots.py), not the dataclass's
         assert "_set0" in record_type.__init__.__code__.co_names, record_type.__name__
+
+
+def test_cpu_records_name_their_zone_and_keep_absent_values_out() -> None:
+    zone = CpuZoneSample(time=T, zone="dram", path="intel-rapl:1:0", socket=1, energy_uj=5_000_000, counter_epoch=2)
+    assert zone.attributes() == {"zone": "dram", "path": "intel-rapl:1:0"}
+    assert zone.values() == {"socket": 1, "energy_uj": 5_000_000, "counter_epoch": 2}
+    assert record_kind(zone) == "device"
+    psys = CpuZoneSample(time=T, zone="psys", path="intel-rapl:1", energy_uj=7)
+    assert "socket" not in psys.values()  # absent, not zero
+    node = NodeCpuTime(time=T, total_s=800.0, active_s=200.0)
+    assert node.attributes() == {}
+    assert node.values() == {"total_s": 800.0, "active_s": 200.0}
+    vm = HostProcess(time=T, pid=7, comm="qemu-kvm", vm_id="0b5c0f8e-1", vm_name="web", hypervisor="kvm")
+    assert vm.values()["vm_name"] == "web" and vm.vm_id == "0b5c0f8e-1"
+    assert HostProcess(time=T, pid=8).vm_id is None
+    assert batch().with_records([zone, node]).present == frozenset({"cpu_zones", "node_cpu"})
