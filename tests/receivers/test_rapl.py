@@ -18,8 +18,8 @@ from wattpipe.pipeline.clock import SteppedClock
 from wattpipe.pipeline.components import Registry
 from wattpipe.pipeline.records import CpuZoneSample
 from wattpipe.pipeline.telemetry import Telemetry
-from wattpipe.receivers import rapl
 from wattpipe.receivers.rapl import RaplConfig, RaplReceiver, ZoneCounter, discover, zone_kind
+from wattpipe.receivers.rapl._zones import read_int
 from wattpipe.simulator.fake_host import ProcfsWriter
 from wattpipe.simulator.scenario import parse_scenario
 
@@ -168,14 +168,13 @@ def test_root_only_energy_files_are_one_line_naming_paths_and_reason(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     two_socket_tree(tmp_path)
-    real = rapl.read_int
 
     def root_only(path: str) -> int:
         if path.endswith("energy_uj"):
             raise PermissionError(13, "Permission denied", path)
-        return real(path)
+        return read_int(path)
 
-    monkeypatch.setattr(rapl, "read_int", root_only)  # the tests run as root, which chmod cannot stop
+    monkeypatch.setattr("wattpipe.receivers.rapl.read_int", root_only)  # the tests run as root, which chmod cannot stop
     clock = SteppedClock()
     receiver = make(tmp_path, clock)
     with caplog.at_level(logging.WARNING):
