@@ -26,6 +26,7 @@ from wattpipe.pipeline.records import (
 
 __all__ = [
     "ATTRIBUTES",
+    "CPU_FAMILIES",
     "DEVICE_DERIVED",
     "FAMILIES",
     "NODE",
@@ -93,6 +94,12 @@ ATTRIBUTES: tuple[Attribute, ...] = (
         "Where the idle power comes from: `configured`, `free`, `quiet`, `regression` or `prior` (docs/attribution.md).",
     ),
     Attribute("scope", None, None, "Which consumer a Totals record is about (the metric name says it)."),
+    Attribute("zone", "zone", "wattpipe.cpu.zone", "A RAPL zone type: `package`, `core`, `uncore`, `dram`, `psys`."),
+    Attribute("path", "path", "wattpipe.cpu.zone.path", "A RAPL zone's powercap directory (`intel-rapl:0`)."),
+    Attribute("type", "type", "wattpipe.process.type", "What a process is: `container`, `vm` or `regular`."),
+    Attribute("vm_id", "vm_id", "wattpipe.vm.id", "The VM a (qemu/kvm) process runs: its `-uuid`."),
+    Attribute("vm_name", "vm_name", "wattpipe.vm.name", "The VM's `-name`."),
+    Attribute("hypervisor", "hypervisor", "wattpipe.vm.hypervisor", "`kvm`."),
 )
 NODE = Attribute("node_name", "node_name", "k8s.node.name", "The node (`service.node_name`); on every series.")
 
@@ -119,7 +126,8 @@ class Family:
 
     ``value`` is the record field (``None``: the constant 1 of an info or state family), divided by
     ``divisor`` (1000 for the ``*_mj`` fields: exported in joules). ``where`` keeps only records whose
-    fields have those values, as text (``"None"``: the field is absent; ``"!None"``: it is present);
+    fields have those values, as text (``"None"``: the field is absent; ``"!None"``: it is present; ``"^x"``: its
+    text starts with x, ``"!^x"``: it does not — how CPU totals, ``device_id`` ``cpu:<zone>``, are told apart);
     ``aliases`` renames record attributes to canonical ones for this family (a Totals ``key`` is a pid, a
     container ID or a pod UID by scope).
     """
@@ -156,6 +164,9 @@ class Family:
 
 
 _GPU = (("device_type", "gpu"),)
+_CPU = (("device_type", "cpu"),)
+_CPU_TOTALS = "^cpu:"  # a Totals record of a CPU zone type has device_id cpu:<zone> (processors/_cpu_series.py)
+_NOT_CPU = "!^cpu:"
 _DEVICE = ("device_index", "device_id", "device_name", "vendor", "device_type")
 _MJ = 1000
 
@@ -182,7 +193,7 @@ def _consumer(
             help,
             (key, "device_index", "device_id", "vendor", "state"),
             optional=optional,
-            where=(("scope", scope),),
+            where=(("scope", scope), ("device_id", _NOT_CPU)),
             aliases=(("key", key),),
             divisor=_MJ if unit == "J" else 1,
             kind=scope,
@@ -352,6 +363,124 @@ FAMILIES: tuple[Family, ...] = (
     *_consumer("container", "container_id", ("container_name", "runtime", "pod_uid", *_K8S)),
     *_consumer("pod", "pod_uid", _K8S),
 )
+
+
+# --- CPU (seed 002): RAPL zones and what the cpu_attribution processor bills to processes, containers, pods ---
+
+_ZONE = ("zone", "path")
+
+
+def _cpu_node(kepler: str, otel: str, record: type[Record], value: str, unit: str, help: str) -> Family:
+    instrument: Instrument = "counter" if unit == "J" else "gauge"
+    divisor = _MJ if unit == "J" else 1
+    return Family(kepler, otel, record, value, instrument, unit, help, (), optional=_ZONE, where=_CPU, divisor=divisor)
+
+
+def _cpu_consumer(
+    scope: Literal["process", "container", "pod"], key: str, optional: tuple[str, ...]
+) -> tuple[Family, Family]:
+    def family(kepler: str, otel: str, value: str, instrument: Instrument, unit: str, help: str) -> Family:
+        return Family(
+            kepler,
+            otel,
+            Totals,
+            value,
+            instrument,
+            unit,
+            help,
+            (key, "state"),
+            optional=("zone", *optional),
+            where=(("scope", scope), ("device_id", _CPU_TOTALS)),
+            aliases=(("key", key),),
+            divisor=_MJ if unit == "J" else 1,
+            kind=scope,
+        )
+
+    return (
+        family(
+            f"kepler_{scope}_cpu_joules_total",
+            f"wattpipe.{scope}.cpu.energy",
+            "energy_mj",
+            "counter",
+            "J",
+            f"CPU energy (a RAPL zone type's active energy) attributed to a {scope} by CPU time since its series "
+            "began; terminated series stay for cpu_attribution's retention.",
+        ),
+        family(
+            f"kepler_{scope}_cpu_watts",
+            f"wattpipe.{scope}.cpu.power",
+            "power_w",
+            "gauge",
+            "W",
+            f"CPU power attributed to a {scope} in one zone type over the last tick (0 once terminated).",
+        ),
+    )
+
+
+CPU_FAMILIES: tuple[Family, ...] = (
+    _cpu_node(
+        "kepler_node_cpu_watts",
+        "wattpipe.cpu.power",
+        DevicePower,
+        "power_w",
+        "W",
+        "A RAPL zone's power over the last tick.",
+    ),
+    _cpu_node(
+        "kepler_node_cpu_active_watts",
+        "wattpipe.cpu.power.active",
+        DevicePower,
+        "active_w",
+        "W",
+        "A RAPL zone's active power (× the node's CPU usage ratio, or above the configured idle).",
+    ),
+    _cpu_node(
+        "kepler_node_cpu_idle_watts",
+        "wattpipe.cpu.power.idle",
+        DevicePower,
+        "idle_w",
+        "W",
+        "A RAPL zone's idle power over the last tick (its power − active).",
+    ),
+    _cpu_node(
+        "kepler_node_cpu_joules_total",
+        "wattpipe.cpu.energy",
+        DeviceTotals,
+        "energy_mj",
+        "J",
+        "A RAPL zone's energy since the series began.",
+    ),
+    _cpu_node(
+        "kepler_node_cpu_active_joules_total",
+        "wattpipe.cpu.energy.active",
+        DeviceTotals,
+        "active_energy_mj",
+        "J",
+        "A RAPL zone's active energy (attributed + unattributed).",
+    ),
+    _cpu_node(
+        "kepler_node_cpu_idle_joules_total",
+        "wattpipe.cpu.energy.idle",
+        DeviceTotals,
+        "idle_energy_mj",
+        "J",
+        "A RAPL zone's idle energy.",
+    ),
+    _cpu_node(
+        "wattpipe_node_cpu_unattributed_joules_total",
+        "wattpipe.cpu.energy.unattributed",
+        DeviceTotals,
+        "unattributed_energy_mj",
+        "J",
+        "A RAPL zone's active energy no process carried (no CPU time seen, or /proc did not answer).",
+    ),
+    *_cpu_consumer("process", "pid", ("comm", "exe", "type", "container_id", "vm_id", "pod_uid", *_K8S)),
+    *_cpu_consumer("container", "container_id", ("container_name", "runtime", "pod_uid", *_K8S)),
+    *_cpu_consumer("pod", "pod_uid", _K8S),
+)
+"""Appended to :data:`FAMILIES` (docs/metrics.md lists them in its CPU section)."""
+
+FAMILIES = FAMILIES + CPU_FAMILIES
 
 
 # --- Prometheus names ----------------------------------------------------------------------------

@@ -1,0 +1,180 @@
+"""The CPU attribution processor's monotonic totals per process, container, pod and VM, per RAPL zone type.
+
+The same series as the GPU side's energy processor (``processors/_energy_series.py``: integer mJ that only
+grow, ``state="terminated"`` once the process has left, kept for a retention, at most ``max_terminated`` per
+table, the ones with the most energy kept). A process series starts at its first tick with CPU energy and
+ends when /proc no longer lists its (pid, start time); a container, pod or VM series is the sum of its
+processes' shares and ends when none of its processes is listed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from wattpipe.pipeline.clock import Timestamp
+from wattpipe.pipeline.records import HostProcess, Totals, Workload
+from wattpipe.processors._energy_series import Series, prune, to_totals
+
+__all__ = ["CPU_DEVICE_PREFIX", "CpuSeries", "GroupScope", "ProcessKey", "TickShares", "device_id_of"]
+
+CPU_DEVICE_PREFIX = "cpu:"
+"""A CPU zone type's ``device_id`` on Totals (``cpu:package``): the catalog tells CPU totals from GPU ones by it."""
+
+GroupScope = Literal["container", "pod", "vm"]
+ProcessKey = tuple[int, int, str]  # pid, start time (clock ticks since boot; -1 unknown), zone type
+GroupKey = tuple[GroupScope, str, str]  # scope, container id | pod UID | VM id, zone type
+
+
+def device_id_of(zone: str) -> str:
+    return CPU_DEVICE_PREFIX + zone
+
+
+@dataclass(frozen=True, slots=True)
+class TickShares:
+    """One tick's split, summed per zone type: each process's mJ, and which zone types were split."""
+
+    interval_s: float
+    by_process: Mapping[ProcessKey, int]
+    split_zones: frozenset[str]  # zone types whose active energy went to processes this tick (or could have)
+    read_zones: frozenset[str]  # zone types that answered this tick (split or not)
+
+
+def _process_attrs(host: HostProcess, zone: str, workload: Workload | None) -> dict[str, str]:
+    attrs = {"zone": zone}
+    for name in ("comm", "exe", "container_id", "pod_uid", "vm_id"):
+        value = getattr(host, name)
+        if value is not None:
+            attrs[name] = str(value)
+    attrs["type"] = "vm" if host.vm_id is not None else "container" if host.container_id is not None else "regular"
+    if workload is not None:
+        for name in ("pod_name", "pod_namespace"):
+            value = getattr(workload, name)
+            if value is not None:
+                attrs[name] = value
+    return attrs
+
+
+def _group_memberships(host: HostProcess, workload: Workload | None) -> list[tuple[GroupScope, str, dict[str, str]]]:
+    out: list[tuple[GroupScope, str, dict[str, str]]] = []
+    names = {}
+    if workload is not None:
+        names = {k: v for k in ("container_name", "pod_name", "pod_namespace") if (v := getattr(workload, k))}
+    if host.container_id is not None:
+        attrs = {k: v for k, v in names.items()}
+        if host.pod_uid is not None:
+            attrs["pod_uid"] = host.pod_uid
+        if host.container_runtime is not None:
+            attrs["runtime"] = host.container_runtime
+        out.append(("container", host.container_id, attrs))
+    if host.pod_uid is not None:
+        out.append(("pod", host.pod_uid, {k: v for k, v in names.items() if k != "container_name"}))
+    if host.vm_id is not None:
+        attrs = {"hypervisor": host.hypervisor or "kvm"}
+        if host.vm_name is not None:
+            attrs["vm_name"] = host.vm_name
+        out.append(("vm", host.vm_id, attrs))
+    return out
+
+
+class CpuSeries:
+    """Every CPU series of one pipeline, and the Totals records they give each tick."""
+
+    def __init__(self, retention_s: float, max_terminated: int) -> None:
+        self.retention_s = retention_s
+        self.max_terminated = max_terminated
+        self.processes: dict[ProcessKey, Series] = {}
+        self.groups: dict[GroupKey, Series] = {}
+        self._members: dict[GroupKey, set[tuple[int, int]]] = {}
+
+    def update(
+        self,
+        now: Timestamp,
+        tick: TickShares,
+        hosts: Mapping[tuple[int, int], HostProcess],
+        workloads: Mapping[int, Workload],
+        listed: bool,
+    ) -> None:
+        """Add a tick's shares; end the series whose processes /proc no longer lists (``listed``: it answered)."""
+        tick_start_s = now.wall_s - tick.interval_s
+        group_mj: dict[GroupKey, int] = {}
+        for key, mj in tick.by_process.items():
+            pid, start, zone = key
+            host = hosts.get((pid, start))
+            series = self.processes.get(key)
+            if series is None:
+                if mj == 0 or host is None:
+                    continue  # a series begins with the process's first CPU energy
+                begun = host.start_wall_s if host.start_wall_s is not None else tick_start_s
+                series = self.processes[key] = Series(energy_mj=0, start_wall_s=max(tick_start_s, begun))
+            series.energy_mj += mj
+            series.power_w = mj / 1000.0 / tick.interval_s if tick.interval_s > 0 else None
+            series.ended_wall_s = None
+            if host is not None:
+                workload = workloads.get(pid)
+                series.attrs = _process_attrs(host, zone, workload)
+                for scope, group, attrs in _group_memberships(host, workload):
+                    gkey = (scope, group, zone)
+                    group_mj[gkey] = group_mj.get(gkey, 0) + mj
+                    self._members.setdefault(gkey, set()).add((pid, start))
+                    gseries = self.groups.get(gkey)
+                    if gseries is None:
+                        gseries = self.groups[gkey] = Series(energy_mj=0, start_wall_s=series.start_wall_s)
+                    gseries.attrs = {**attrs, "zone": zone}
+        for gkey, mj in group_mj.items():
+            gseries = self.groups[gkey]
+            gseries.energy_mj += mj
+            gseries.power_w = mj / 1000.0 / tick.interval_s if tick.interval_s > 0 else None
+            gseries.ended_wall_s = None
+        self._settle(now.wall_s, tick, hosts, group_mj, listed)
+
+    def _settle(
+        self,
+        wall_s: float,
+        tick: TickShares,
+        hosts: Mapping[tuple[int, int], HostProcess],
+        group_mj: Mapping[GroupKey, int],
+        listed: bool,
+    ) -> None:
+        for (pid, start, zone), series in self.processes.items():
+            if (pid, start, zone) in tick.by_process:
+                continue
+            self._idle_or_gone(series, zone, tick, listed and (pid, start) not in hosts, wall_s)
+        for gkey, gseries in self.groups.items():
+            if gkey in group_mj:
+                continue
+            members = self._members.setdefault(gkey, set())
+            if listed:
+                members.intersection_update(hosts)
+            self._idle_or_gone(gseries, gkey[2], tick, listed and not members, wall_s)
+        prune(self.processes, wall_s, lambda _: self.retention_s, self.max_terminated)
+        for gkey in prune(self.groups, wall_s, lambda _: self.retention_s, self.max_terminated):
+            self._members.pop(gkey, None)
+
+    @staticmethod
+    def _idle_or_gone(series: Series, zone: str, tick: TickShares, gone: bool, wall_s: float) -> None:
+        if gone:
+            if series.ended_wall_s is None:
+                series.ended_wall_s = wall_s
+            series.power_w = 0.0
+        elif zone in tick.split_zones:
+            series.power_w = 0.0  # listed, and used no CPU this tick
+        elif zone not in tick.read_zones:
+            series.power_w = None  # its zone did not answer: how much it drew is not known
+
+    def totals(self, now: Timestamp) -> list[Totals]:
+        out = [
+            to_totals(now, "process", str(pid), device_id_of(zone), s)
+            for (pid, _, zone), s in sorted(self.processes.items())
+        ]
+        out += [
+            to_totals(now, scope, key, device_id_of(zone), s)
+            for (scope, key, zone), s in sorted(self.groups.items())
+            if scope != "vm"  # Totals has no vm scope (yet): VM series are kept, see vm_totals()
+        ]
+        return out
+
+    def vm_totals(self) -> Iterable[tuple[str, str, Series]]:
+        """(VM id, zone type, series) of every VM series, for what Totals cannot carry yet."""
+        return ((key, zone, s) for (scope, key, zone), s in sorted(self.groups.items()) if scope == "vm")
