@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from wattpipe.pipeline.clock import Timestamp
-from wattpipe.pipeline.records import HostProcess
+from wattpipe.pipeline.records import HostProcess, NodeCpuTime
 from wattpipe.receivers.procfs._cgroup import CgroupIdentity, parse_cgroup
+from wattpipe.receivers.procfs._stat import parse_proc_stat
+from wattpipe.receivers.procfs._vm import VmIdentity, looks_like_qemu, parse_qemu_cmdline
 
 __all__ = ["ProcStat", "ProcessTable", "Scan", "parse_stat"]
 
@@ -61,6 +63,7 @@ class _Identity:
     comm: str
     exe: str | None
     cgroup: CgroupIdentity
+    vm: VmIdentity | None = None  # a qemu process's VM, from its cmdline
 
 
 @dataclass(slots=True)
@@ -69,6 +72,7 @@ class Scan:
 
     records: list[HostProcess] = field(default_factory=list)
     problems: list[tuple[str, str]] = field(default_factory=list)  # (key, message)
+    node_cpu: NodeCpuTime | None = None  # None: /proc/stat could not be read
 
 
 class _Gone(Exception):
@@ -106,33 +110,76 @@ class ProcessTable:
 
     The cache holds one entry per pid seen in the last scan, so it is bounded by the process count. An
     entry is trusted only while the pid's start time is unchanged: a reused pid is a new process.
+
+    With ``cpu_time`` off, a pid seen in the previous scan is not read again at all: its record is the one
+    made when it was first read (that read's time, ``cpu_time_s`` absent). Only new pids cost reads. A pid
+    that ended and was handed to a new process between two scans would keep its predecessor's record; the
+    kernel hands pids out cyclically, so that takes ``pid_max`` new tasks within one interval.
     """
 
-    def __init__(self, root: Path, *, max_processes: int, clock_ticks_per_s: int) -> None:
+    def __init__(self, root: Path, *, max_processes: int, clock_ticks_per_s: int, cpu_time: bool = True) -> None:
         self.root = root
         self._root = str(root)
         self.max_processes = max_processes
         self.clock_ticks_per_s = clock_ticks_per_s
+        self.cpu_time = cpu_time
         self._cache: dict[int, _Identity] = {}
+        self._records: dict[int, HostProcess] = {}  # cpu_time off: each known pid's record, as first read
 
     def cached(self) -> int:
         return len(self._cache)
 
     def scan(self, now: Timestamp) -> Scan:
         out = Scan()
+        out.node_cpu = self._node_cpu(now, out)
+        pids = self._list(out)
+        if pids is None:
+            self._cache.clear()
+            self._records.clear()
+            return out
+        cache: dict[int, _Identity] = {}
+        records: dict[int, HostProcess] = {}
+        known = self._records if not self.cpu_time else {}
+        boot_wall_s = self._boot_wall_s(now)
+        for pid in pids:
+            record = known.get(pid)
+            if record is None:
+                try:
+                    record, identity = self._read_process(pid, now, boot_wall_s)
+                except _Gone:
+                    continue
+                except ValueError as exc:
+                    out.problems.append(("malformed", f"{self.root}/{pid}/stat cannot be parsed ({exc}); skipping it"))
+                    continue
+                except OSError as exc:
+                    reason = exc.strerror or type(exc).__name__
+                    out.problems.append(
+                        (f"unreadable/{exc.errno}", f"{self.root}/{pid} cannot be read ({reason}); skipping it")
+                    )
+                    continue
+                cache[pid] = identity
+            else:
+                cache[pid] = self._cache[pid]
+            records[pid] = record
+            out.records.append(record)
+        self._cache = cache  # pids that are gone (or skipped) are forgotten
+        if not self.cpu_time:
+            self._records = records
+        return out
+
+    def _list(self, out: Scan) -> list[int] | None:
+        """The pids to read this scan (the lowest ``max_processes``), or None with the problem noted."""
         try:
             pids = self._pids()
         except OSError as exc:
-            self._cache.clear()
             reason = exc.strerror or type(exc).__name__
             out.problems.append(
                 ("root", f"cannot list {self.root}: {reason}; no host processes (is the host's /proc mounted there?)")
             )
-            return out
+            return None
         if not pids:
-            self._cache.clear()
             out.problems.append(("empty", f"{self.root} has no process directories: is it a /proc?"))
-            return out
+            return None
         if len(pids) > self.max_processes:
             out.problems.append(
                 (
@@ -142,26 +189,19 @@ class ProcessTable:
                 )
             )
             pids = pids[: self.max_processes]
-        cache: dict[int, _Identity] = {}
-        boot_wall_s = self._boot_wall_s(now)
-        for pid in pids:
-            try:
-                record, identity = self._read_process(pid, now, boot_wall_s)
-            except _Gone:
-                continue
-            except ValueError as exc:
-                out.problems.append(("malformed", f"{self.root}/{pid}/stat cannot be parsed ({exc}); skipping it"))
-                continue
-            except OSError as exc:
-                reason = exc.strerror or type(exc).__name__
-                out.problems.append(
-                    (f"unreadable/{exc.errno}", f"{self.root}/{pid} cannot be read ({reason}); skipping it")
-                )
-                continue
-            cache[pid] = identity
-            out.records.append(record)
-        self._cache = cache  # pids that are gone (or skipped) are forgotten
-        return out
+        return pids
+
+    def _node_cpu(self, now: Timestamp, out: Scan) -> NodeCpuTime | None:
+        try:
+            return parse_proc_stat(_read(f"{self._root}/stat"), self.clock_ticks_per_s, now)
+        except _Gone:  # a tree with no stat file (a test's) says nothing of the node: absent, as uptime
+            pass
+        except OSError as exc:
+            reason = exc.strerror or type(exc).__name__
+            out.problems.append(("stat", f"cannot read {self.root}/stat ({reason}); no node CPU time"))
+        except ValueError as exc:
+            out.problems.append(("stat", f"{self.root}/stat cannot be parsed ({exc}); no node CPU time"))
+        return None
 
     def _pids(self) -> list[int]:
         return sorted(int(name) for name in os.listdir(self.root) if name.isdigit() and name.isascii())
@@ -180,7 +220,7 @@ class ProcessTable:
         identity = self._cache.get(pid)
         if identity is None or identity.start_time_ticks != stat.start_time_ticks:
             identity = self._read_identity(directory, stat)
-        cg = identity.cgroup
+        cg, vm = identity.cgroup, identity.vm
         return (
             HostProcess(
                 time=now,
@@ -191,10 +231,13 @@ class ProcessTable:
                 container_id=cg.container_id,
                 container_runtime=cg.runtime,
                 pod_uid=cg.pod_uid,
-                cpu_time_s=(stat.utime_ticks + stat.stime_ticks) / self.clock_ticks_per_s,
+                cpu_time_s=(stat.utime_ticks + stat.stime_ticks) / self.clock_ticks_per_s if self.cpu_time else None,
                 start_wall_s=None
                 if boot_wall_s is None
                 else boot_wall_s + stat.start_time_ticks / self.clock_ticks_per_s,
+                vm_id=vm.vm_id if vm is not None else None,
+                vm_name=vm.vm_name if vm is not None else None,
+                hypervisor=vm.hypervisor if vm is not None else None,
             ),
             identity,
         )
@@ -207,8 +250,16 @@ class ProcessTable:
         except OSError:
             # Kernel threads have no exe; another user's process needs CAP_SYS_PTRACE to see it. Absent.
             exe = None
+        vm = self._read_vm(directory) if looks_like_qemu(comm, exe) else None
         # The pid may have ended and been reused between the stat read and these: make sure the files
         # just read belong to the process whose start time the cache will file them under.
         if parse_stat(_read(f"{directory}/stat")).start_time_ticks != stat.start_time_ticks:
             raise _Gone
-        return _Identity(start_time_ticks=stat.start_time_ticks, comm=comm, exe=exe, cgroup=cgroup)
+        return _Identity(start_time_ticks=stat.start_time_ticks, comm=comm, exe=exe, cgroup=cgroup, vm=vm)
+
+    @staticmethod
+    def _read_vm(directory: str) -> VmIdentity | None:
+        try:
+            return parse_qemu_cmdline(_read(f"{directory}/cmdline"))
+        except OSError:  # not _Gone: a process that ended is left out whole, by the caller
+            return None

@@ -262,3 +262,27 @@ def test_the_factory_is_registered_as_rapl() -> None:
     factory = Registry.from_entry_points().get("receiver", "rapl")
     assert factory is not None
     assert factory.provides == frozenset({"cpu_zones"})
+
+
+def test_this_machines_own_sys(caplog: pytest.LogCaptureFixture) -> None:
+    """The receiver on the real /sys: zones with counters where RAPL is there and readable; otherwise the one
+    clear line saying which path and why (RAPL is absent on most VMs and CI runners)."""
+    receiver = make(Path("/sys"))
+    described = receiver.describe()
+    with caplog.at_level(logging.WARNING):
+        zones = poll(receiver)
+    lines = [r.getMessage() for r in caplog.records]
+    if described["problem"] is not None:  # no powercap tree, or no RAPL zones in it
+        assert zones == {}
+        assert len(lines) == 1
+        assert "/sys/class/powercap" in lines[0]
+        assert "no CPU energy" in lines[0]
+        assert receiver.provides == frozenset()
+    elif not any(z["readable"] for z in described["zones"]):  # energy_uj root-only and we are not root
+        assert zones == {}
+        assert len(lines) == 1
+        assert "cannot read energy_uj of" in lines[0]
+    else:
+        assert zones
+        assert all(z.energy_uj >= 0 for z in zones.values())
+        assert {z.zone for z in zones.values()} <= {"package", "core", "uncore", "dram", "psys"}
