@@ -130,7 +130,11 @@ async def _probe(receiver: Receiver, args: argparse.Namespace, out: TextIO, err:
         return EXIT_RUNTIME
     finally:
         await call_optional(receiver, "shutdown")
-    json.dump(batches[0] if args.count == 1 else batches, out, indent=2, sort_keys=True)
+    result: object = batches[0] if args.count == 1 else batches
+    describe = getattr(receiver, "describe", None)
+    if callable(describe):  # a receiver that can say what it sees (rapl: every zone, readable or not)
+        result = {"sees": describe(), "records": result}
+    json.dump(result, out, indent=2, sort_keys=True)
     out.write("\n")
     return EXIT_OK
 
