@@ -178,7 +178,7 @@ class ProcfsWriter:
             # Energy since boot: the host idled for uptime_s before the scenario started.
             package_j = cpu.idle_w / cpu.packages * uptime_s + self.node.truth.cpu_package_energy_j(package, t_s)
             self._write_zone(f"intel-rapl:{package}", f"package-{package}", package_j)
-            if cpu.dram_w > 0:
+            if cpu.dram_w > 0 or cpu.dram_w_per_core > 0:
                 dram_j = cpu.dram_w * uptime_s + self.node.truth.cpu_dram_energy_j(package, t_s)
                 self._write_zone(f"intel-rapl:{package}:0", "dram", dram_j)
 

@@ -30,6 +30,7 @@ from wattpipe.pipeline.components import Registry
 from wattpipe.pipeline.config import Config
 from wattpipe.pipeline.graph import Graph
 from wattpipe.pipeline.runtime import Service
+from wattpipe.simulated_cpu import CpuCollector, cpu_report, print_cpu_report
 from wattpipe.steps import EXIT_CONFIG, EXIT_OK
 
 __all__ = ["TruthCollector", "cmd_demo", "cmd_simulate", "truth_report"]
@@ -49,10 +50,14 @@ class TruthCollector:
         # Per device, the (start, end) wall times of the intervals wattpipe declared it could not split
         # (an outage's gap, a failed process listing): their energy is unattributed by design.
         self.unattributable: dict[str, list[tuple[float, float]]] = {}
+        self.cpu = CpuCollector()  # the CPU zones and what cpu_attribution billed (simulated_cpu.py)
 
     async def export(self, batch: Batch) -> None:
         self.ticks += 1
+        self.cpu.observe(batch)
         for p in batch.device_power:
+            if p.device_type == "cpu":
+                continue  # in the cpu section
             d = self.device.setdefault(p.device_id, {"counter": 0, "idle": 0, "attributed": 0, "unattributed": 0})
             d["counter"] += p.energy_mj
             d["idle"] += p.idle_energy_mj
@@ -99,6 +104,7 @@ def truth_report(collector: TruthCollector, node: simulator.SimulatedNode) -> di
             {"namespace": ns, "name": pod, "true_j": s[0], "true_unattributable_j": s[2], "attributed_j": s[1]}
             for (ns, pod), s in sorted(by_pod.items())
         ],
+        **({"cpu": cpu_report(collector.cpu, node)} if collector.cpu.zones else {}),
     }
 
 
@@ -202,6 +208,8 @@ def print_report(report: dict[str, Any], err: TextIO) -> None:
         _row(f"pid {p['pid']}", p, err)
     for pod in report["pods"]:
         _row(f"pod {pod['namespace']}/{pod['name']}", pod, err)
+    if "cpu" in report:
+        print_cpu_report(report["cpu"], err)
     print(
         "  (a process's true energy is its own dynamic power; until an idle baseline is known, idle energy\n"
         "   counts as active and goes to the processes: see docs/attribution.md. The error is against the\n"
@@ -249,6 +257,7 @@ def _on_simulated_node(args: argparse.Namespace, clock: Clock, out: TextIO, err:
             # pod-resources socket, and the API server (KUBECONFIG, NODE_NAME as the downward API gives it).
             faces = {
                 "WATTPIPE_PROC_ROOT": str(Path(tmp) / "proc"),
+                "WATTPIPE_SYS_ROOT": str(Path(tmp) / "sys"),  # its RAPL zones, for the rapl receiver
                 "WATTPIPE_DCGM_ENDPOINT": dcgm.url,
                 "WATTPIPE_PODRESOURCES_ENDPOINT": kubelet.endpoint,
                 "KUBECONFIG": str(kubeconfig),
@@ -302,7 +311,7 @@ def _run_simulated(
         max_ticks = int(args.duration // interval) + 1
     log.info("simulated node %s: %d GPU(s) from %s", node.scenario.node.name, len(node.scenario.gpus), args.scenario)
     refresh_proc: Callable[[], None] | None = None
-    if any(cid.split("/")[0] == "procfs" for cid in config.receivers):
+    if any(cid.split("/")[0] in ("procfs", "rapl") for cid in config.receivers):
         writer = simulator.ProcfsWriter(node, tmp)
 
         def refresh_proc() -> None:
@@ -343,7 +352,7 @@ def _with_exporters(graph: Graph, collectors: dict[str, TruthCollector]) -> Grap
 def _reports(collectors: dict[str, TruthCollector], node: simulator.SimulatedNode) -> dict[str, Any]:
     """The report of the first pipeline that measured a device; every other such pipeline's own report
     is under ``other_pipelines`` (pipelines that share a receiver each get every read: they agree)."""
-    reports = {name: truth_report(c, node) for name, c in collectors.items() if c.device}
+    reports = {name: truth_report(c, node) for name, c in collectors.items() if c.device or c.cpu.zones}
     if not reports:
         return truth_report(next(iter(collectors.values())), node)
     first, *others = reports
