@@ -125,6 +125,8 @@ class ProcessTable:
         self.cpu_time = cpu_time
         self._cache: dict[int, _Identity] = {}
         self._records: dict[int, HostProcess] = {}  # cpu_time off: each known pid's record, as first read
+        self._names: list[str] | None = None  # cpu_time off: the last listing of root, and its problems
+        self._listing_problems: list[tuple[str, str]] = []
 
     def cached(self) -> int:
         return len(self._cache)
@@ -132,10 +134,16 @@ class ProcessTable:
     def scan(self, now: Timestamp) -> Scan:
         out = Scan()
         out.node_cpu = self._node_cpu(now, out)
-        pids = self._list(out)
+        names = None if self.cpu_time else self._listing()
+        if names is not None and names == self._names:  # cpu_time off, and not a process came or went
+            out.records = list(self._records.values())
+            out.problems.extend(self._listing_problems)
+            return out
+        pids = self._list(out, names)
         if pids is None:
             self._cache.clear()
             self._records.clear()
+            self._names = None
             return out
         cache: dict[int, _Identity] = {}
         records: dict[int, HostProcess] = {}
@@ -164,13 +172,20 @@ class ProcessTable:
             out.records.append(record)
         self._cache = cache  # pids that are gone (or skipped) are forgotten
         if not self.cpu_time:
-            self._records = records
+            self._records, self._names = records, names
+            self._listing_problems = [p for p in out.problems if p[0] == "max_processes"]
         return out
 
-    def _list(self, out: Scan) -> list[int] | None:
+    def _listing(self) -> list[str] | None:
+        try:
+            return os.listdir(self._root)
+        except OSError:
+            return None  # _list lists again, and says why
+
+    def _list(self, out: Scan, names: list[str] | None = None) -> list[int] | None:
         """The pids to read this scan (the lowest ``max_processes``), or None with the problem noted."""
         try:
-            pids = self._pids()
+            pids = self._pids() if names is None else self._pids_of(names)
         except OSError as exc:
             reason = exc.strerror or type(exc).__name__
             out.problems.append(
@@ -204,7 +219,11 @@ class ProcessTable:
         return None
 
     def _pids(self) -> list[int]:
-        return sorted(int(name) for name in os.listdir(self.root) if name.isdigit() and name.isascii())
+        return self._pids_of(os.listdir(self._root))
+
+    @staticmethod
+    def _pids_of(names: list[str]) -> list[int]:
+        return sorted(int(name) for name in names if name.isdigit() and name.isascii())
 
     def _boot_wall_s(self, now: Timestamp) -> float | None:
         """When the host booted (Unix s), from /proc/uptime (10 ms resolution; /proc/stat's btime is whole
