@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, cast
 
 from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.records import HostProcess, Totals, Workload
-from wattpipe.processors._energy_series import Series, prune, to_totals
+from wattpipe.processors._energy_series import Series, prune, restore, saved, to_totals
 
 __all__ = ["CPU_DEVICE_PREFIX", "CpuSeries", "GroupScope", "ProcessKey", "TickShares", "device_id_of"]
 
@@ -178,3 +178,27 @@ class CpuSeries:
     def vm_totals(self) -> Iterable[tuple[str, str, Series]]:
         """(VM id, zone type, series) of every VM series, for what Totals cannot carry yet."""
         return ((key, zone, s) for (scope, key, zone), s in sorted(self.groups.items()) if scope == "vm")
+
+    # --- state (the state file: totals go on across a restart) -------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "processes": [
+                {"pid": pid, "start_ticks": start, "zone": zone, **saved(s)}
+                for (pid, start, zone), s in sorted(self.processes.items())
+            ],
+            "groups": [
+                {"scope": scope, "key": key, "zone": zone, **saved(s)}
+                for (scope, key, zone), s in sorted(self.groups.items())
+            ],
+        }
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Series from :meth:`snapshot`. A restored running series ends at the first tick /proc does not list
+        its process (a group: none of its processes' shares that tick)."""
+        for row in state.get("processes", []):
+            self.processes[(int(row["pid"]), int(row["start_ticks"]), str(row["zone"]))] = restore(row)
+        for row in state.get("groups", []):
+            scope = str(row["scope"])
+            if scope in ("container", "pod", "vm"):
+                self.groups[(cast(GroupScope, scope), str(row["key"]), str(row["zone"]))] = restore(row)

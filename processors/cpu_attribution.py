@@ -19,8 +19,8 @@ Place it after the GPU processors (``idle``, ``attribution``, ``energy``): they 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -92,6 +92,32 @@ class CpuAttributionProcessor:
         self._last_wall_s: float | None = None
         self.zone_totals: dict[str, _ZoneTotals] = {}
         self.series = CpuSeries(config.terminated_retention, config.max_terminated)
+
+    # --- state: totals and series go on across a restart (``service.state``) ------------------------------
+
+    def start(self) -> None:
+        saved_state = self.ctx.state.section(self.ctx.state_key)
+        if not saved_state:
+            return
+        self.series.restore(saved_state)
+        for path, row in dict(saved_state.get("zones", {})).items():
+            self.zone_totals[str(path)] = _ZoneTotals(
+                zone=str(row["zone"]),
+                socket=None if row.get("socket") is None else int(row["socket"]),
+                start_wall_s=float(row["start_wall_s"]),
+                energy_mj=int(row["energy_mj"]),
+                idle_mj=int(row["idle_mj"]),
+                active_mj=int(row["active_mj"]),
+                unattributed_mj=int(row["unattributed_mj"]),
+                extra=(("path", str(path)), ("zone", str(row["zone"]))),
+            )
+        self.ctx.logger.info(
+            "CPU totals restored: %d zones, %d process series", len(self.zone_totals), len(self.series.processes)
+        )
+
+    def snapshot(self) -> dict[str, Any]:
+        zones = {path: {k: v for k, v in asdict(t).items() if k != "extra"} for path, t in self.zone_totals.items()}
+        return {"zones": zones, **self.series.snapshot()}
 
     def process(self, batch: Batch) -> Batch:
         if "cpu_zones" not in batch.present and not self.zone_totals:

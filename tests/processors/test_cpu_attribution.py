@@ -4,6 +4,7 @@ containers / pods / VMs are sums of theirs; exact integer conservation per zone 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -15,6 +16,7 @@ from wattpipe.pipeline.catalog import labelled_values
 from wattpipe.pipeline.clock import SteppedClock
 from wattpipe.pipeline.families import CPU_FAMILIES, FAMILIES
 from wattpipe.pipeline.records import CpuZoneSample, HostProcess, NodeCpuTime, Totals
+from wattpipe.pipeline.state import StateStore
 from wattpipe.processors._cpu_split import split_zone, usage_ratio
 from wattpipe.processors.cpu_attribution import CpuAttributionConfig, CpuAttributionProcessor
 
@@ -87,9 +89,11 @@ class Node:
         self.zones[path] = (zone, socket, uj + mj * 1000, epoch)
 
 
-def processor(**options: object) -> CpuAttributionProcessor:
-    clock = SteppedClock()
-    return CpuAttributionProcessor(CpuAttributionConfig(**options), make_context("cpu_attribution", clock=clock))
+def processor(state: StateStore | None = None, **options: object) -> CpuAttributionProcessor:
+    ctx = make_context("cpu_attribution", clock=SteppedClock(), pipeline="metrics", state=state)
+    proc = CpuAttributionProcessor(CpuAttributionConfig(**options), ctx)
+    proc.start()
+    return proc
 
 
 def step(proc: CpuAttributionProcessor, node: Node) -> Batch:
@@ -299,3 +303,31 @@ def test_usage_ratio_and_split_edges() -> None:
     assert none.shares_mj == [0, 0]
     with pytest.raises(ValueError, match="negative"):
         split_zone(-1, [], 0.5)
+
+
+def test_totals_go_on_across_a_restart(tmp_path: Path) -> None:
+    node = Node(zones={"intel-rapl:0": ("package", 0, 0, 0)})
+    node.spawn(60, container_id="c6", pod_uid="p6")
+    store = StateStore(tmp_path / "s.json", node.clock, "n")
+    proc = processor(store)
+    step(proc, node)
+    node.spend("intel-rapl:0", 20_000)
+    node.total_s += 10.0
+    node.active_s += 5.0
+    node.run(60, 5.0)
+    step(proc, node)
+    store.put("metrics/cpu_attribution", proc.snapshot())
+    store.save()
+    reloaded = StateStore(tmp_path / "s.json", node.clock, "n")
+    reloaded.load()
+    again = processor(reloaded)
+    step(again, node)  # a baseline: the counters' first reading since the restart
+    node.spend("intel-rapl:0", 20_000)
+    node.total_s += 10.0
+    node.active_s += 5.0
+    node.run(60, 5.0)
+    out = step(again, node)
+    assert totals(out, "process")[("60", "cpu:package")].energy_mj == 20_000
+    assert totals(out, "pod")[("p6", "cpu:package")].energy_mj == 20_000
+    (zone,) = out.device_totals
+    assert (zone.energy_mj, zone.idle_energy_mj, zone.attributed_energy_mj) == (40_000, 20_000, 20_000)
