@@ -1,8 +1,9 @@
 """Benchmark: what the procfs receiver costs in a tick, with CPU time read every tick and without (issue 17).
 
-    .venv/bin/python benchmarks/procfs_cost.py [--ticks 100] [--host-processes 2000]
+    .venv/bin/python benchmarks/procfs_cost.py [--ticks 100] [--host-processes 2000] [--churn 20]
 
-A simulated node, 8 GPUs × 64 time-sliced processes plus ``--host-processes`` CPU-only ones, its /proc
+A simulated node, 8 GPUs × 64 time-sliced processes plus ``--host-processes`` CPU-only ones, and ``--churn``
+short-lived processes started every tick (each lives 30 s: a node's processes come and go), its /proc
 written as files by the simulator (``simulator/fake_host.py``) in a temporary directory. Two pipelines
 (nvml + procfs → idle → attribution → energy → prometheus) run against the same node and clock, their ticks
 interleaved (which goes first alternates), so both see the same machine at the same moment:
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import statistics
 import tempfile
 import textwrap
@@ -43,6 +45,7 @@ from wattpipe.pipeline.runtime import PipelineRunner, settle_heap
 from wattpipe.pipeline.telemetry import Telemetry
 from wattpipe.simulator.fake_host import ProcfsWriter
 from wattpipe.simulator.scale import scale_scenario
+from wattpipe.simulator.scenario import Scenario, parse_scenario
 
 PIPELINE = textwrap.dedent(
     """
@@ -102,11 +105,23 @@ def make_graph(proc: Path, cpu_time: bool, clock: SteppedClock, registry: Regist
     )
 
 
-async def measure(ticks: int, host_processes: int, workdir: Path) -> dict[str, dict[str, list[float]]]:
+def scenario(ticks: int, host_processes: int, churn: int) -> Scenario:
+    """The scale scenario, plus ``churn`` processes starting in every tick's interval and living 30 s."""
+    data = scale_scenario(
+        mig_gpus=0, timesliced_gpus=8, processes_per_gpu=64, host_processes=host_processes
+    ).model_dump(mode="json")
+    pid = 1_000_000
+    for tick in range(ticks + 2):
+        for n in range(churn):
+            start_s = 695.0 + 5.0 * tick + 5.0 * n / churn  # the first measured tick is at 700 s
+            data["processes"].append({"pid": pid, "comm": "job", "start_s": start_s, "end_s": start_s + 30.0})
+            pid += 1
+    return parse_scenario(data)
+
+
+async def measure(ticks: int, host_processes: int, churn: int, workdir: Path) -> dict[str, dict[str, list[float]]]:
     clock = SteppedClock()
-    node = simulator.install(
-        scale_scenario(mig_gpus=0, timesliced_gpus=8, processes_per_gpu=64, host_processes=host_processes), clock
-    )
+    node = simulator.install(scenario(ticks, host_processes, churn), clock)
     writer = ProcfsWriter(node, workdir)
     driver = Meter()
     pynvml.nvmlLib = MeteredLibrary(pynvml.nvmlLib, driver)
@@ -160,12 +175,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ticks", type=int, default=100)
     parser.add_argument("--host-processes", type=int, default=2000)
+    parser.add_argument("--churn", type=int, default=20, help="processes started per tick, each living 30 s")
     args = parser.parse_args()
+    logging.getLogger("wattpipe").setLevel(logging.ERROR)  # the idle processor's notices, not the measurement
     with tempfile.TemporaryDirectory(prefix="procfs-cost-") as workdir:
-        raw = asyncio.run(measure(args.ticks, args.host_processes, Path(workdir)))
+        raw = asyncio.run(measure(args.ticks, args.host_processes, args.churn, Path(workdir)))
     results = {mode: summary(values) for mode, values in raw.items()}
     print(
-        f"8 GPUs × 64 processes + {args.host_processes} host processes, {args.ticks} interleaved ticks per mode; "
+        f"8 GPUs × 64 processes + {args.host_processes} host processes + {args.churn} new per tick (each 30 s), "
+        f"{args.ticks} interleaved ticks per mode; "
         "medians per tick (wattpipe's own CPU: the simulated driver's excluded)"
     )
     for mode, r in results.items():

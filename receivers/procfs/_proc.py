@@ -125,7 +125,8 @@ class ProcessTable:
         self.cpu_time = cpu_time
         self._cache: dict[int, _Identity] = {}
         self._records: dict[int, HostProcess] = {}  # cpu_time off: each known pid's record, as first read
-        self._names: list[str] | None = None  # cpu_time off: the last listing of root, and its problems
+        self._names: list[bytes] | None = None  # cpu_time off: the last listing of root, and its problems
+        self._name_set: set[bytes] = set()  # the names in it whose processes were read
         self._listing_problems: list[tuple[str, str]] = []
 
     def cached(self) -> int:
@@ -135,54 +136,89 @@ class ProcessTable:
         out = Scan()
         out.node_cpu = self._node_cpu(now, out)
         names = None if self.cpu_time else self._listing()
-        if names is not None and names == self._names:  # cpu_time off, and not a process came or went
-            out.records = list(self._records.values())
-            out.problems.extend(self._listing_problems)
+        if names is not None and self._scan_changes(names, now, out):
             return out
         pids = self._list(out, names)
         if pids is None:
             self._cache.clear()
             self._records.clear()
-            self._names = None
+            self._names, self._name_set = None, set()
             return out
         cache: dict[int, _Identity] = {}
         records: dict[int, HostProcess] = {}
-        known = self._records if not self.cpu_time else {}
         boot_wall_s = self._boot_wall_s(now)
         for pid in pids:
-            record = known.get(pid)
-            if record is None:
-                try:
-                    record, identity = self._read_process(pid, now, boot_wall_s)
-                except _Gone:
-                    continue
-                except ValueError as exc:
-                    out.problems.append(("malformed", f"{self.root}/{pid}/stat cannot be parsed ({exc}); skipping it"))
-                    continue
-                except OSError as exc:
-                    reason = exc.strerror or type(exc).__name__
-                    out.problems.append(
-                        (f"unreadable/{exc.errno}", f"{self.root}/{pid} cannot be read ({reason}); skipping it")
-                    )
-                    continue
-                cache[pid] = identity
-            else:
-                cache[pid] = self._cache[pid]
-            records[pid] = record
-            out.records.append(record)
+            got = self._read_one(pid, now, boot_wall_s, out)
+            if got is not None:
+                records[pid], cache[pid] = got
+                out.records.append(got[0])
         self._cache = cache  # pids that are gone (or skipped) are forgotten
-        if not self.cpu_time:
-            self._records, self._names = records, names
-            self._listing_problems = [p for p in out.problems if p[0] == "max_processes"]
+        if names is not None:  # cpu_time off: what the next scans compare their listing with
+            self._records, self._listing_problems = records, [p for p in out.problems if p[0] == "max_processes"]
+            self._remember(names, {str(pid).encode() for pid in pids} - {str(pid).encode() for pid in records})
         return out
 
-    def _listing(self) -> list[str] | None:
+    def _scan_changes(self, names: list[bytes], now: Timestamp, out: Scan) -> bool:
+        """cpu_time off: read only the processes that are new since the last listing and forget those gone;
+        False where a whole scan is due (the first, or more processes than ``max_processes``)."""
+        if self._names is None:
+            return False
+        if names == self._names:  # not a process came or went
+            out.records = list(self._records.values())
+            out.problems.extend(self._listing_problems)
+            return True
+        current = set(names)
+        new = sorted(int(n) for n in current - self._name_set if n.isdigit() and n.isascii())
+        gone = [int(n) for n in self._name_set - current if n.isdigit() and n.isascii()]
+        if len(self._records) - len(gone) + len(new) > self.max_processes:
+            return False
+        for pid in gone:
+            self._records.pop(pid, None)
+            self._cache.pop(pid, None)
+        boot_wall_s = self._boot_wall_s(now) if new else None
+        failed: set[bytes] = set()
+        for pid in new:
+            got = self._read_one(pid, now, boot_wall_s, out)
+            if got is None:
+                failed.add(str(pid).encode())
+            else:
+                self._records[pid], self._cache[pid] = got
+        out.records = list(self._records.values())
+        out.problems.extend(self._listing_problems)
+        self._remember(names, failed)
+        return True
+
+    def _remember(self, names: list[bytes], failed: set[bytes]) -> None:
+        """The listing the next scan compares with; processes that could not be read count as unseen, so
+        that they are tried again (a process that ended goes from the listing by itself)."""
+        self._name_set = set(names) - failed
+        self._names = [] if failed else names  # [] is never equal to a listing: the next scan diffs, retrying them
+
+    def _read_one(
+        self, pid: int, now: Timestamp, boot_wall_s: float | None, out: Scan
+    ) -> tuple[HostProcess, _Identity] | None:
+        """One process's record and identity, or None (gone: silently; unreadable: a problem noted)."""
         try:
-            return os.listdir(self._root)
+            return self._read_process(pid, now, boot_wall_s)
+        except _Gone:
+            return None
+        except ValueError as exc:
+            out.problems.append(("malformed", f"{self.root}/{pid}/stat cannot be parsed ({exc}); skipping it"))
+        except OSError as exc:
+            reason = exc.strerror or type(exc).__name__
+            out.problems.append(
+                (f"unreadable/{exc.errno}", f"{self.root}/{pid} cannot be read ({reason}); skipping it")
+            )
+        return None
+
+    def _listing(self) -> list[bytes] | None:
+        """The names under root, as bytes: a fifth cheaper than str (no decoding), and int() takes them."""
+        try:
+            return os.listdir(os.fsencode(self._root))
         except OSError:
             return None  # _list lists again, and says why
 
-    def _list(self, out: Scan, names: list[str] | None = None) -> list[int] | None:
+    def _list(self, out: Scan, names: list[bytes] | None = None) -> list[int] | None:
         """The pids to read this scan (the lowest ``max_processes``), or None with the problem noted."""
         try:
             pids = self._pids() if names is None else self._pids_of(names)
@@ -222,7 +258,7 @@ class ProcessTable:
         return self._pids_of(os.listdir(self._root))
 
     @staticmethod
-    def _pids_of(names: list[str]) -> list[int]:
+    def _pids_of(names: list[str] | list[bytes]) -> list[int]:
         return sorted(int(name) for name in names if name.isdigit() and name.isascii())
 
     def _boot_wall_s(self, now: Timestamp) -> float | None:

@@ -237,3 +237,16 @@ def test_the_real_proc_has_node_cpu_time_and_this_process() -> None:
     assert me[0].cpu_time_s is not None
     assert me[0].cpu_time_s > 0
     assert me[0].comm is not None
+
+
+def test_cpu_time_off_tries_an_unreadable_process_again_and_keeps_the_lowest_pids(tmp_path: Path) -> None:
+    for pid in (20, 30, 40):
+        write_process(tmp_path, pid, f"p{pid}")
+    (tmp_path / "30" / "stat").write_text("garbage")
+    receiver = make_receiver(tmp_path, cpu_time=False, max_processes=3)
+    assert sorted(poll(receiver)) == [20, 40]
+    write_process(tmp_path, 30, "p30")  # readable now: read on the next scan, though the listing is the same
+    assert sorted(poll(receiver)) == [20, 30, 40]
+    write_process(tmp_path, 10, "p10")  # four processes, three allowed: the lowest pids, as with cpu_time on
+    assert sorted(poll(receiver)) == [10, 20, 30]
+    assert sorted(poll(make_receiver(tmp_path, max_processes=3))) == [10, 20, 30]
