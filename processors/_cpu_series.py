@@ -10,12 +10,12 @@ processes' shares and ends when none of its processes is listed.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.records import HostProcess, Totals, Workload
-from wattpipe.processors._energy_series import Series, prune, restore, saved, to_totals
+from wattpipe.processors._energy_series import Order, Series, prune, restore, saved, to_totals
 
 __all__ = ["CPU_DEVICE_PREFIX", "CpuSeries", "GroupScope", "ProcessKey", "TickShares", "device_id_of"]
 
@@ -41,8 +41,28 @@ class TickShares:
     read_zones: frozenset[str]  # zone types that answered this tick (split or not)
 
 
-def _process_attrs(host: HostProcess, zone: str, workload: Workload | None) -> dict[str, str]:
-    attrs = {"zone": zone}
+@dataclass(frozen=True, slots=True)
+class _Identity:
+    """What a process's series are labelled with, and the groups it belongs to (worked out once)."""
+
+    attrs: dict[str, str]
+    groups: list[tuple[GroupScope, str, dict[str, str]]]
+    named: bool  # its pod's names were known (from the k8s processor's Workloads)
+    by_zone: dict[str, dict[str, str]] = field(default_factory=dict)  # attrs with the zone: one object per zone
+
+    def zone_attrs(self, zone: str) -> dict[str, str]:
+        found = self.by_zone.get(zone)
+        if found is None:
+            found = self.by_zone[zone] = {**self.attrs, "zone": zone}
+        return found
+
+
+def _process_columns(order: list[ProcessKey]) -> tuple[list[str], list[str]]:
+    return [str(pid) for pid, _, _ in order], [device_id_of(zone) for _, _, zone in order]
+
+
+def _process_attrs(host: HostProcess, workload: Workload | None) -> dict[str, str]:
+    attrs: dict[str, str] = {}
     for name in ("comm", "exe", "container_id", "pod_uid", "vm_id"):
         value = getattr(host, name)
         if value is not None:
@@ -86,7 +106,23 @@ class CpuSeries:
         self.max_terminated = max_terminated
         self.processes: dict[ProcessKey, Series] = {}
         self.groups: dict[GroupKey, Series] = {}
-        self._members: dict[GroupKey, set[tuple[int, int]]] = {}
+        # A process's identity does not change while its (pid, start time) stays: its attributes and groups
+        # are worked out once (again when the k8s processor names its pod later), not every tick.
+        self._known: dict[tuple[int, int], _Identity] = {}
+        self._members: dict[tuple[GroupScope, str], set[tuple[int, int]]] = {}
+        self._order = Order(_process_columns)
+
+    def _identity(self, pk: tuple[int, int], host: HostProcess, workload: Workload | None) -> _Identity:
+        known = self._known.get(pk)
+        if known is None or (workload is not None and workload.pod_name is not None and not known.named):
+            known = self._known[pk] = _Identity(
+                attrs=_process_attrs(host, workload),
+                groups=_group_memberships(host, workload),
+                named=workload is not None and workload.pod_name is not None,
+            )
+            for scope, group, _ in known.groups:
+                self._members.setdefault((scope, group), set()).add(pk)
+        return known
 
     def update(
         self,
@@ -98,34 +134,40 @@ class CpuSeries:
     ) -> None:
         """Add a tick's shares; end the series whose processes /proc no longer lists (``listed``: it answered)."""
         tick_start_s = now.wall_s - tick.interval_s
+        per_mj = 1 / 1000.0 / tick.interval_s if tick.interval_s > 0 else None
         group_mj: dict[GroupKey, int] = {}
+        processes = self.processes
         for key, mj in tick.by_process.items():
-            pid, start, zone = key
-            host = hosts.get((pid, start))
-            series = self.processes.get(key)
+            pk = key[:2]
+            host = hosts.get(pk)
+            series = processes.get(key)
             if series is None:
                 if mj == 0 or host is None:
                     continue  # a series begins with the process's first CPU energy
                 begun = host.start_wall_s if host.start_wall_s is not None else tick_start_s
-                series = self.processes[key] = Series(energy_mj=0, start_wall_s=max(tick_start_s, begun))
+                series = processes[key] = Series(energy_mj=0, start_wall_s=max(tick_start_s, begun))
             series.energy_mj += mj
-            series.power_w = mj / 1000.0 / tick.interval_s if tick.interval_s > 0 else None
+            series.power_w = None if per_mj is None else mj * per_mj
             series.ended_wall_s = None
-            if host is not None:
-                workload = workloads.get(pid)
-                series.attrs = _process_attrs(host, zone, workload)
-                for scope, group, attrs in _group_memberships(host, workload):
-                    gkey = (scope, group, zone)
-                    group_mj[gkey] = group_mj.get(gkey, 0) + mj
-                    self._members.setdefault(gkey, set()).add((pid, start))
-                    gseries = self.groups.get(gkey)
-                    if gseries is None:
-                        gseries = self.groups[gkey] = Series(energy_mj=0, start_wall_s=series.start_wall_s)
-                    gseries.attrs = {**attrs, "zone": zone}
+            if host is None:
+                continue
+            zone = key[2]
+            known = self._identity(pk, host, workloads.get(key[0]))
+            attrs = known.zone_attrs(zone)
+            if series.attrs is not attrs:
+                series.attrs = attrs  # a new identity (the pod named since): its series' labels follow
+            for scope, group, group_attrs in known.groups:
+                gkey = (scope, group, zone)
+                group_mj[gkey] = group_mj.get(gkey, 0) + mj
+                gseries = self.groups.get(gkey)
+                if gseries is None:
+                    gseries = self.groups[gkey] = Series(energy_mj=0, start_wall_s=series.start_wall_s)
+                if gseries.attrs.get("zone") != zone or len(gseries.attrs) != len(group_attrs) + 1:
+                    gseries.attrs = {**group_attrs, "zone": zone}
         for gkey, mj in group_mj.items():
             gseries = self.groups[gkey]
             gseries.energy_mj += mj
-            gseries.power_w = mj / 1000.0 / tick.interval_s if tick.interval_s > 0 else None
+            gseries.power_w = None if per_mj is None else mj * per_mj
             gseries.ended_wall_s = None
         self._settle(now.wall_s, tick, hosts, group_mj, listed)
 
@@ -141,16 +183,21 @@ class CpuSeries:
             if (pid, start, zone) in tick.by_process:
                 continue
             self._idle_or_gone(series, zone, tick, listed and (pid, start) not in hosts, wall_s)
+        if listed:
+            for pk in self._known.keys() - hosts.keys():  # exited: their identities go (their series stay)
+                del self._known[pk]
+            for group, members in self._members.items():
+                if any(pk not in hosts for pk in members):
+                    self._members[group] = {pk for pk in members if pk in hosts}
         for gkey, gseries in self.groups.items():
             if gkey in group_mj:
                 continue
-            members = self._members.setdefault(gkey, set())
-            if listed:
-                members.intersection_update(hosts)
-            self._idle_or_gone(gseries, gkey[2], tick, listed and not members, wall_s)
+            remaining = self._members.get(gkey[:2])
+            self._idle_or_gone(gseries, gkey[2], tick, listed and not remaining, wall_s)
         prune(self.processes, wall_s, lambda _: self.retention_s, self.max_terminated)
         for gkey in prune(self.groups, wall_s, lambda _: self.retention_s, self.max_terminated):
-            self._members.pop(gkey, None)
+            if not any(k[:2] == gkey[:2] for k in self.groups):
+                self._members.pop(gkey[:2], None)
 
     @staticmethod
     def _idle_or_gone(series: Series, zone: str, tick: TickShares, gone: bool, wall_s: float) -> None:
@@ -164,9 +211,11 @@ class CpuSeries:
             series.power_w = None  # its zone did not answer: how much it drew is not known
 
     def totals(self, now: Timestamp) -> list[Totals]:
+        order, (pids, devices) = self._order.of(self.processes)
+        series = self.processes
         out = [
-            to_totals(now, "process", str(pid), device_id_of(zone), s)
-            for (pid, _, zone), s in sorted(self.processes.items())
+            to_totals(now, "process", pid, device, series[key])
+            for key, pid, device in zip(order, pids, devices, strict=True)
         ]
         out += [
             to_totals(now, scope, key, device_id_of(zone), s)

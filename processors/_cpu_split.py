@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from wattpipe.processors.attribution_math import apportion
 
-__all__ = ["ZoneSplit", "split_zone", "usage_ratio"]
+__all__ = ["ZoneSplit", "idle_active", "split_zone", "splittable", "usage_ratio"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +52,16 @@ def split_zone(
     when given, is the idle mode's baseline for the tick and replaces the ratio's split. ``attributable``
     False (the process listing failed): the active energy is all unattributed.
     """
+    idle, active = idle_active(energy_mj, ratio, idle_mj)
+    if not splittable(weights, ratio, idle_mj, attributable):
+        return ZoneSplit(energy_mj, idle, active, [0] * len(weights), active)
+    shares = apportion(active, weights)
+    return ZoneSplit(energy_mj, idle, active, shares, 0)
+
+
+def idle_active(energy_mj: int, ratio: float | None, idle_mj: int | None = None) -> tuple[int, int]:
+    """A zone's tick energy as (idle, active) mJ: by the idle mode's baseline, else the usage ratio, else all
+    active (the ratio unknown)."""
     if energy_mj < 0:
         raise ValueError(f"a zone's tick energy cannot be negative ({energy_mj} mJ)")
     if idle_mj is not None:
@@ -60,9 +70,9 @@ def split_zone(
         idle = energy_mj - round(energy_mj * ratio)
     else:
         idle = 0
-    active = energy_mj - idle
-    usable = attributable and (ratio is not None or idle_mj is not None) and any(w > 0 for w in weights)
-    if not usable:
-        return ZoneSplit(energy_mj, idle, active, [0] * len(weights), active)
-    shares = apportion(active, weights)
-    return ZoneSplit(energy_mj, idle, active, shares, 0)
+    return idle, energy_mj - idle
+
+
+def splittable(weights: Sequence[float], ratio: float | None, idle_mj: int | None, attributable: bool) -> bool:
+    """Whether the active energy goes to processes: /proc answered, the split is known, someone used CPU."""
+    return attributable and (ratio is not None or idle_mj is not None) and any(w > 0 for w in weights)

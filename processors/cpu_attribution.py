@@ -30,8 +30,9 @@ from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
 from wattpipe.pipeline.config import Duration
 from wattpipe.pipeline.records import CpuZoneSample, DevicePower, DeviceTotals, HostProcess, NodeCpuTime
 from wattpipe.processors._cpu_series import CpuSeries, ProcessKey, TickShares
-from wattpipe.processors._cpu_split import ZoneSplit, split_zone, usage_ratio
+from wattpipe.processors._cpu_split import idle_active, splittable, usage_ratio
 from wattpipe.processors._energy_series import start_at
+from wattpipe.processors.attribution_math import apportion
 
 __all__ = ["CpuAttributionConfig", "CpuAttributionProcessor", "factory"]
 
@@ -168,8 +169,9 @@ class CpuAttributionProcessor:
                 delta = now_s  # its first tick counts
             else:
                 delta = 0.0
-            keys.append(key)
-            cpu_s.append(max(0.0, delta))
+            if delta > 0:  # a process that used no CPU time has no share (its series, if any, runs at 0 W)
+                keys.append(key)
+                cpu_s.append(delta)
         self._cpu_s = {key: host.cpu_time_s or 0.0 for key, host in hosts.items()}
         return _Weights(keys, cpu_s, listed=True)
 
@@ -178,13 +180,15 @@ class CpuAttributionProcessor:
     def _split(
         self, batch: Batch, ratio: float | None, weights: _Weights
     ) -> tuple[list[DevicePower], dict[ProcessKey, int], set[str]]:
+        """Each zone's idle and active; each zone type's active (its sockets' zones summed) shared by CPU time
+        once, so a process's shares in one type are one apportioning; a zone's whole active energy is either
+        attributed or unattributed (the weights are the same for every zone)."""
         samples = sorted(batch.cpu_zones, key=lambda z: z.path)
         per_type: dict[str, int] = {}
         for z in samples:
             per_type[z.zone] = per_type.get(z.zone, 0) + 1
-        powers: list[DevicePower] = []
-        by_process: dict[ProcessKey, int] = {}
-        split_zones: set[str] = set()
+        parts: list[tuple[CpuZoneSample, float, int, int, bool, bool]] = []  # …, idle, active, split, known
+        active_by_type: dict[str, int] = {}
         for sample in samples:
             previous, self._zones[sample.path] = self._zones.get(sample.path), sample
             if previous is None or previous.counter_epoch != sample.counter_epoch:
@@ -194,14 +198,18 @@ class CpuAttributionProcessor:
                 continue  # went backwards in one epoch: the receiver should have said reset; not energy
             interval_s = sample.time.monotonic_s - previous.time.monotonic_s
             idle_mj = self._idle_mj(sample.zone, per_type[sample.zone], interval_s)
-            split = split_zone(energy_mj, weights.cpu_s, ratio, idle_mj, attributable=weights.listed)
+            idle, active = idle_active(energy_mj, ratio, idle_mj)
             known = weights.listed and (ratio is not None or idle_mj is not None)
-            if known:
-                split_zones.add(sample.zone)  # its processes' watts are known (0 for the ones that used no CPU)
-            for (pid, start), mj in zip(weights.keys, split.shares_mj, strict=True):
-                key = (pid, start, sample.zone)
-                by_process[key] = by_process.get(key, 0) + mj
-            powers.append(self._power(batch.time, sample, split, interval_s, known))
+            split = splittable(weights.cpu_s, ratio, idle_mj, weights.listed)
+            parts.append((sample, interval_s, idle, active, split, known))
+            if split:
+                active_by_type[sample.zone] = active_by_type.get(sample.zone, 0) + active
+        by_process: dict[ProcessKey, int] = {}
+        for zone, active in active_by_type.items():
+            for (pid, start), mj in zip(weights.keys, apportion(active, weights.cpu_s), strict=True):
+                by_process[(pid, start, zone)] = mj
+        powers = [self._power(batch.time, *part) for part in parts]
+        split_zones = {p.device_name or "" for p in powers if p.unattributable is None}
         return powers, by_process, split_zones
 
     def _idle_mj(self, zone: str, zones_of_type: int, interval_s: float) -> int | None:
@@ -210,18 +218,30 @@ class CpuAttributionProcessor:
         return round(self.config.idle_w[zone] / zones_of_type * interval_s * 1000)
 
     def _power(
-        self, now: Timestamp, sample: CpuZoneSample, split: ZoneSplit, interval_s: float, known: bool
+        self,
+        now: Timestamp,
+        sample: CpuZoneSample,
+        interval_s: float,
+        idle_mj: int,
+        active_mj: int,
+        split: bool,
+        known: bool,
     ) -> DevicePower:
+        """The zone's tick record, and its totals. ``split``: its active energy went to processes (else it is
+        unattributed); ``known`` False (the listing failed, or the ratio is not known yet) marks the tick
+        unattributable."""
         totals = self.zone_totals.get(sample.path)
         if totals is None:
             extra = (("path", sample.path), ("zone", sample.zone))
             totals = self.zone_totals[sample.path] = _ZoneTotals(
                 sample.zone, sample.socket, now.wall_s - interval_s, extra=extra
             )
-        totals.energy_mj += split.energy_mj
-        totals.idle_mj += split.idle_mj
-        totals.active_mj += split.active_mj
-        totals.unattributed_mj += split.unattributed_mj
+        energy_mj = idle_mj + active_mj
+        totals.energy_mj += energy_mj
+        totals.idle_mj += idle_mj
+        totals.active_mj += active_mj
+        if not split:
+            totals.unattributed_mj += active_mj
         per_s = 1.0 / interval_s / 1000.0 if interval_s > 0 else 0.0
         return DevicePower(
             time=now,
@@ -231,12 +251,12 @@ class CpuAttributionProcessor:
             device_index=sample.socket,
             device_name=sample.zone,
             interval_s=interval_s,
-            power_w=split.energy_mj * per_s,
-            idle_w=split.idle_mj * per_s,
-            active_w=split.active_mj * per_s,
-            energy_mj=split.energy_mj,
-            idle_energy_mj=split.idle_mj,
-            active_energy_mj=split.active_mj,
+            power_w=energy_mj * per_s,
+            idle_w=idle_mj * per_s,
+            active_w=active_mj * per_s,
+            energy_mj=energy_mj,
+            idle_energy_mj=idle_mj,
+            active_energy_mj=active_mj,
             unattributable=None if known else "processes_unknown",
         )
 
