@@ -239,6 +239,14 @@ def test_cpu_totals_render_only_in_cpu_families() -> None:
     assert node_labels == {"zone": "package", "path": "intel-rapl:0"}
     assert labelled_values(by_name["kepler_node_gpu_joules_total"], out, "kepler") == []
     assert all(f in FAMILIES for f in CPU_FAMILIES)
+    ((otel_labels, otel_joules, _),) = labelled_values(by_name["kepler_process_cpu_joules_total"], out, "otel")
+    assert otel_joules == 5.0
+    assert {k: otel_labels[k] for k in ("process.pid", "wattpipe.cpu.zone", "wattpipe.process.type")} == {
+        "process.pid": "50",
+        "wattpipe.cpu.zone": "package",
+        "wattpipe.process.type": "container",
+    }
+    assert by_name["kepler_process_cpu_joules_total"].otel == "wattpipe.process.cpu.energy"
 
 
 @st.composite
