@@ -18,6 +18,7 @@ Place it after the GPU processors (``idle``, ``attribution``, ``energy``): they 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -126,6 +127,13 @@ class CpuAttributionProcessor:
         now = batch.time
         ratio = self._ratio(batch)
         hosts = {(h.pid, _start(h)): h for h in batch.host_processes if h.cpu_time_s is not None}
+        if batch.host_processes and not hosts:
+            self.ctx.telemetry.log.log(
+                logging.WARNING,
+                "no_cpu_time",
+                f"processor {self.ctx.component_id}: /proc's processes carry no CPU time (procfs cpu_time: false?): "
+                "CPU energy stays unattributed; set cpu_time: true on the procfs receiver",
+            )
         weights = self._weights(batch, hosts)
         powers, by_process, split_zones = self._split(batch, ratio, weights)
         tick = TickShares(

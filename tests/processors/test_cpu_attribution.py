@@ -339,3 +339,23 @@ def test_totals_go_on_across_a_restart(tmp_path: Path) -> None:
     assert totals(out, "pod")[("p6", "cpu:package")].energy_mj == 20_000
     (zone,) = out.device_totals
     assert (zone.energy_mj, zone.idle_energy_mj, zone.attributed_energy_mj) == (40_000, 20_000, 20_000)
+
+
+def test_without_rapl_the_batch_passes_untouched() -> None:
+    # A GPU node without RAPL (the rapl receiver leaves cpu_zones absent): the GPU path alone.
+    proc = processor()
+    batch = Batch(time=SteppedClock().now(), interval_s=5.0, node="n")
+    assert proc.process(batch) is batch
+
+
+def test_processes_without_cpu_time_leave_the_energy_unattributed() -> None:
+    node = Node(zones={"intel-rapl:0": ("package", 0, 0, 0)})
+    node.procs[70] = HostProcess(time=node.clock.now(), pid=70, start_time_ticks=70)  # cpu_time: false
+    proc = processor()
+    step(proc, node)
+    node.spend("intel-rapl:0", 10_000)
+    node.total_s += 10.0
+    node.active_s += 5.0
+    out = step(proc, node)
+    assert [t for t in out.totals if t.scope == "process"] == []
+    assert proc.zone_totals["intel-rapl:0"].unattributed_mj == 5_000
