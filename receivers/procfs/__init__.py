@@ -107,7 +107,9 @@ class ProcfsReceiver:
         return [*scan.records, scan.node_cpu]
 
     async def shutdown(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        # The kept stat files are closed on the scanning thread, after a scan still running (if any).
+        self._executor.submit(self.table.close)
+        self._executor.shutdown(wait=False)
 
     def _warn(self, key: str, message: str) -> None:
         self.rl.log.log(logging.WARNING, key, f"receiver {self.component_id}: {message}")

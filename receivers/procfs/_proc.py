@@ -15,6 +15,7 @@ from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.records import HostProcess, NodeCpuTime
 from wattpipe.receivers.procfs._cgroup import CgroupIdentity, parse_cgroup
 from wattpipe.receivers.procfs._stat import parse_proc_stat
+from wattpipe.receivers.procfs._statfiles import Gone, StatFiles, default_budget
 from wattpipe.receivers.procfs._vm import VmIdentity, looks_like_qemu, parse_qemu_cmdline
 
 __all__ = ["ProcStat", "ProcessTable", "Scan", "parse_stat"]
@@ -53,6 +54,18 @@ def parse_stat(text: str) -> ProcStat:
         )
     except (IndexError, ValueError):
         raise ValueError(f"{len(rest) + 2} fields, or a non-number among utime/stime/starttime") from None
+
+
+def cpu_and_start(line: bytes) -> tuple[int, int]:
+    """utime + stime and the start time (clock ticks) of a stat line, as bytes: the per-tick read needs no
+    more, and no decoding. Raises ValueError as :func:`parse_stat` does for a line that is not one."""
+    close = line.rfind(b")")
+    rest = line[close + 1 :].split(None, 20) if close >= 0 else []  # rest[0] is field 3, so field n is rest[n - 3]
+    try:
+        return int(rest[14 - 3]) + int(rest[15 - 3]), int(rest[22 - 3])
+    except (IndexError, ValueError):
+        parse_stat(line.decode("utf-8", errors="replace"))  # raises with the reason
+        raise ValueError("not a stat line") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,9 +130,21 @@ class ProcessTable:
     kernel hands pids out cyclically, so that takes ``pid_max`` new tasks within one interval.
     """
 
-    def __init__(self, root: Path, *, max_processes: int, clock_ticks_per_s: int, cpu_time: bool = True) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        max_processes: int,
+        clock_ticks_per_s: int,
+        cpu_time: bool = True,
+        keep_open: int | None = None,
+    ) -> None:
         self.root = root
         self._root = str(root)
+        # cpu_time on: each process's stat is read every scan, through a file kept open (keep_open of them at
+        # most; None: by the open-file limit). Off: a process is read once, by path.
+        budget = (default_budget(max_processes) if keep_open is None else keep_open) if cpu_time else 0
+        self.stat_files = StatFiles(self._root, budget)
         self.max_processes = max_processes
         self.clock_ticks_per_s = clock_ticks_per_s
         self.cpu_time = cpu_time
@@ -132,6 +157,10 @@ class ProcessTable:
     def cached(self) -> int:
         return len(self._cache)
 
+    def close(self) -> None:
+        """Close the stat files kept open (the receiver's shutdown, on the scanning thread)."""
+        self.stat_files.close()
+
     def scan(self, now: Timestamp) -> Scan:
         out = Scan()
         out.node_cpu = self._node_cpu(now, out)
@@ -142,6 +171,7 @@ class ProcessTable:
         if pids is None:
             self._cache.clear()
             self._records.clear()
+            self.stat_files.close()
             self._names, self._name_set = None, set()
             return out
         cache: dict[int, _Identity] = {}
@@ -153,6 +183,7 @@ class ProcessTable:
                 records[pid], cache[pid] = got
                 out.records.append(got[0])
         self._cache = cache  # pids that are gone (or skipped) are forgotten
+        self.stat_files.keep_only(cache)
         if names is not None:  # cpu_time off: what the next scans compare their listing with
             self._records, self._listing_problems = records, [p for p in out.problems if p[0] == "max_processes"]
             self._remember(names, {str(pid).encode() for pid in pids} - {str(pid).encode() for pid in records})
@@ -271,10 +302,14 @@ class ProcessTable:
 
     def _read_process(self, pid: int, now: Timestamp, boot_wall_s: float | None) -> tuple[HostProcess, _Identity]:
         directory = f"{self._root}/{pid}"
-        stat = parse_stat(_read(f"{directory}/stat"))
+        try:
+            line = self.stat_files.read(pid)
+        except Gone:
+            raise _Gone from None
+        cpu_ticks, start_ticks = cpu_and_start(line)
         identity = self._cache.get(pid)
-        if identity is None or identity.start_time_ticks != stat.start_time_ticks:
-            identity = self._read_identity(directory, stat)
+        if identity is None or identity.start_time_ticks != start_ticks:
+            identity = self._read_identity(directory, parse_stat(line.decode("utf-8", errors="replace")))
         cg, vm = identity.cgroup, identity.vm
         return (
             HostProcess(
@@ -282,14 +317,12 @@ class ProcessTable:
                 pid=pid,
                 comm=identity.comm,
                 exe=identity.exe,
-                start_time_ticks=stat.start_time_ticks,
+                start_time_ticks=start_ticks,
                 container_id=cg.container_id,
                 container_runtime=cg.runtime,
                 pod_uid=cg.pod_uid,
-                cpu_time_s=(stat.utime_ticks + stat.stime_ticks) / self.clock_ticks_per_s if self.cpu_time else None,
-                start_wall_s=None
-                if boot_wall_s is None
-                else boot_wall_s + stat.start_time_ticks / self.clock_ticks_per_s,
+                cpu_time_s=cpu_ticks / self.clock_ticks_per_s if self.cpu_time else None,
+                start_wall_s=None if boot_wall_s is None else boot_wall_s + start_ticks / self.clock_ticks_per_s,
                 vm_id=vm.vm_id if vm is not None else None,
                 vm_name=vm.vm_name if vm is not None else None,
                 hypervisor=vm.hypervisor if vm is not None else None,

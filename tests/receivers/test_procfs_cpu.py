@@ -17,6 +17,7 @@ from wattpipe.pipeline.clock import SteppedClock, Timestamp
 from wattpipe.pipeline.records import HostProcess, NodeCpuTime
 from wattpipe.receivers.procfs import ProcfsReceiver, _proc
 from wattpipe.receivers.procfs._stat import parse_proc_stat
+from wattpipe.receivers.procfs._statfiles import StatFiles
 from wattpipe.receivers.procfs._vm import looks_like_qemu, parse_qemu_cmdline
 
 T = Timestamp(monotonic_s=1000.0, wall_s=1_767_225_600.0)
@@ -183,6 +184,13 @@ def test_cpu_time_off_reads_a_known_process_never_again(tmp_path: Path, monkeypa
         return real(path)
 
     monkeypatch.setattr(_proc, "_read", counting)
+    read_stat = StatFiles.read
+
+    def counting_stat(files: StatFiles, pid: int) -> bytes:
+        reads.append(f"{pid}/stat")
+        return read_stat(files, pid)
+
+    monkeypatch.setattr(StatFiles, "read", counting_stat)
     receiver = make_receiver(tmp_path, cpu_time=False)
     first = poll(receiver)
     assert sorted(first) == [10, 11, 12]
