@@ -7,8 +7,8 @@ It lists *every* process, not only those on a GPU: receivers run concurrently wi
 cannot see which pids the ``nvml`` receiver is about to list. The join happens downstream, by pid (and
 ``start_time_ticks`` where a processor keeps state across ticks). A process's identity (comm, exe, cgroup,
 VM) is read once per (pid, start time). With ``cpu_time: true`` (the default; CPU attribution needs it)
-later ticks read each process's ``stat`` for its CPU time, which also tells a reused pid by its start
-time. With ``cpu_time: false`` (the GPU path needs no CPU time) a process seen in the previous tick is not
+later ticks read each process's ``stat`` for its CPU time (kept open, one ``pread`` each:
+``_statfiles.py``), which also tells a reused pid by its start time. With ``cpu_time: false`` (the GPU path needs no CPU time) a process seen in the previous tick is not
 read again: the tick costs a listing of /proc and the reads of new processes (docs/cpu.md, "Cost").
 ``max_processes`` bounds a tick's work on a node with runaway pids.
 
