@@ -353,6 +353,6 @@ def test_cpu_records_name_their_zone_and_keep_absent_values_out() -> None:
     assert node.attributes() == {}
     assert node.values() == {"total_s": 800.0, "active_s": 200.0}
     vm = HostProcess(time=T, pid=7, comm="qemu-kvm", vm_id="0b5c0f8e-1", vm_name="web", hypervisor="kvm")
-    assert vm.values()["vm_name"] == "web" and vm.vm_id == "0b5c0f8e-1"
+    assert (vm.values()["vm_name"], vm.vm_id) == ("web", "0b5c0f8e-1")
     assert HostProcess(time=T, pid=8).vm_id is None
     assert batch().with_records([zone, node]).present == frozenset({"cpu_zones", "node_cpu"})
