@@ -177,8 +177,10 @@ class ProcessTable:
         cache: dict[int, _Identity] = {}
         records: dict[int, HostProcess] = {}
         boot_wall_s = self._boot_wall_s(now)
+        known = self._records if names is not None else {}  # cpu_time off: a known process is not read again
         for pid in pids:
-            got = self._read_one(pid, now, boot_wall_s, out)
+            record = known.get(pid)
+            got = (record, self._cache[pid]) if record is not None else self._read_one(pid, now, boot_wall_s, out)
             if got is not None:
                 records[pid], cache[pid] = got
                 out.records.append(got[0])

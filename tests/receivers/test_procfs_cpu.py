@@ -258,3 +258,26 @@ def test_cpu_time_off_tries_an_unreadable_process_again_and_keeps_the_lowest_pid
     write_process(tmp_path, 10, "p10")  # four processes, three allowed: the lowest pids, as with cpu_time on
     assert sorted(poll(receiver)) == [10, 20, 30]
     assert sorted(poll(make_receiver(tmp_path, max_processes=3))) == [10, 20, 30]
+
+
+def test_cpu_time_off_over_max_processes_still_reads_only_new_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for pid in (10, 20, 30):
+        write_process(tmp_path, pid, f"p{pid}")
+    receiver = make_receiver(tmp_path, cpu_time=False, max_processes=2)
+    first = poll(receiver)
+    assert sorted(first) == [10, 20]
+    write_process(tmp_path, 40, "p40")  # a new one, over the limit: the scan is whole again, but reads nothing known
+    reads: list[str] = []
+    real = StatFiles.read
+
+    def counting(files: StatFiles, pid: int) -> bytes:
+        reads.append(str(pid))
+        return real(files, pid)
+
+    monkeypatch.setattr(StatFiles, "read", counting)
+    second = poll(receiver)
+    assert sorted(second) == [10, 20]
+    assert second[10] is first[10]
+    assert reads == []
