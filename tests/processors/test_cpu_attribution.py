@@ -254,7 +254,8 @@ def ticks(draw: st.DrawFn) -> list[tuple[list[int], float, dict[int, float]]]:
     """Each tick: two zones' mJ, the usage ratio, and the live processes' CPU seconds (churn: pids come and go)."""
     out = []
     for _ in range(draw(st.integers(2, 8))):
-        mj = draw(st.lists(st.integers(0, 500_000), min_size=2, max_size=2))
+        # A negative spend is a reset: the receiver's counter_epoch goes up and the counter starts again.
+        mj = draw(st.lists(st.integers(-1, 500_000), min_size=2, max_size=2))
         ratio = draw(st.floats(0.0, 1.0))
         live = draw(st.dictionaries(st.integers(2, 12), st.one_of(st.just(0.0), st.floats(0.01, 40.0)), max_size=6))
         out.append((mj, ratio, live))
@@ -280,10 +281,15 @@ def test_conservation_per_zone_per_tick_with_churn_and_wraps(
         for pid, cpu_s in live.items():
             node.run(pid, cpu_s) if pid in node.procs else node.spawn(pid, cpu_s=cpu_s)
         for path, spend in zip(("intel-rapl:0", "intel-rapl:0:0"), mj, strict=True):
-            node.spend(path, spend)
+            if spend < 0:
+                kind, socket, _, epoch = node.zones[path]
+                node.zones[path] = (kind, socket, 0, epoch + 1)
+            else:
+                node.spend(path, spend)
         node.total_s += 100.0
         node.active_s += 100.0 * ratio
         out = step(proc, node)
+        assert len(out.device_power) == sum(1 for spend in mj if spend >= 0)  # a reset tick is a baseline
         for power in out.device_power:
             zone = power.device_name
             billed = sum(t.power_w or 0.0 for t in out.totals if t.scope == "process" and t.device_id == f"cpu:{zone}")
