@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from wattpipe.pipeline.clock import Timestamp
+from wattpipe.pipeline.constructors import new_host_process
 from wattpipe.pipeline.records import HostProcess, NodeCpuTime
 from wattpipe.receivers.procfs._cgroup import CgroupIdentity, parse_cgroup
 from wattpipe.receivers.procfs._stat import parse_proc_stat
@@ -303,7 +304,6 @@ class ProcessTable:
             return None
 
     def _read_process(self, pid: int, now: Timestamp, boot_wall_s: float | None) -> tuple[HostProcess, _Identity]:
-        directory = f"{self._root}/{pid}"
         try:
             line = self.stat_files.read(pid)
         except Gone:
@@ -311,26 +311,26 @@ class ProcessTable:
         cpu_ticks, start_ticks = cpu_and_start(line)
         identity = self._cache.get(pid)
         if identity is None or identity.start_time_ticks != start_ticks:
-            identity = self._read_identity(directory, parse_stat(line.decode("utf-8", errors="replace")))
+            identity = self._read_identity(f"{self._root}/{pid}", parse_stat(line.decode("utf-8", errors="replace")))
         cg, vm = identity.cgroup, identity.vm
-        return (
-            HostProcess(
-                time=now,
-                pid=pid,
-                comm=identity.comm,
-                exe=identity.exe,
-                start_time_ticks=start_ticks,
-                container_id=cg.container_id,
-                container_runtime=cg.runtime,
-                pod_uid=cg.pod_uid,
-                cpu_time_s=cpu_ticks / self.clock_ticks_per_s if self.cpu_time else None,
-                start_wall_s=None if boot_wall_s is None else boot_wall_s + start_ticks / self.clock_ticks_per_s,
-                vm_id=vm.vm_id if vm is not None else None,
-                vm_name=vm.vm_name if vm is not None else None,
-                hypervisor=vm.hypervisor if vm is not None else None,
-            ),
-            identity,
+        hz = self.clock_ticks_per_s
+        record = new_host_process(
+            now,
+            (),
+            pid,
+            identity.comm,
+            identity.exe,
+            start_ticks,
+            cg.container_id,
+            cg.runtime,
+            cg.pod_uid,
+            cpu_ticks / hz if self.cpu_time else None,
+            None if boot_wall_s is None else boot_wall_s + start_ticks / hz,
+            None if vm is None else vm.vm_id,
+            None if vm is None else vm.vm_name,
+            None if vm is None else vm.hypervisor,
         )
+        return record, identity
 
     def _read_identity(self, directory: str, stat: ProcStat) -> _Identity:
         comm = _read(f"{directory}/comm").rstrip("\n")

@@ -356,3 +356,25 @@ def test_cpu_records_name_their_zone_and_keep_absent_values_out() -> None:
     assert (vm.values()["vm_name"], vm.vm_id) == ("web", "0b5c0f8e-1")
     assert HostProcess(time=T, pid=8).vm_id is None
     assert batch().with_records([zone, node]).present == frozenset({"cpu_zones", "node_cpu"})
+
+
+def test_new_host_process_makes_the_record_the_class_makes() -> None:
+    from wattpipe.pipeline.constructors import new_host_process
+
+    fields = {
+        "pid": 7,
+        "comm": "qemu-kvm",
+        "exe": "/usr/libexec/qemu-kvm",
+        "start_time_ticks": 900,
+        "container_id": None,
+        "container_runtime": None,
+        "pod_uid": None,
+        "cpu_time_s": 12.5,
+        "start_wall_s": 1_767_225_000.0,
+        "vm_id": "u-1",
+        "vm_name": "web",
+        "hypervisor": "kvm",
+    }
+    made = new_host_process(T, (), *fields.values())  # type: ignore[arg-type]
+    assert made == HostProcess(time=T, **fields)  # type: ignore[arg-type]
+    assert hash(made) == hash(HostProcess(time=T, **fields))  # type: ignore[arg-type]
