@@ -30,6 +30,7 @@ from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
 from wattpipe.pipeline.config import Duration
 from wattpipe.pipeline.records import CpuZoneSample, DevicePower, DeviceTotals, HostProcess, NodeCpuTime
+from wattpipe.processors._cpu_idle import ZoneIdle, ZoneIdles
 from wattpipe.processors._cpu_series import CpuSeries, ProcessKey, TickShares
 from wattpipe.processors._cpu_split import idle_active, splittable, usage_ratio
 from wattpipe.processors._energy_series import start_at
@@ -46,16 +47,22 @@ class CpuAttributionConfig(ComponentConfig):
     ``idle_w`` × interval, for zones whose idle power is known (docs/attribution.md, "CPU")."""
     idle_w: dict[str, float] = Field(default_factory=dict)
     """Idle mode: the node's idle power per zone type (``package: 40``), split evenly over that type's zones.
-    A zone type not listed falls back to the usage ratio."""
+    A zone type not listed is learned (``learn_idle``), else split by the usage ratio."""
     terminated_retention: Duration = 60.0
     """How long an ended series (an exited process, a gone container, pod or VM) stays exported."""
     max_terminated: int = Field(default=500, ge=0)
     """At most this many ended series are kept per table (the ones with the most energy)."""
 
+    learn_idle: bool = True
+    """Idle mode: learn the idle power of the zone types ``idle_w`` does not list, by regression of each zone's
+    power on the usage ratio (until a fit passes, such a zone is split by the usage ratio)."""
+
     @model_validator(mode="after")
     def _idle_needs_values(self) -> CpuAttributionConfig:
-        if self.mode == "idle" and not self.idle_w:
-            raise ValueError("mode idle needs idle_w, the node's idle power per zone type (e.g. {package: 40})")
+        if self.mode == "idle" and not self.idle_w and not self.learn_idle:
+            raise ValueError(
+                "mode idle needs idle_w (the node's idle power per zone type, e.g. {package: 40}) or learn_idle: true"
+            )
         for zone, watts in self.idle_w.items():
             if watts < 0:
                 raise ValueError(f"idle_w.{zone}: {watts} W is negative")
@@ -94,6 +101,7 @@ class CpuAttributionProcessor:
         self._last_wall_s: float | None = None
         self.zone_totals: dict[str, _ZoneTotals] = {}
         self.series = CpuSeries(config.terminated_retention, config.max_terminated)
+        self._idles = ZoneIdles(config.idle_w, config.learn_idle) if config.mode == "idle" else None
 
     # --- state: totals and series go on across a restart (``service.state``) ------------------------------
 
@@ -195,7 +203,7 @@ class CpuAttributionProcessor:
         per_type: dict[str, int] = {}
         for z in samples:
             per_type[z.zone] = per_type.get(z.zone, 0) + 1
-        parts: list[tuple[CpuZoneSample, float, int, int, bool, bool]] = []  # …, idle, active, split, known
+        parts: list[tuple[CpuZoneSample, float, int, int, bool, bool, ZoneIdle | None]] = []
         active_by_type: dict[str, int] = {}
         for sample in samples:
             previous, self._zones[sample.path] = self._zones.get(sample.path), sample
@@ -205,11 +213,12 @@ class CpuAttributionProcessor:
             if energy_mj < 0:
                 continue  # went backwards in one epoch: the receiver should have said reset; not energy
             interval_s = sample.time.monotonic_s - previous.time.monotonic_s
-            idle_mj = self._idle_mj(sample.zone, per_type[sample.zone], interval_s)
+            zone_idle = self._zone_idle(sample, per_type[sample.zone], energy_mj, interval_s, ratio)
+            idle_mj = None if zone_idle is None else round(zone_idle.idle_w * interval_s * 1000)
             idle, active = idle_active(energy_mj, ratio, idle_mj)
             known = weights.listed and (ratio is not None or idle_mj is not None)
             split = splittable(weights.cpu_s, ratio, idle_mj, weights.listed)
-            parts.append((sample, interval_s, idle, active, split, known))
+            parts.append((sample, interval_s, idle, active, split, known, zone_idle))
             if split:
                 active_by_type[sample.zone] = active_by_type.get(sample.zone, 0) + active
         by_process: dict[ProcessKey, int] = {}
@@ -220,10 +229,15 @@ class CpuAttributionProcessor:
         split_zones = {p.device_name or "" for p in powers if p.unattributable is None}
         return powers, by_process, split_zones
 
-    def _idle_mj(self, zone: str, zones_of_type: int, interval_s: float) -> int | None:
-        if self.config.mode != "idle" or zone not in self.config.idle_w:
+    def _zone_idle(
+        self, sample: CpuZoneSample, zones_of_type: int, energy_mj: int, interval_s: float, ratio: float | None
+    ) -> ZoneIdle | None:
+        """The idle mode's idle for this zone and tick (None: split by the usage ratio)."""
+        if self._idles is None:
             return None
-        return round(self.config.idle_w[zone] / zones_of_type * interval_s * 1000)
+        if ratio is not None and interval_s > 0 and self._idles.learns(sample.zone):
+            self._idles.observe(sample.path, sample.time.monotonic_s, ratio, energy_mj / interval_s / 1000.0)
+        return self._idles.idle(sample.zone, sample.path, zones_of_type)
 
     def _power(
         self,
@@ -234,6 +248,7 @@ class CpuAttributionProcessor:
         active_mj: int,
         split: bool,
         known: bool,
+        zone_idle: ZoneIdle | None,
     ) -> DevicePower:
         """The zone's tick record, and its totals. ``split``: its active energy went to processes (else it is
         unattributed); ``known`` False (the listing failed, or the ratio is not known yet) marks the tick
@@ -266,6 +281,8 @@ class CpuAttributionProcessor:
             idle_energy_mj=idle_mj,
             active_energy_mj=active_mj,
             unattributable=None if known else "processes_unknown",
+            idle_source=None if zone_idle is None else zone_idle.source,
+            idle_uncertainty_w=None if zone_idle is None else zone_idle.uncertainty_w,
         )
 
     def _device_totals(self, now: Timestamp) -> tuple[DeviceTotals, ...]:

@@ -36,11 +36,13 @@ def _cpu_attribution_registered(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(steps, "load_registry", with_cpu)
 
 
-def simulate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str = "usage_ratio") -> dict[str, Any]:
+def simulate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str = "usage_ratio", config: Path = CONFIG
+) -> dict[str, Any]:
     monkeypatch.setenv("WATTPIPE_CPU_MODE", mode)
     report = tmp_path / "report.json"
     err = io.StringIO()
-    args = ["simulate", "--scenario", str(SCENARIO), "-c", str(CONFIG), "--duration", "5m", "--report", str(report),
+    args = ["simulate", "--scenario", str(SCENARIO), "-c", str(config), "--duration", "5m", "--report", str(report),
             "--log-level", "error"]  # fmt: skip
     assert main(args, io.StringIO(), err) == 0, err.getvalue()
     assert "cpu (true:" in err.getvalue()
@@ -96,6 +98,18 @@ def test_seed_model_shares_by_cpu_time_and_groups_are_sums(tmp_path: Path, monke
 
 def test_idle_mode_within_2_percent_of_each_process_truth(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cpu = simulate(tmp_path, monkeypatch, mode="idle")["cpu"]
+    processes = by(cpu["processes"], "pid")
+    for pid in (*LONG_LIVED, 2102, 3001):
+        p = processes[pid]
+        assert p["attributed_j"] == pytest.approx(p["true_j"], rel=0.02), p
+    for z in cpu["zones"]:
+        assert abs(z["residual_j"]) <= 1e-6, z
+
+
+def test_idle_mode_learning_the_idle_within_2_percent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # No idle_w: each zone's idle is learned by regression of its power on the usage ratio; the ticks before
+    # the first fit passes are split by the usage ratio (the seed's model).
+    cpu = simulate(tmp_path, monkeypatch, config=CONFIG.with_name("cpu_learned.yaml"))["cpu"]
     processes = by(cpu["processes"], "pid")
     for pid in (*LONG_LIVED, 2102, 3001):
         p = processes[pid]

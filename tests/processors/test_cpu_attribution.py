@@ -207,9 +207,31 @@ def test_idle_mode_bills_only_energy_above_the_configured_idle() -> None:
     assert totals(out, "process")[("40", "cpu:package")].energy_mj == 60_000  # both sockets, one series
 
 
-def test_idle_mode_needs_idle_values() -> None:
+def test_idle_mode_needs_idle_values_or_learning() -> None:
     with pytest.raises(ValueError, match="idle_w"):
-        CpuAttributionConfig(mode="idle")
+        CpuAttributionConfig(mode="idle", learn_idle=False)
+    assert CpuAttributionConfig(mode="idle").learn_idle
+
+
+def test_idle_mode_learns_a_zones_idle_from_power_against_usage() -> None:
+    # One package: 40 W idle + 150 W at full usage; the load moves between 10 % and 40 % of the CPUs.
+    node = Node(zones={"intel-rapl:0": ("package", 0, 0, 0)})
+    node.spawn(80)
+    proc = processor(mode="idle")
+    step(proc, node)
+    out = None
+    for i in range(20):
+        ratio = (0.1, 0.25, 0.4, 0.2)[i % 4]
+        node.spend("intel-rapl:0", round((40.0 + 150.0 * ratio) * 5 * 1000))
+        node.total_s += 10.0
+        node.active_s += 10.0 * ratio
+        node.run(80, 10.0 * ratio)
+        out = step(proc, node)
+    assert out is not None
+    (power,) = out.device_power
+    assert power.idle_source == "regression"
+    assert power.idle_w == pytest.approx(40.0, abs=0.01)
+    assert power.active_w == pytest.approx(150.0 * 0.2, abs=0.01)  # the last tick's ratio: everything above idle
 
 
 def test_cpu_totals_render_only_in_cpu_families() -> None:
