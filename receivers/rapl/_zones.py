@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 __all__ = ["Discovery", "Zone", "discover", "read_int", "zone_kind"]
 
 _ZONE_DIR = re.compile(r"^(?P<control>intel-rapl(?:-mmio)?):(?P<top>\d+)(?::(?P<sub>\d+))?$")
-_PACKAGE = re.compile(r"^package-(?P<index>\d+)$")
+_PACKAGE = re.compile(r"^package-(?P<index>\d+)(?:-die-\d+)?$")  # multi-die parts: package-0-die-1
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +53,8 @@ def read_int(path: str) -> int:
 
 
 def zone_kind(name: str) -> tuple[str, int | None]:
-    """A zone's ``name`` file → (zone, package index): ``package-1`` → (``package``, 1); ``dram`` → (``dram``, None)."""
+    """A zone's ``name`` file → (zone, package index): ``package-1`` → (``package``, 1); ``package-0-die-1``
+    (one die of a multi-die package, its own zone) → (``package``, 0); ``dram`` → (``dram``, None)."""
     match = _PACKAGE.match(name)
     if match:
         return "package", int(match["index"])

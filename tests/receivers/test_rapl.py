@@ -87,6 +87,7 @@ def test_an_mmio_zone_with_no_msr_twin_is_kept(tmp_path: Path) -> None:
 
 def test_zone_names_map_to_kinds() -> None:
     assert zone_kind("package-3") == ("package", 3)
+    assert zone_kind("package-0-die-1") == ("package", 0)
     assert zone_kind("dram") == ("dram", None)
     assert zone_kind("psys") == ("psys", None)
 
