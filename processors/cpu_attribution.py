@@ -203,7 +203,7 @@ class CpuAttributionProcessor:
         per_type: dict[str, int] = {}
         for z in samples:
             per_type[z.zone] = per_type.get(z.zone, 0) + 1
-        parts: list[tuple[CpuZoneSample, float, int, int, bool, bool, ZoneIdle | None]] = []
+        parts: list[tuple[CpuZoneSample, float, int, int, bool, bool, ZoneIdle | None, bool]] = []
         active_by_type: dict[str, int] = {}
         for sample in samples:
             previous, self._zones[sample.path] = self._zones.get(sample.path), sample
@@ -218,7 +218,8 @@ class CpuAttributionProcessor:
             idle, active = idle_active(energy_mj, ratio, idle_mj)
             known = weights.listed and (ratio is not None or idle_mj is not None)
             split = splittable(weights.cpu_s, ratio, idle_mj, weights.listed)
-            parts.append((sample, interval_s, idle, active, split, known, zone_idle))
+            idle_known = ratio is not None or idle_mj is not None
+            parts.append((sample, interval_s, idle, active, split, known, zone_idle, idle_known))
             if split:
                 active_by_type[sample.zone] = active_by_type.get(sample.zone, 0) + active
         by_process: dict[ProcessKey, int] = {}
@@ -249,10 +250,11 @@ class CpuAttributionProcessor:
         split: bool,
         known: bool,
         zone_idle: ZoneIdle | None,
+        idle_known: bool,
     ) -> DevicePower:
         """The zone's tick record, and its totals. ``split``: its active energy went to processes (else it is
-        unattributed); ``known`` False (the listing failed, or the ratio is not known yet) marks the tick
-        unattributable."""
+        unattributed); ``known`` False (the listing failed, or the ratio is not known) marks the tick
+        unattributable; ``idle_known`` False (no ratio, no idle): the idle watts are absent, all is active."""
         totals = self.zone_totals.get(sample.path)
         if totals is None:
             extra = (("path", sample.path), ("zone", sample.zone))
@@ -275,7 +277,7 @@ class CpuAttributionProcessor:
             device_name=sample.zone,
             interval_s=interval_s,
             power_w=energy_mj * per_s,
-            idle_w=idle_mj * per_s,
+            idle_w=idle_mj * per_s if idle_known else None,
             active_w=active_mj * per_s,
             energy_mj=energy_mj,
             idle_energy_mj=idle_mj,

@@ -187,6 +187,7 @@ def test_reset_epoch_is_a_baseline_and_unlisted_tick_is_unattributed() -> None:
     node.total_s += 10.0
     node.active_s += 10.0
     (power,) = step(proc, node).device_power
+    assert power.idle_w == 0.0  # the ratio is known: only the process listing failed
     assert power.unattributable == "processes_unknown"
     assert power.active_energy_mj == 9_000
     assert proc.zone_totals["intel-rapl:0"].unattributed_mj == 9_000
@@ -387,3 +388,17 @@ def test_processes_without_cpu_time_leave_the_energy_unattributed() -> None:
     out = step(proc, node)
     assert [t for t in out.totals if t.scope == "process"] == []
     assert proc.zone_totals["intel-rapl:0"].unattributed_mj == 5_000
+
+
+def test_without_node_cpu_time_the_idle_watts_are_absent() -> None:
+    node = Node(zones={"intel-rapl:0": ("package", 0, 0, 0)})
+    node.spawn(90)
+    proc = processor()
+    step(proc, node)
+    node.spend("intel-rapl:0", 10_000)
+    node.run(90, 1.0)
+    batch = node.batch()
+    out = proc.process(batch.replace(node_cpu=(), present=batch.present - {"node_cpu"}))
+    (power,) = out.device_power
+    assert power.idle_w is None  # unknown, not 0
+    assert (power.active_energy_mj, power.unattributable) == (10_000, "processes_unknown")
