@@ -17,7 +17,7 @@ from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.records import HostProcess, Totals, Workload
 from wattpipe.processors._energy_series import Order, Series, prune, restore, saved, to_totals
 
-__all__ = ["CPU_DEVICE_PREFIX", "CpuSeries", "GroupScope", "ProcessKey", "TickShares", "device_id_of"]
+__all__ = ["CPU_DEVICE_PREFIX", "CpuSeries", "GroupScope", "Names", "ProcessKey", "TickShares", "device_id_of"]
 
 CPU_DEVICE_PREFIX = "cpu:"
 """A CPU zone type's ``device_id`` on Totals (``cpu:package``): the catalog tells CPU totals from GPU ones by it."""
@@ -39,6 +39,40 @@ class TickShares:
     by_process: Mapping[ProcessKey, int]
     split_zones: frozenset[str]  # zone types whose active energy went to processes this tick (or could have)
     read_zones: frozenset[str]  # zone types that answered this tick (split or not)
+
+
+@dataclass(frozen=True, slots=True)
+class Names:
+    """Kubernetes names from the k8s processor's Workloads: a GPU process's by pid, any other's by its cgroup's
+    container id or pod UID through the roster (``Workload.listed`` entries name every container and pod)."""
+
+    by_pid: Mapping[int, Workload]
+    by_container: Mapping[str, Workload]
+    by_pod: Mapping[str, Workload]
+
+    @classmethod
+    def of(cls, workloads: Iterable[Workload]) -> Names:
+        by_pid: dict[int, Workload] = {}
+        by_container: dict[str, Workload] = {}
+        by_pod: dict[str, Workload] = {}
+        for w in workloads:
+            if w.pid is not None:
+                by_pid[w.pid] = w
+            elif w.container_id is not None and w.container_name is not None:
+                by_container[w.container_id] = w
+            elif w.pod_uid is not None and w.pod_name is not None:
+                by_pod[w.pod_uid] = w
+        return cls(by_pid, by_container, by_pod)
+
+    def find(self, host: HostProcess) -> Workload | None:
+        found = self.by_pid.get(host.pid)
+        if found is None and host.container_id is not None:
+            found = self.by_container.get(host.container_id)
+        if found is None and host.pod_uid is not None:
+            found = self.by_pod.get(host.pod_uid)  # the pod's names only: no container_name from it
+            if found is not None and found.container_name is not None:
+                found = None
+        return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,13 +146,17 @@ class CpuSeries:
         self._members: dict[tuple[GroupScope, str], set[tuple[int, int]]] = {}
         self._order = Order(_process_columns)
 
-    def _identity(self, pk: tuple[int, int], host: HostProcess, workload: Workload | None) -> _Identity:
+    def _identity(self, pk: tuple[int, int], host: HostProcess, names: Names) -> _Identity:
         known = self._known.get(pk)
-        if known is None or (workload is not None and workload.pod_name is not None and not known.named):
+        if known is not None and (known.named or (host.container_id is None and host.pod_uid is None)):
+            return known
+        workload = names.find(host)
+        named = workload is not None and workload.pod_name is not None
+        if known is None or named:
             known = self._known[pk] = _Identity(
                 attrs=_process_attrs(host, workload),
                 groups=_group_memberships(host, workload),
-                named=workload is not None and workload.pod_name is not None,
+                named=named,
             )
             for scope, group, _ in known.groups:
                 self._members.setdefault((scope, group), set()).add(pk)
@@ -129,7 +167,7 @@ class CpuSeries:
         now: Timestamp,
         tick: TickShares,
         hosts: Mapping[tuple[int, int], HostProcess],
-        workloads: Mapping[int, Workload],
+        names: Names,
         listed: bool,
     ) -> None:
         """Add a tick's shares; end the series whose processes /proc no longer lists (``listed``: it answered)."""
@@ -152,7 +190,7 @@ class CpuSeries:
             if host is None:
                 continue
             zone = key[2]
-            known = self._identity(pk, host, workloads.get(key[0]))
+            known = self._identity(pk, host, names)
             attrs = known.zone_attrs(zone)
             if series.attrs is not attrs:
                 series.attrs = attrs  # a new identity (the pod named since): its series' labels follow

@@ -31,7 +31,7 @@ from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
 from wattpipe.pipeline.config import Duration
 from wattpipe.pipeline.records import CpuZoneSample, DevicePower, DeviceTotals, HostProcess, NodeCpuTime
 from wattpipe.processors._cpu_idle import ZoneIdle, ZoneIdles
-from wattpipe.processors._cpu_series import CpuSeries, ProcessKey, TickShares
+from wattpipe.processors._cpu_series import CpuSeries, Names, ProcessKey, TickShares
 from wattpipe.processors._cpu_split import idle_active, splittable, usage_ratio
 from wattpipe.processors._energy_series import start_at
 from wattpipe.processors.attribution_math import apportion
@@ -150,8 +150,7 @@ class CpuAttributionProcessor:
             split_zones=frozenset(split_zones),
             read_zones=frozenset(p.device_name or "" for p in powers),
         )
-        workloads = {w.pid: w for w in batch.workloads if w.pid is not None}
-        self.series.update(now, tick, hosts, workloads, weights.listed)
+        self.series.update(now, tick, hosts, Names.of(batch.workloads), weights.listed)
         self._last_wall_s = now.wall_s
         return batch.replace(
             device_power=batch.device_power + tuple(powers),

@@ -15,7 +15,7 @@ from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.catalog import labelled_values
 from wattpipe.pipeline.clock import SteppedClock
 from wattpipe.pipeline.families import CPU_FAMILIES, FAMILIES
-from wattpipe.pipeline.records import CpuZoneSample, HostProcess, NodeCpuTime, Totals
+from wattpipe.pipeline.records import CpuZoneSample, HostProcess, NodeCpuTime, Totals, Workload
 from wattpipe.pipeline.state import StateStore
 from wattpipe.processors._cpu_split import split_zone, usage_ratio
 from wattpipe.processors.cpu_attribution import CpuAttributionConfig, CpuAttributionProcessor
@@ -402,3 +402,27 @@ def test_without_node_cpu_time_the_idle_watts_are_absent() -> None:
     (power,) = out.device_power
     assert power.idle_w is None  # unknown, not 0
     assert (power.active_energy_mj, power.unattributable) == (10_000, "processes_unknown")
+
+
+def test_cpu_only_containers_and_pods_are_named_from_the_k8s_roster() -> None:
+    # The k8s processor names GPU processes by pid; every other container and pod through its roster entries.
+    node = Node(zones={"intel-rapl:0": ("package", 0, 0, 0)})
+    node.spawn(95, container_id="c9", pod_uid="p9")
+    proc = processor()
+    roster = (
+        Workload(time=node.clock.now(), pid=None, container_id="c9", container_name="web", pod_uid="p9",
+                 pod_name="shop", pod_namespace="prod", listed="api"),
+        Workload(time=node.clock.now(), pid=None, pod_uid="p9", pod_name="shop", pod_namespace="prod", listed="api"),
+    )  # fmt: skip
+    proc.process(node.batch().replace(workloads=roster))
+    node.clock.advance(5.0)
+    node.spend("intel-rapl:0", 10_000)
+    node.total_s += 10.0
+    node.active_s += 5.0
+    node.run(95, 1.0)
+    out = proc.process(node.batch().replace(workloads=roster))
+    container = totals(out, "container")[("c9", "cpu:package")]
+    pod = totals(out, "pod")[("p9", "cpu:package")]
+    assert dict(container.extra)["container_name"] == "web"
+    assert (dict(pod.extra)["pod_name"], dict(pod.extra)["pod_namespace"]) == ("shop", "prod")
+    assert dict(totals(out, "process")[("95", "cpu:package")].extra)["pod_name"] == "shop"
