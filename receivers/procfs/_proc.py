@@ -179,9 +179,14 @@ class ProcessTable:
         records: dict[int, HostProcess] = {}
         boot_wall_s = self._boot_wall_s(now)
         known = self._records if names is not None else {}  # cpu_time off: a known process is not read again
+        lines = self._stat_lines([pid for pid in pids if pid not in known], out)
         for pid in pids:
             record = known.get(pid)
-            got = (record, self._cache[pid]) if record is not None else self._read_one(pid, now, boot_wall_s, out)
+            if record is not None:
+                got: tuple[HostProcess, _Identity] | None = (record, self._cache[pid])
+            else:
+                line = lines.get(pid)
+                got = None if line is None else self._read_one(pid, now, boot_wall_s, out, line)
             if got is not None:
                 records[pid], cache[pid] = got
                 out.records.append(got[0])
@@ -228,12 +233,24 @@ class ProcessTable:
         self._name_set = set(names) - failed
         self._names = [] if failed else names  # [] is never equal to a listing: the next scan diffs, retrying them
 
+    def _stat_lines(self, pids: list[int], out: Scan) -> dict[int, bytes]:
+        """Every pid's stat line (the gone left out; an unreadable one a problem noted)."""
+        errors: list[tuple[int, OSError]] = []
+        lines = dict(self.stat_files.read_all(pids, errors))
+        for pid, exc in errors:
+            reason = exc.strerror or type(exc).__name__
+            out.problems.append(
+                (f"unreadable/{exc.errno}", f"{self.root}/{pid} cannot be read ({reason}); skipping it")
+            )
+        return lines
+
     def _read_one(
-        self, pid: int, now: Timestamp, boot_wall_s: float | None, out: Scan
+        self, pid: int, now: Timestamp, boot_wall_s: float | None, out: Scan, line: bytes | None = None
     ) -> tuple[HostProcess, _Identity] | None:
-        """One process's record and identity, or None (gone: silently; unreadable: a problem noted)."""
+        """One process's record and identity (from its stat ``line`` where it was read already), or None
+        (gone: silently; unreadable: a problem noted)."""
         try:
-            return self._read_process(pid, now, boot_wall_s)
+            return self._read_process(pid, now, boot_wall_s, line)
         except _Gone:
             return None
         except ValueError as exc:
@@ -303,11 +320,14 @@ class ProcessTable:
         except (_Gone, OSError, ValueError, IndexError):  # a test tree without it: start times unknown
             return None
 
-    def _read_process(self, pid: int, now: Timestamp, boot_wall_s: float | None) -> tuple[HostProcess, _Identity]:
-        try:
-            line = self.stat_files.read(pid)
-        except Gone:
-            raise _Gone from None
+    def _read_process(
+        self, pid: int, now: Timestamp, boot_wall_s: float | None, line: bytes | None = None
+    ) -> tuple[HostProcess, _Identity]:
+        if line is None:
+            try:
+                line = self.stat_files.read(pid)
+            except Gone:
+                raise _Gone from None
         cpu_ticks, start_ticks = cpu_and_start(line)
         identity = self._cache.get(pid)
         if identity is None or identity.start_time_ticks != start_ticks:
