@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
 import subprocess
 import sys
@@ -101,3 +102,17 @@ def test_the_per_tick_parse_refuses_what_parse_stat_refuses() -> None:
     for bad in (b"garbage", b"1 (x) S 1 2", b"1 x S " + b"0 " * 30):
         with pytest.raises(ValueError):  # noqa: PT011 - the message is parse_stat's, tested in test_procfs.py
             cpu_and_start(bad)
+
+
+def test_a_stat_that_cannot_be_read_is_a_problem_named_by_path_and_errno(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    write_process(tmp_path, 10, "fine")
+    broken = tmp_path / "11"
+    broken.mkdir()
+    (broken / "stat").mkdir()  # reading it fails with EISDIR: not "gone", a problem to report
+    receiver = make_receiver(tmp_path)
+    with caplog.at_level(logging.WARNING):
+        assert sorted(poll(receiver)) == [10]
+    messages = [r.getMessage() for r in caplog.records]
+    assert any(f"{tmp_path}/11 cannot be read (Is a directory); skipping it" in m for m in messages)
