@@ -55,3 +55,20 @@ def test_probe_rapl_says_why_there_is_nothing(tmp_path: Path) -> None:
     assert sees["zones"] == []
     assert f"{tmp_path / 'empty' / 'class' / 'powercap'} does not exist" in str(sees["problem"])
     assert result["records"] == []
+
+
+def test_probe_rapl_with_no_config_reads_this_machines_sys() -> None:
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["probe", "rapl"], out, err) == 0
+    result = json.loads(out.getvalue())
+    assert result["sees"]["powercap"] == "/sys/class/powercap"
+    if result["sees"]["problem"] is not None:  # this VM: no RAPL, said so, and no records
+        assert "no CPU energy" in result["sees"]["problem"]
+        assert result["records"] == []
+
+
+def test_probe_with_no_config_names_the_installed_receiver_types() -> None:
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["probe", "nosuch"], out, err) == 2
+    assert "no receiver type 'nosuch'" in err.getvalue()
+    assert "rapl" in err.getvalue()
