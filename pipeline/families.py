@@ -344,7 +344,7 @@ FAMILIES: tuple[Family, ...] = (
         "A MIG instance's part of its GPU's active energy since the series began.",
         ("gpu_instance_id", "device_index", "device_id"),
         optional=("profile",),
-        where=(("scope", "instance"),),
+        where=(("scope", "instance"), ("device_id", _NOT_CPU)),
         aliases=(("key", "gpu_instance_id"),),
         divisor=_MJ,
     ),
@@ -377,8 +377,13 @@ def _cpu_node(kepler: str, otel: str, record: type[Record], value: str, unit: st
 
 
 def _cpu_consumer(
-    scope: Literal["process", "container", "pod"], key: str, optional: tuple[str, ...]
+    scope: Literal["process", "container", "pod", "vm"], key: str, optional: tuple[str, ...]
 ) -> tuple[Family, Family]:
+    # A VM's totals are scope "instance" records (Totals has no "vm" scope), of a CPU zone type's device_id.
+    record_scope = "instance" if scope == "vm" else scope
+    who = "VM" if scope == "vm" else scope
+    kind: Literal["process", "container", "pod"] = "container" if scope == "vm" else scope
+
     def family(kepler: str, otel: str, value: str, instrument: Instrument, unit: str, help: str) -> Family:
         return Family(
             kepler,
@@ -390,10 +395,10 @@ def _cpu_consumer(
             help,
             (key, "state"),
             optional=("zone", *optional),
-            where=(("scope", scope), ("device_id", _CPU_TOTALS)),
+            where=(("scope", record_scope), ("device_id", _CPU_TOTALS)),
             aliases=(("key", key),),
             divisor=_MJ if unit == "J" else 1,
-            kind=scope,
+            kind=kind,
         )
 
     return (
@@ -403,7 +408,7 @@ def _cpu_consumer(
             "energy_mj",
             "counter",
             "J",
-            f"CPU energy (a RAPL zone type's active energy) attributed to a {scope} by CPU time since its series "
+            f"CPU energy (a RAPL zone type's active energy) attributed to a {who} by CPU time since its series "
             "began; terminated series stay for cpu_attribution's retention.",
         ),
         family(
@@ -412,7 +417,7 @@ def _cpu_consumer(
             "power_w",
             "gauge",
             "W",
-            f"CPU power attributed to a {scope} in one zone type over the last tick (0 once terminated).",
+            f"CPU power attributed to a {who} in one zone type over the last tick (0 once terminated).",
         ),
     )
 
@@ -439,6 +444,7 @@ CPU_FAMILIES: tuple[Family, ...] = (
     *_cpu_consumer("process", "pid", ("comm", "exe", "type", "container_id", "vm_id", "pod_uid", *_K8S)),
     *_cpu_consumer("container", "container_id", ("container_name", "runtime", "pod_uid", *_K8S)),
     *_cpu_consumer("pod", "pod_uid", _K8S),
+    *_cpu_consumer("vm", "vm_id", ("vm_name", "hypervisor")),
 )
 """Appended to :data:`FAMILIES` (docs/metrics.md lists them in its CPU section)."""
 

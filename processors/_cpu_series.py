@@ -255,16 +255,13 @@ class CpuSeries:
             to_totals(now, "process", pid, device, series[key])
             for key, pid, device in zip(order, pids, devices, strict=True)
         ]
+        # A VM travels as scope "instance" (Totals has no "vm" scope; a virtual machine is an instance): the
+        # catalog's kepler_vm_cpu_* select instance totals of a CPU zone type, the MIG families the others.
         out += [
-            to_totals(now, scope, key, device_id_of(zone), s)
+            to_totals(now, "instance" if scope == "vm" else scope, key, device_id_of(zone), s)
             for (scope, key, zone), s in sorted(self.groups.items())
-            if scope != "vm"  # Totals has no vm scope (yet): VM series are kept, see vm_totals()
         ]
         return out
-
-    def vm_totals(self) -> Iterable[tuple[str, str, Series]]:
-        """(VM id, zone type, series) of every VM series, for what Totals cannot carry yet."""
-        return ((key, zone, s) for (scope, key, zone), s in sorted(self.groups.items()) if scope == "vm")
 
     # --- state (the state file: totals go on across a restart) -------------------------------------------
 

@@ -83,13 +83,6 @@ class CpuCollector:
                 out[key] = out.get(key, 0) + mj
         return out
 
-    def vm_of_pid(self) -> dict[str, str]:
-        return {
-            key: extra["vm_id"]
-            for (s, key, _, _), (_, extra) in self.series.items()
-            if s == "process" and "vm_id" in extra
-        }
-
 
 def cpu_report(collector: CpuCollector, node: simulator.SimulatedNode) -> dict[str, Any]:
     """The report's ``cpu`` section (zones, processes, containers, pods, VMs; joules)."""
@@ -160,11 +153,8 @@ def _groups(
                 "attributed_j": by_pod.get(pod.uid, 0) / 1000,
             }
         )
-    # VMs: the sum of their processes' series (the processor keeps VM series, which Totals cannot carry yet).
-    by_pid = collector.attributed_mj("process")
-    vm_mj: dict[str, int] = {}
-    for pid, vm_id in collector.vm_of_pid().items():
-        vm_mj[vm_id] = vm_mj.get(vm_id, 0) + by_pid.get(pid, 0)
+    # A VM's series travel as scope "instance" Totals of a CPU zone type (kepler_vm_cpu_*).
+    vm_mj = collector.attributed_mj("instance")
     vms = [
         {"vm_id": vm_id, "true_j": truth.sum_energy_j(pids, t0, t1), "attributed_j": vm_mj.get(vm_id, 0) / 1000}
         for vm_id, pids in sorted(truth.vms.items())

@@ -93,6 +93,12 @@ def test_kepler_cpu_names_and_labels(tmp_path: Path) -> None:
     assert labels["vm_id"] == "6f1c2a4e-9b1d-4c1e-8a53-2b7f0d9e4c11"
     assert (labels["type"], labels["comm"], labels["state"], labels["node_name"]) == ("vm", "qemu-system-x86", "running", "cpu-node")  # fmt: skip
     assert all(v > 0 for _, v in vm)
+    vms = {(s["vm_id"], s["vm_name"], s["hypervisor"], s["zone"]) for s, _ in metrics["kepler_vm_cpu_joules_total"]}
+    vm_id = "6f1c2a4e-9b1d-4c1e-8a53-2b7f0d9e4c11"
+    assert vms == {(vm_id, "db-vm", "kvm", "package"), (vm_id, "db-vm", "kvm", "dram")}
+    vm_j = {s["zone"]: v for s, v in metrics["kepler_vm_cpu_joules_total"]}
+    assert vm_j == {s["zone"]: v for s, v in vm}  # the VM is the sum of its (one) process
+    assert "wattpipe_gpu_instance_joules_total" not in metrics  # no MIG here, and VMs are not MIG instances
     containers = {s["container_id"] for s, _ in metrics["kepler_container_cpu_joules_total"]}
     assert len(containers) == 3  # nginx, app, worker
     assert {s["zone"] for s, _ in metrics["kepler_pod_cpu_watts"]} == {"package", "dram"}
