@@ -287,3 +287,12 @@ def test_this_machines_own_sys(caplog: pytest.LogCaptureFixture) -> None:
         assert zones
         assert all(z.energy_uj >= 0 for z in zones.values())
         assert {z.zone for z in zones.values()} <= {"package", "core", "uncore", "dram", "psys"}
+
+
+def test_a_counter_that_goes_back_with_no_time_passed_is_a_reset() -> None:
+    counter = ZoneCounter(max_power_w=5000.0)
+    assert counter.update(900, 1_000, 10.0) == "first"
+    assert counter.update(100, 1_000, 10.0) == "reset"  # a wrap needs time to happen
+    assert (counter.total_uj, counter.epoch) == (900, 1)
+    assert counter.update(150, 1_000, 11.0) == "rise"
+    assert counter.total_uj == 950
