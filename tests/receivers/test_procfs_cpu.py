@@ -236,6 +236,7 @@ def test_the_real_proc_has_node_cpu_time_and_this_process() -> None:
     receiver = make_receiver(Path("/proc"), SteppedClock())
     receiver.table.clock_ticks_per_s = os.sysconf("SC_CLK_TCK")
     records = asyncio.run(receiver.collect())
+    receiver.table.close()  # the stat files it kept open
     cpu = [r for r in records if isinstance(r, NodeCpuTime)]
     assert len(cpu) == 1
     assert 0 < cpu[0].active_s < cpu[0].total_s
