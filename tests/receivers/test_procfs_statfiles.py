@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import shutil
 import subprocess
@@ -116,3 +117,14 @@ def test_a_stat_that_cannot_be_read_is_a_problem_named_by_path_and_errno(
         assert sorted(poll(receiver)) == [10]
     messages = [r.getMessage() for r in caplog.records]
     assert any(f"{tmp_path}/11 cannot be read (Is a directory); skipping it" in m for m in messages)
+
+
+def test_shutdown_closes_the_kept_files_on_the_scanning_thread(tmp_path: Path) -> None:
+    for pid in (10, 11):
+        write_process(tmp_path, pid, f"p{pid}")
+    receiver = make_receiver(tmp_path)
+    poll(receiver)
+    assert len(receiver.table.stat_files) == 2
+    asyncio.run(receiver.shutdown())
+    receiver._executor.shutdown(wait=True)  # the close was queued behind any scan still running
+    assert len(receiver.table.stat_files) == 0
