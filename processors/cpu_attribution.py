@@ -13,7 +13,8 @@ the GPU path. Processes' shares are summed per zone *type* (two sockets' ``packa
 
 Out: a ``DevicePower`` (``device_type="cpu"``) and a ``DeviceTotals`` per zone, labelled ``zone`` and
 ``path``; a ``Totals`` per process, container and pod per zone type, with ``device_id`` ``cpu:<zone>``.
-Place it after the GPU processors (``idle``, ``attribution``, ``energy``): they never see CPU zones.
+Place it after the GPU processors (``idle``, ``attribution``, ``energy``); placed before them, they leave the CPU
+zones' records alone (they split and total GPUs only).
 """
 
 from __future__ import annotations

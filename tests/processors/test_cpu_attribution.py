@@ -18,7 +18,9 @@ from wattpipe.pipeline.families import CPU_FAMILIES, FAMILIES
 from wattpipe.pipeline.records import CpuZoneSample, HostProcess, NodeCpuTime, Totals, Workload
 from wattpipe.pipeline.state import StateStore
 from wattpipe.processors._cpu_split import split_zone, usage_ratio
+from wattpipe.processors.attribution import AttributionConfig, AttributionProcessor
 from wattpipe.processors.cpu_attribution import CpuAttributionConfig, CpuAttributionProcessor
+from wattpipe.processors.energy import EnergyConfig, EnergyProcessor
 
 BOOT_WALL_S = 1_700_000_000.0
 
@@ -426,3 +428,21 @@ def test_cpu_only_containers_and_pods_are_named_from_the_k8s_roster() -> None:
     assert dict(container.extra)["container_name"] == "web"
     assert (dict(pod.extra)["pod_name"], dict(pod.extra)["pod_namespace"]) == ("shop", "prod")
     assert dict(totals(out, "process")[("95", "cpu:package")].extra)["pod_name"] == "shop"
+
+
+def test_gpu_processors_after_it_leave_cpu_zones_alone() -> None:
+    # cpu_attribution placed before attribution and energy: they neither split nor total the CPU zones.
+    node = Node(zones={"intel-rapl:0": ("package", 0, 0, 0)})
+    node.spawn(99)
+    proc = processor()
+    attribution = AttributionProcessor(AttributionConfig(), make_context("attribution", clock=node.clock))
+    energy = EnergyProcessor(EnergyConfig(), make_context("energy", clock=node.clock))
+    step(proc, node)
+    node.spend("intel-rapl:0", 10_000)
+    node.total_s += 10.0
+    node.active_s += 5.0
+    node.run(99, 1.0)
+    out = energy.process(attribution.process(proc.process(node.batch().replace(gpu_processes=()))))
+    assert out.shares == ()
+    assert [(d.device_id, d.energy_mj) for d in out.device_totals] == [("intel-rapl:0", 10_000)]  # cpu_attribution's
+    assert [t.key for t in out.totals if t.scope == "process"] == ["99"]
