@@ -59,6 +59,10 @@ class ProcfsConfig(ComponentConfig):
     cpu_time: bool = True
     """Read every process's CPU time every tick (CPU attribution needs it). False: a process is read once,
     when first seen; its records carry no ``cpu_time_s``. Enough for the GPU path, at a fraction of the cost."""
+    cgroup_root: str = ""
+    """With cpu_time: the host's cgroup v2 mount (``/sys/fs/cgroup``; ``/host/sys/fs/cgroup`` in a container).
+    A process whose cgroup's ``cpu.stat`` usage has not moved since the last tick ran nothing: its record is
+    kept, not read again. Empty: every process is read every tick."""
 
 
 def clock_ticks_per_s() -> int:
@@ -85,6 +89,7 @@ class ProcfsReceiver:
             max_processes=config.max_processes,
             clock_ticks_per_s=ticks_per_s or clock_ticks_per_s(),
             cpu_time=config.cpu_time,
+            cgroup_root=config.cgroup_root,
         )
         # One worker that owns the table: a scan left running by a tick's timeout is never joined by a
         # second one racing it over the cache. No thread starts until the first collect().

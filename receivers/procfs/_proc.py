@@ -15,6 +15,7 @@ from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.constructors import new_host_process
 from wattpipe.pipeline.records import HostProcess, NodeCpuTime
 from wattpipe.receivers.procfs._cgroup import CgroupIdentity, parse_cgroup
+from wattpipe.receivers.procfs._cgroupcpu import CgroupUsage, unified_path
 from wattpipe.receivers.procfs._stat import parse_proc_stat
 from wattpipe.receivers.procfs._statfiles import Gone, StatFiles, default_budget
 from wattpipe.receivers.procfs._vm import VmIdentity, looks_like_qemu, parse_qemu_cmdline
@@ -78,6 +79,7 @@ class _Identity:
     exe: str | None
     cgroup: CgroupIdentity
     vm: VmIdentity | None = None  # a qemu process's VM, from its cmdline
+    cgroup_path: str | None = None  # its cgroup v2 path, for cgroup_root's cpu.stat
 
 
 @dataclass(slots=True)
@@ -139,6 +141,7 @@ class ProcessTable:
         clock_ticks_per_s: int,
         cpu_time: bool = True,
         keep_open: int | None = None,
+        cgroup_root: str = "",
     ) -> None:
         self.root = root
         self._root = str(root)
@@ -146,6 +149,9 @@ class ProcessTable:
         # most; None: by the open-file limit). Off: a process is read once, by path.
         budget = (default_budget(max_processes) if keep_open is None else keep_open) if cpu_time else 0
         self.stat_files = StatFiles(self._root, budget)
+        # cpu_time on and cgroup_root set: a process whose cgroup ran nothing since the last scan keeps its record.
+        self._usage = CgroupUsage(cgroup_root) if cpu_time and cgroup_root else None
+        self._last: dict[int, HostProcess] = {}
         self.max_processes = max_processes
         self.clock_ticks_per_s = clock_ticks_per_s
         self.cpu_time = cpu_time
@@ -178,7 +184,8 @@ class ProcessTable:
         cache: dict[int, _Identity] = {}
         records: dict[int, HostProcess] = {}
         boot_wall_s = self._boot_wall_s(now)
-        known = self._records if names is not None else {}  # cpu_time off: a known process is not read again
+        # cpu_time off: a known process is not read again; on, with cgroup_root: nor one whose cgroup is idle.
+        known = self._records if names is not None else self._idle(pids)
         lines = self._stat_lines([pid for pid in pids if pid not in known], out)
         for pid in pids:
             record = known.get(pid)
@@ -192,6 +199,8 @@ class ProcessTable:
                 out.records.append(got[0])
         self._cache = cache  # pids that are gone (or skipped) are forgotten
         self.stat_files.keep_only(cache)
+        if self._usage is not None:
+            self._last = records
         if names is not None:  # cpu_time off: what the next scans compare their listing with
             self._records, self._listing_problems = records, [p for p in out.problems if p[0] == "max_processes"]
             self._remember(names, {str(pid).encode() for pid in pids} - {str(pid).encode() for pid in records})
@@ -232,6 +241,20 @@ class ProcessTable:
         that they are tried again (a process that ended goes from the listing by itself)."""
         self._name_set = set(names) - failed
         self._names = [] if failed else names  # [] is never equal to a listing: the next scan diffs, retrying them
+
+    def _idle(self, pids: list[int]) -> dict[int, HostProcess]:
+        """cgroup_root set: the last records of processes whose cgroup's CPU usage has not moved since the
+        last scan (their CPU time cannot have changed), by pid; {} otherwise."""
+        if self._usage is None:
+            return {}
+        identities = [(pid, self._cache.get(pid)) for pid in pids]
+        moved = self._usage.moved({i.cgroup_path for _, i in identities if i is not None and i.cgroup_path})
+        last = self._last
+        return {
+            pid: last[pid]
+            for pid, i in identities
+            if i is not None and i.cgroup_path is not None and i.cgroup_path not in moved and pid in last
+        }
 
     def _stat_lines(self, pids: list[int], out: Scan) -> dict[int, bytes]:
         """Every pid's stat line (the gone left out; an unreadable one a problem noted)."""
@@ -354,7 +377,8 @@ class ProcessTable:
 
     def _read_identity(self, directory: str, stat: ProcStat) -> _Identity:
         comm = _read(f"{directory}/comm").rstrip("\n")
-        cgroup = parse_cgroup(_read(f"{directory}/cgroup"))
+        cgroup_text = _read(f"{directory}/cgroup")
+        cgroup = parse_cgroup(cgroup_text)
         try:
             exe: str | None = os.readlink(f"{directory}/exe")
         except OSError:
@@ -365,7 +389,14 @@ class ProcessTable:
         # just read belong to the process whose start time the cache will file them under.
         if parse_stat(_read(f"{directory}/stat")).start_time_ticks != stat.start_time_ticks:
             raise _Gone
-        return _Identity(start_time_ticks=stat.start_time_ticks, comm=comm, exe=exe, cgroup=cgroup, vm=vm)
+        return _Identity(
+            start_time_ticks=stat.start_time_ticks,
+            comm=comm,
+            exe=exe,
+            cgroup=cgroup,
+            vm=vm,
+            cgroup_path=unified_path(cgroup_text),
+        )
 
     @staticmethod
     def _read_vm(directory: str) -> VmIdentity | None:
