@@ -11,7 +11,10 @@ interleaved (which goes first alternates), so both see the same machine at the s
 - ``cpu_time: false`` — what a pipeline without CPU attribution configures: a process is read once, when
   first seen (the target: procfs ≤ 10 % of the tick);
 - ``cpu_time: true`` — every process's ``stat`` every tick, as CPU attribution needs (and as every pipeline
-  did before issue 17).
+  did before issue 17);
+- ``cpu_time: true`` with ``cgroup_root`` — the same, except the processes of cgroups whose ``cpu.stat``
+  usage did not move (the benchmark writes each cgroup's ``cpu.stat`` from the simulator's truth, as the
+  kernel keeps it: the simulator itself writes no cgroup tree).
 
 Per tick: the process's CPU time over the tick (every thread), less the simulated NVML library's own CPU
 (metered around each of its calls, as ``tick_cost.py`` does: a real driver's work is in C), is wattpipe's
@@ -43,7 +46,8 @@ from wattpipe.pipeline.config import load_config_text
 from wattpipe.pipeline.graph import Graph, build
 from wattpipe.pipeline.runtime import PipelineRunner, settle_heap
 from wattpipe.pipeline.telemetry import Telemetry
-from wattpipe.simulator.fake_host import ProcfsWriter
+from wattpipe.simulator.fake_host import ProcfsWriter, cgroup_path
+from wattpipe.simulator.node import SimulatedNode
 from wattpipe.simulator.scale import scale_scenario
 from wattpipe.simulator.scenario import Scenario, parse_scenario
 
@@ -51,7 +55,7 @@ PIPELINE = textwrap.dedent(
     """
     receivers:
       nvml: {required: true, device_timeout: 30s}
-      procfs: {root: "PROC", cpu_time: CPU_TIME}
+      procfs: {root: "PROC", cpu_time: CPU_TIME, cgroup_root: "CGROUP_ROOT"}
     processors:
       idle:
       attribution:
@@ -65,7 +69,12 @@ PIPELINE = textwrap.dedent(
                   processors: [idle, attribution, energy], exporters: [prometheus]}
     """
 )
-MODES = ("off", "on")  # cpu_time: false, true
+MODES = ("off", "on", "cgroup")  # cpu_time: false; true; true with cgroup_root (the idle cgroups' processes kept)
+LABELS = {
+    "off": "cpu_time: false             ",
+    "on": "cpu_time: true              ",
+    "cgroup": "cpu_time: true, cgroup_root ",
+}
 
 
 class Meter:
@@ -98,8 +107,9 @@ class MeteredLibrary:
         return self._meter.wrap(getattr(self._inner, name))
 
 
-def make_graph(proc: Path, cpu_time: bool, clock: SteppedClock, registry: Registry) -> Graph:
-    text = PIPELINE.replace("PROC", str(proc)).replace("CPU_TIME", "true" if cpu_time else "false")
+def make_graph(proc: Path, mode: str, cgroups: Path, clock: SteppedClock, registry: Registry) -> Graph:
+    text = PIPELINE.replace("PROC", str(proc)).replace("CPU_TIME", "false" if mode == "off" else "true")
+    text = text.replace("CGROUP_ROOT", str(cgroups) if mode == "cgroup" else "")
     return build(
         load_config_text(text, "bench.yaml", registry, {"NODE_NAME": "bench"}), registry, clock, Telemetry(clock)
     )
@@ -119,6 +129,21 @@ def scenario(ticks: int, host_processes: int, churn: int) -> Scenario:
     return parse_scenario(data)
 
 
+def write_cgroup_usage(node: SimulatedNode, root: Path) -> None:
+    """Each cgroup's ``cpu.stat`` as the kernel keeps it: the CPU time of every process it ever held (the
+    simulator writes /proc, not the cgroup tree; this is the benchmark's stand-in, outside the measurement)."""
+    t_s = node.t_s()
+    usage_s: dict[str, float] = {}
+    for pid, plan in node.truth.plans.items():
+        if plan.spec.start_s <= t_s:
+            path = cgroup_path(node.scenario, plan.spec)
+            usage_s[path] = usage_s.get(path, 0.0) + node.truth.process_cpu_s(pid, t_s)
+    for path, cpu_s in usage_s.items():
+        directory = root / path.lstrip("/")
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "cpu.stat").write_text(f"usage_usec {round(cpu_s * 1e6)}\n")
+
+
 async def measure(ticks: int, host_processes: int, churn: int, workdir: Path) -> dict[str, dict[str, list[float]]]:
     clock = SteppedClock()
     node = simulator.install(scenario(ticks, host_processes, churn), clock)
@@ -127,7 +152,8 @@ async def measure(ticks: int, host_processes: int, churn: int, workdir: Path) ->
     pynvml.nvmlLib = MeteredLibrary(pynvml.nvmlLib, driver)
     pynvml._nvmlGetFunctionPointer_cache = {}  # re-resolve every symbol through the metered library
     registry = Registry.from_entry_points()
-    graphs = {mode: make_graph(writer.proc, mode == "on", clock, registry) for mode in MODES}
+    cgroups = workdir / "cgroup"
+    graphs = {mode: make_graph(writer.proc, mode, cgroups, clock, registry) for mode in MODES}
     runners = {mode: PipelineRunner(g, g.pipelines[0]) for mode, g in graphs.items()}
     scans = {mode: Meter() for mode in MODES}
     for mode, g in graphs.items():
@@ -142,6 +168,7 @@ async def measure(ticks: int, host_processes: int, churn: int, workdir: Path) ->
         for i in range(ticks + 2):  # the first two: every process starts and is read for the first time
             clock.advance(700.0 if i == 0 else 5.0)
             writer.refresh()
+            write_cgroup_usage(node, cgroups)
             for mode in MODES if i % 2 == 0 else MODES[::-1]:
                 before_driver, before_scan = driver.cpu_s, scans[mode].cpu_s
                 started = time.process_time()
@@ -188,7 +215,7 @@ def main() -> None:
     )
     for mode, r in results.items():
         print(
-            f"  cpu_time: {'true ' if mode == 'on' else 'false'}  procfs {r['procfs_ms']:6.2f} ms of own "
+            f"  {LABELS[mode]} procfs {r['procfs_ms']:6.2f} ms of own "
             f"{r['own_ms']:6.2f} ms (whole tick {r['tick_ms']:6.2f} ms): procfs/own median "
             f"{r['ratio_median'] * 100:4.1f} % (p90 {r['ratio_p90'] * 100:4.1f} %), {r['records']:.0f} processes"
         )
