@@ -12,6 +12,7 @@ from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.records import (
     RECORD_TYPES,
     ClusterGpu,
+    CpuZoneSample,
     DeviceAllocation,
     DevicePower,
     DeviceSample,
@@ -23,6 +24,7 @@ from wattpipe.pipeline.records import (
     InstanceEnergy,
     MigActivity,
     MigInstance,
+    NodeCpuTime,
     Record,
     Saturation,
     Totals,
@@ -78,6 +80,8 @@ _FIELD_BY_TYPE: dict[type[Record], str] = {
     DeviceTotals: "device_totals",
     Saturation: "saturation",
     ClusterGpu: "cluster_gpu",
+    CpuZoneSample: "cpu_zones",
+    NodeCpuTime: "node_cpu",
     GpuLink: "gpu_links",
     GpuSetScore: "gpu_set_scores",
 }
@@ -118,6 +122,8 @@ class Batch:
     gpu_set_scores: tuple[GpuSetScore, ...] = ()
     saturation: tuple[Saturation, ...] = ()
     cluster_gpu: tuple[ClusterGpu, ...] = ()
+    cpu_zones: tuple[CpuZoneSample, ...] = ()
+    node_cpu: tuple[NodeCpuTime, ...] = ()
     # Which fields some receiver or processor actually filled this tick (present, even if empty):
     # lets exporters tell "no processes" from "no process source".
     present: frozenset[str] = field(default_factory=frozenset)

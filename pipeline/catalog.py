@@ -2,7 +2,7 @@
 
 Two modules do the work, and this one names what they offer:
 
-- :mod:`pipeline.families` (with :mod:`pipeline.families_saturation`) is the table: each :class:`Family` (record, field, instrument, unit, labels)
+- :mod:`pipeline.families` (with :mod:`pipeline.families_saturation` and :mod:`pipeline.families_cpu`) is the table: each :class:`Family` (record, field, instrument, unit, labels)
   named in the Kepler and the OpenTelemetry scheme, each canonical :class:`Attribute` named in both, and
   the Prometheus form of those names;
 - :mod:`pipeline.labels` is the label engine: :func:`labelled_columns` (and :func:`points`,
@@ -28,6 +28,7 @@ from wattpipe.pipeline.families import (
     prometheus_label,
     prometheus_name,
 )
+from wattpipe.pipeline.families_cpu import CPU_FAMILIES
 from wattpipe.pipeline.families_saturation import SATURATION_FAMILIES
 from wattpipe.pipeline.labels import (
     DEFAULT_ENGINE,
@@ -66,5 +67,5 @@ __all__ = [
     "remember_devices",
 ]
 
-FAMILIES: tuple[Family, ...] = (*GPU_FAMILIES, *SATURATION_FAMILIES)
+FAMILIES: tuple[Family, ...] = (*GPU_FAMILIES, *SATURATION_FAMILIES, *CPU_FAMILIES)
 """Every family, in the order exporters write them and docs/metrics.md lists them."""

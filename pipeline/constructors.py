@@ -11,9 +11,9 @@ from typing import Literal
 
 from wattpipe.pipeline._slots import positional
 from wattpipe.pipeline.clock import Timestamp
-from wattpipe.pipeline.records import Attrs, GpuProcessSample, GpuShare, ShareModel, SharingMode, Totals
+from wattpipe.pipeline.records import Attrs, GpuProcessSample, GpuShare, HostProcess, ShareModel, SharingMode, Totals
 
-__all__ = ["new_process_sample", "new_share", "new_totals"]
+__all__ = ["new_host_process", "new_process_sample", "new_share", "new_totals"]
 
 
 @positional(GpuProcessSample)
@@ -64,4 +64,25 @@ def new_totals(
     start: Timestamp | None,
 ) -> Totals:
     """``Totals(...)`` with every field given, by position: for the energy processor's per-series records."""
+    raise NotImplementedError  # replaced by @positional
+
+
+@positional(HostProcess)
+def new_host_process(
+    time: Timestamp,
+    extra: Attrs,
+    pid: int,
+    comm: str | None,
+    exe: str | None,
+    start_time_ticks: int | None,
+    container_id: str | None,
+    container_runtime: str | None,
+    pod_uid: str | None,
+    cpu_time_s: float | None,
+    start_wall_s: float | None,
+    vm_id: str | None,
+    vm_name: str | None,
+    hypervisor: str | None,
+) -> HostProcess:
+    """``HostProcess(...)`` with every field given, by position: for the procfs receiver's every process every tick."""
     raise NotImplementedError  # replaced by @positional

@@ -112,6 +112,12 @@ ATTRIBUTES: tuple[Attribute, ...] = (
         "value, such as the clock-event bitmask, seen from a MIG instance), `exclusive` (a pod alone on its GPU) or "
         "`device_shared` (time-sliced/MPS: every sharer sees the device's value).",
     ),
+    Attribute("zone", "zone", "wattpipe.cpu.zone", "A RAPL zone type: `package`, `core`, `uncore`, `dram`, `psys`."),
+    Attribute("path", "path", "wattpipe.cpu.zone.path", "A RAPL zone's powercap directory (`intel-rapl:0`)."),
+    Attribute("type", "type", "wattpipe.process.type", "What a process is: `container`, `vm` or `regular`."),
+    Attribute("vm_id", "vm_id", "wattpipe.vm.id", "The VM a (qemu/kvm) process runs: its `-uuid`."),
+    Attribute("vm_name", "vm_name", "wattpipe.vm.name", "The VM's `-name`."),
+    Attribute("hypervisor", "hypervisor", "wattpipe.vm.hypervisor", "`kvm`."),
 )
 NODE = Attribute("node_name", "node_name", "k8s.node.name", "The node (`service.node_name`); on every series.")
 
@@ -138,7 +144,8 @@ class Family:
 
     ``value`` is the record field (``None``: the constant 1 of an info or state family), divided by
     ``divisor`` (1000 for the ``*_mj`` fields: exported in joules). ``where`` keeps only records whose
-    fields have those values, as text (``"None"``: the field is absent; ``"!None"``: it is present);
+    fields have those values, as text (``"None"``: the field is absent; ``"!None"``: it is present; ``"^x"``: its
+    text starts with x, ``"!^x"``: it does not — how CPU totals, ``device_id`` ``cpu:<zone>``, are told apart);
     ``aliases`` renames record attributes to canonical ones for this family (a Totals ``key`` is a pid, a
     container ID or a pod UID by scope).
     """
@@ -175,6 +182,9 @@ class Family:
 
 
 _GPU = (("device_type", "gpu"),)
+_CPU = (("device_type", "cpu"),)
+_CPU_TOTALS = "^cpu:"  # a Totals record of a CPU zone type has device_id cpu:<zone> (processors/_cpu_series.py)
+_NOT_CPU = "!^cpu:"
 _DEVICE = ("device_index", "device_id", "device_name", "vendor", "device_type")
 _MJ = 1000
 
@@ -201,7 +211,7 @@ def _consumer(
             help,
             (key, "device_index", "device_id", "vendor", "state"),
             optional=optional,
-            where=(("scope", scope),),
+            where=(("scope", scope), ("device_id", _NOT_CPU)),
             aliases=(("key", key),),
             divisor=_MJ if unit == "J" else 1,
             kind=scope,
@@ -352,7 +362,7 @@ GPU_FAMILIES: tuple[Family, ...] = (
         "A MIG instance's part of its GPU's active energy since the series began.",
         ("gpu_instance_id", "device_index", "device_id"),
         optional=("profile",),
-        where=(("scope", "instance"),),
+        where=(("scope", "instance"), ("device_id", _NOT_CPU)),
         aliases=(("key", "gpu_instance_id"),),
         divisor=_MJ,
     ),

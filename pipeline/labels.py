@@ -273,16 +273,26 @@ class LabelEngine:
         records: tuple[Record, ...] = getattr(batch, plan.field)
         if not plan.where or not records:
             return records
-        if len(plan.where) > 1:
-            return [r for r in records if all(_matches(getattr(r, k), v) for k, v in plan.family.where)]
-        (name,), (wanted,) = plan.where, plan.wanted
+        masks = []
+        for name, wanted in zip(plan.where, plan.wanted, strict=True):
+            mask = self._mask(plan.field, records, name, wanted)
+            if mask is False:
+                return ()
+            if mask is not True:
+                masks.append(mask)
+        if not masks:
+            return records
+        if len(masks) == 1:
+            return list(itertools.compress(records, masks[0]))
+        return list(itertools.compress(records, map(all, zip(*masks, strict=True))))
+
+    def _mask(self, field: str, records: tuple[Record, ...], name: str, wanted: str) -> bool | Sequence[bool]:
+        """Which records pass one ``where`` test (True: all of them, False: none)."""
         if wanted == "None":  # absent: tested as such, no text made for every value that is not
-            return list(itertools.compress(records, map(operator.is_, map(operator.attrgetter(name), records), _NONES)))
+            return list(map(operator.is_, map(operator.attrgetter(name), records), _NONES))
         if wanted == "!None":
-            return list(
-                itertools.compress(records, map(operator.is_not, map(operator.attrgetter(name), records), _NONES))
-            )
-        key = (plan.field, name)
+            return list(map(operator.is_not, map(operator.attrgetter(name), records), _NONES))
+        key = (field, name)
         recent = self._texts.get(key, ())
         found = next(((t, distinct) for r, t, distinct in recent if r is records), None)
         if found is None:
@@ -290,9 +300,19 @@ class LabelEngine:
             found = texts, frozenset(texts)
             self._texts[key] = ((records, *found), *recent[: _TEXTS_KEEP - 1])  # one assignment: safe across threads
         texts, distinct = found
+        if wanted.startswith(("^", "!^")):
+            # A prefix test (``^cpu:``: a CPU zone type's totals; ``!^cpu:``: every other). The distinct values
+            # are few (one per device): most ticks settle it for all records at once.
+            negate, prefix = wanted.startswith("!"), wanted.lstrip("!")[1:]
+            starting = {t for t in distinct if t.startswith(prefix)}
+            if not starting or len(starting) == len(distinct):
+                return bool(starting) != negate
+            return [(t in starting) != negate for t in texts]
         if wanted not in distinct:
-            return ()
-        return list(itertools.compress(records, map(wanted.__eq__, texts)))
+            return False
+        if len(distinct) == 1:
+            return True
+        return list(map(wanted.__eq__, texts))
 
     def _token(self, value: tuple[object, ...]) -> int:
         token = self._tokens.get(value)
@@ -373,7 +393,14 @@ _NONES = itertools.repeat(None)
 
 
 def _matches(value: object, wanted: str) -> bool:
-    return value is not None if wanted == "!None" else str(value) == wanted
+    """``where``'s tests: ``"!None"`` present, ``"^x"`` text starts with x, ``"!^x"`` does not, else equal."""
+    if wanted == "!None":
+        return value is not None
+    if wanted.startswith("^"):
+        return value is not None and str(value).startswith(wanted[1:])
+    if wanted.startswith("!^"):
+        return value is None or not str(value).startswith(wanted[2:])
+    return str(value) == wanted
 
 
 # LabelEngine._token. Label actions and device attributes take part in every cache key; hashing them once per call, not once

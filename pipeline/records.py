@@ -5,18 +5,18 @@ process, container, pod, instance); ``attributes()`` its identifying attributes,
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from wattpipe.pipeline._slots import quick_init
 from wattpipe.pipeline.clock import Timestamp
+from wattpipe.pipeline.record_base import Attrs, Record, RecordKind, record_kind
 
 __all__ = [
     "RECORD_TYPES",
     "Attrs",
     "ClusterGpu",
+    "CpuZoneSample",
     "DeviceAllocation",
     "DevicePower",
     "DeviceSample",
@@ -28,7 +28,9 @@ __all__ = [
     "InstanceEnergy",
     "MigActivity",
     "MigInstance",
+    "NodeCpuTime",
     "Record",
+    "RecordKind",
     "Saturation",
     "ShareModel",
     "SharingMode",
@@ -36,69 +38,6 @@ __all__ = [
     "Workload",
     "record_kind",
 ]
-
-Attrs = tuple[tuple[str, str], ...]
-"""Extra attributes on a record: sorted (name, value) pairs, so a record stays hashable and frozen."""
-
-RecordKind = Literal["device", "process", "container", "pod", "instance"]
-
-
-def _fmt(value: object) -> str:
-    return str(value)
-
-
-def _base_attributes(record: Record, names: Iterable[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for name in names:
-        value = getattr(record, name)
-        if value is not None:
-            out[name] = _fmt(value)
-    out.update(record.extra)
-    return out
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Record:
-    """Base of every record: the time it describes and free-form extra attributes."""
-
-    KIND: ClassVar[RecordKind] = "device"
-    IDENTITY: ClassVar[tuple[str, ...]] = ()
-
-    time: Timestamp
-    extra: Attrs = ()
-
-    def attributes(self) -> dict[str, str]:
-        """Identifying attributes under canonical names (absent ones left out), then ``extra``."""
-        return _base_attributes(self, self.IDENTITY)
-
-    def values(self) -> dict[str, Any]:
-        """The record's measurements (every non-identity field), JSON-ready; absent values left out."""
-        out: dict[str, Any] = {}
-        for f in dataclasses.fields(self):
-            if f.name in ("time", "extra") or f.name in self.IDENTITY:
-                continue
-            value = getattr(self, f.name)
-            if value is None:
-                continue
-            if isinstance(value, Timestamp):
-                value = {"monotonic_s": value.monotonic_s, "wall_s": value.wall_s}
-            elif isinstance(value, tuple):
-                value = dict(value) if all(isinstance(v, tuple) and len(v) == 2 for v in value) else list(value)
-            out[f.name] = value
-        return out
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "type": type(self).__name__,
-            "kind": record_kind(self),
-            "time": {"monotonic_s": self.time.monotonic_s, "wall_s": self.time.wall_s},
-            "attributes": self.attributes(),
-            "values": self.values(),
-        }
-
-    def with_extra(self, extra: Mapping[str, str]) -> Record:
-        return dataclasses.replace(self, extra=tuple(sorted(extra.items())))
-
 
 # --- receivers -------------------------------------------------------------------------------
 
@@ -249,6 +188,37 @@ class HostProcess(Record):
     pod_uid: str | None = None
     cpu_time_s: float | None = None
     start_wall_s: float | None = None  # when it started (Unix s), from its start time and /proc/uptime
+    # A virtual machine this process runs (a qemu/kvm process, from its cmdline); None: not a VM, or not known.
+    vm_id: str | None = None  # qemu ``-uuid``
+    vm_name: str | None = None  # qemu ``-name`` (its ``guest=`` part when given as ``guest=x,debug-threads=on``)
+    hypervisor: str | None = None  # ``kvm`` for a qemu/kvm process
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CpuZoneSample(Record):
+    """One RAPL zone's energy counter, wrap-corrected by the receiver (``receivers/rapl/``)."""
+
+    KIND: ClassVar[RecordKind] = "device"
+    IDENTITY: ClassVar[tuple[str, ...]] = ("zone", "path")
+
+    zone: str  # package | core | uncore | dram | psys (the powercap zone's ``name``; package-N -> package)
+    path: str  # the powercap zone directory's name, e.g. intel-rapl:0, intel-rapl:0:0
+    socket: int | None = None  # the package index the zone belongs to (None for psys)
+    energy_uj: int  # monotonic since the receiver started: wraps already added back
+    # +1 when the counter went backwards without a wrap (a reset): never subtract across epochs.
+    counter_epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeCpuTime(Record):
+    """Node CPU time from /proc/stat's ``cpu`` line, cumulative seconds (USER_HZ from os.sysconf)."""
+
+    KIND: ClassVar[RecordKind] = "device"
+    IDENTITY: ClassVar[tuple[str, ...]] = ()
+
+    total_s: float  # user + nice + system + idle + iowait + irq + softirq + steal
+    active_s: float  # total - idle - iowait
+    cpu_count: int | None = None
 
 
 # --- processors ------------------------------------------------------------------------------
@@ -469,13 +439,6 @@ class ClusterGpu(Record):  # scheduler-level GPU saturation of one resource, clu
     requested_allocatable_ratio: float | None = None  # None also when nothing is allocatable
 
 
-def record_kind(record: Record) -> str:
-    """The kind a user filters on; a Totals record is of its scope's kind."""
-    if isinstance(record, Totals):
-        return record.scope
-    return record.KIND
-
-
 RECORD_TYPES: tuple[type[Record], ...] = (
     DeviceSample,
     GpuProcessSample,
@@ -492,6 +455,8 @@ RECORD_TYPES: tuple[type[Record], ...] = (
     DeviceTotals,
     Saturation,
     ClusterGpu,
+    CpuZoneSample,
+    NodeCpuTime,
 )
 """Every concrete record type, in the order a Batch carries them (``pipeline/batch.py``)."""
 

@@ -107,6 +107,9 @@ class AttributionProcessor:
         starts = {h.pid: h.start_wall_s for h in batch.host_processes if h.start_wall_s is not None}
         powers: list[DevicePower] = []
         for power in batch.device_power:
+            if power.device_type != "gpu":
+                powers.append(power)  # a CPU zone (cpu_attribution earlier in the pipeline): not this processor's
+                continue
             dev = power.device_id
             procs = by_device.get(dev, [])
             device = devices.get(dev)

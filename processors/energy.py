@@ -176,8 +176,11 @@ class EnergyProcessor:
 
     def process(self, batch: Batch) -> Batch:
         now = batch.time
-        powers = {p.device_id: p for p in batch.device_power}
+        # A CPU zone's DevicePower (cpu_attribution earlier in the pipeline) is that processor's to total.
+        powers = {p.device_id: p for p in batch.device_power if p.device_type == "gpu"}
         for power in batch.device_power:
+            if power.device_type != "gpu":
+                continue
             # A series starts where the energy it counts starts: the beginning of its first interval.
             d = self.devices.setdefault(power.device_id, _Device(start_wall_s=power.time.wall_s - power.interval_s))
             # Energy held while the device's idle is learned is neither idle nor active yet: it joins the totals

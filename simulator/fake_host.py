@@ -80,11 +80,13 @@ def _overwrite(path: Path, text: str) -> None:
 class ProcfsWriter:
     """Writes a node's /proc and /sys under ``root``; call :meth:`refresh` whenever time has moved."""
 
-    def __init__(self, node: SimulatedNode, root: str | Path) -> None:
+    def __init__(self, node: SimulatedNode, root: str | Path, cgroups: bool = False) -> None:
         self.node = node
         self.root = Path(root)
         self.proc = self.root / "proc"
         self.powercap = self.root / "sys" / "class" / "powercap"
+        # Opt-in: each cgroup's cpu.stat under root/sys/fs/cgroup (v2), for a procfs receiver's cgroup_root.
+        self.cgroup_root = self.root / "sys" / "fs" / "cgroup" if cgroups else None
         self._written: set[int] = set()
         self._written_at: float | None = None
         # Every pipeline of a simulated node refreshes before its tick, on a worker thread, maybe at once.
@@ -109,6 +111,22 @@ class ProcfsWriter:
         self._written = alive
         self._write_proc_stat(t_s, running=len(alive))
         self._write_rapl(t_s)
+        if self.cgroup_root is not None:
+            self._write_cgroups(t_s)
+
+    def _write_cgroups(self, t_s: float) -> None:
+        """Each cgroup's ``cpu.stat`` as the kernel keeps it: ``usage_usec``, the CPU time of every process it
+        ever held (exited ones included), so a cgroup whose processes all idle does not move."""
+        assert self.cgroup_root is not None
+        usage_s: dict[str, float] = {}
+        for pid, plan in self.node.truth.plans.items():
+            if plan.start_s <= t_s:
+                path = cgroup_path(self.node.scenario, plan.spec)
+                usage_s[path] = usage_s.get(path, 0.0) + self.node.truth.process_cpu_s(pid, t_s)
+        for path, cpu_s in usage_s.items():
+            directory = self.cgroup_root / path.lstrip("/")
+            directory.mkdir(parents=True, exist_ok=True)
+            _overwrite(directory / "cpu.stat", f"usage_usec {round(cpu_s * 1e6)}\n")
 
     def _write_process(self, pid: int, t_s: float, new: bool) -> None:
         spec = self.node.truth.plans[pid].spec
@@ -178,7 +196,7 @@ class ProcfsWriter:
             # Energy since boot: the host idled for uptime_s before the scenario started.
             package_j = cpu.idle_w / cpu.packages * uptime_s + self.node.truth.cpu_package_energy_j(package, t_s)
             self._write_zone(f"intel-rapl:{package}", f"package-{package}", package_j)
-            if cpu.dram_w > 0:
+            if cpu.dram_w > 0 or cpu.dram_w_per_core > 0:
                 dram_j = cpu.dram_w * uptime_s + self.node.truth.cpu_dram_energy_j(package, t_s)
                 self._write_zone(f"intel-rapl:{package}:0", "dram", dram_j)
 

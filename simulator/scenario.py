@@ -195,6 +195,9 @@ class CpuSpec(_Model):
     idle_w: float = Field(default=40.0, ge=0)  # whole host, split evenly across packages
     w_per_core: float = Field(default=6.0, ge=0)
     dram_w: float = Field(default=0.0, ge=0)  # > 0 adds an intel-rapl:N:0 "dram" zone per package
+    # DRAM's dynamic part: W per busy core on top of dram_w (split evenly over packages, like the package's);
+    # 0 keeps the DRAM zones flat, as before.
+    dram_w_per_core: float = Field(default=0.0, ge=0)
     max_range_uj: int = Field(default=262_143_328_850, gt=0)
 
 

@@ -440,7 +440,10 @@ class GroundTruth:
         return cpu.idle_w * share * t_s + cpu.w_per_core * share * self._cpu_busy_cores.integral(t_s)
 
     def cpu_dram_energy_j(self, package: int, t_s: float) -> float:
-        return self.scenario.cpu.dram_w * t_s
+        cpu = self.scenario.cpu
+        if not cpu.dram_w_per_core:
+            return cpu.dram_w * t_s
+        return cpu.dram_w * t_s + cpu.dram_w_per_core / cpu.packages * self._cpu_busy_cores.integral(t_s)
 
 
 def _cpu_busy(plans: Iterable[ProcessPlan]) -> StepFunction:

@@ -23,6 +23,7 @@ from typing import TextIO
 
 import yaml
 
+from wattpipe._probe import default_receiver
 from wattpipe.pipeline.clock import RealClock
 from wattpipe.pipeline.components import Receiver, call_optional
 from wattpipe.pipeline.config import ConfigError, parse_duration
@@ -107,6 +108,14 @@ def cmd_components(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def cmd_probe(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     registry = load_registry(err)
+    if args.config is None:  # no config: the receiver type named, with its default options
+        setup_logging("warning")
+        receiver = default_receiver(registry, args.id)
+        if receiver is None:
+            types = ", ".join(registry.types("receiver"))
+            print(f"error: no receiver type '{args.id}' (installed: {types}); or give -c CONFIG", file=err)
+            return EXIT_CONFIG
+        return asyncio.run(_probe(receiver, args, out, err))
     config = load_or_report(args.config, registry, err)
     if config is None:
         return EXIT_CONFIG
@@ -140,7 +149,11 @@ async def _probe(receiver: Receiver, args: argparse.Namespace, out: TextIO, err:
         return EXIT_RUNTIME
     finally:
         await call_optional(receiver, "shutdown")
-    json.dump(batches[0] if args.count == 1 else batches, out, indent=2, sort_keys=True)
+    result: object = batches[0] if args.count == 1 else batches
+    describe = getattr(receiver, "describe", None)
+    if callable(describe):  # a receiver that can say what it sees (rapl: every zone, readable or not)
+        result = {"sees": describe(), "records": result}
+    json.dump(result, out, indent=2, sort_keys=True)
     out.write("\n")
     print_saturation_sources(records, getattr(receiver, "provides", ()), err)
     return EXIT_OK
@@ -236,8 +249,8 @@ def parser() -> argparse.ArgumentParser:
     sp.set_defaults(fn=cmd_components)
 
     sp = sub.add_parser("probe", help="run one receiver once and print its records as JSON")
-    sp.add_argument("id", help="the receiver's ID in the config, e.g. nvml or dcgm/local")
-    with_config(sp)
+    sp.add_argument("id", help="the receiver's ID in the config, e.g. nvml or dcgm/local; without -c, a receiver type")
+    sp.add_argument("-c", "--config", default=None, help="pipeline configuration (YAML); none: the type's defaults")
     sp.add_argument("--count", type=int, default=1, help="polls to make (default 1)")
     sp.add_argument("--every", type=float, default=1.0, help="seconds between polls (default 1)")
     sp.add_argument("--timeout", type=float, default=10.0, help="seconds one poll may take (default 10)")

@@ -32,6 +32,7 @@ from wattpipe.pipeline.graph import Graph
 from wattpipe.pipeline.records import Saturation
 from wattpipe.pipeline.runtime import Service
 from wattpipe.progress import SimulationProgress
+from wattpipe.simulated_cpu import CpuCollector, cpu_report, print_cpu_report
 from wattpipe.simulator.saturation_truth import saturation_rows
 from wattpipe.steps import EXIT_CONFIG, EXIT_OK
 
@@ -53,12 +54,16 @@ class TruthCollector:
         # (an outage's gap, a failed process listing): their energy is unattributed by design.
         self.unattributable: dict[str, list[tuple[float, float]]] = {}
         self.saturation: tuple[Saturation, ...] = ()  # the last tick's: the last complete window
+        self.cpu = CpuCollector()  # the CPU zones and what cpu_attribution billed (simulated_cpu.py)
 
     async def export(self, batch: Batch) -> None:
         self.ticks += 1
+        self.cpu.observe(batch)
         if "saturation" in batch.present:
             self.saturation = batch.saturation
         for p in batch.device_power:
+            if p.device_type == "cpu":
+                continue  # in the cpu section
             d = self.device.setdefault(p.device_id, {"counter": 0, "idle": 0, "attributed": 0, "unattributed": 0})
             d["counter"] += p.energy_mj
             d["idle"] += p.idle_energy_mj
@@ -107,6 +112,7 @@ def truth_report(collector: TruthCollector, node: simulator.SimulatedNode) -> di
             for (ns, pod), s in sorted(by_pod.items())
         ],
         **({"saturation": saturation} if saturation else {}),  # only where a saturation processor ran
+        **({"cpu": cpu_report(collector.cpu, node)} if collector.cpu.zones else {}),
     }
 
 
@@ -212,6 +218,8 @@ def print_report(report: dict[str, Any], err: TextIO) -> None:
         _row(f"container {c['namespace']}/{c['pod']}/{c['name']}", c, err)
     for pod in report["pods"]:
         _row(f"pod {pod['namespace']}/{pod['name']}", pod, err)
+    if "cpu" in report:
+        print_cpu_report(report["cpu"], err)
     print(
         "  (a process's true energy is its own dynamic power; until an idle baseline is known, idle energy\n"
         "   counts as active and goes to the processes: see docs/attribution.md. The error is against the\n"
@@ -263,6 +271,7 @@ def _on_simulated_node(args: argparse.Namespace, clock: Clock, out: TextIO, err:
             # pod-resources socket, and the API server (KUBECONFIG, NODE_NAME as the downward API gives it).
             faces = {
                 "WATTPIPE_PROC_ROOT": str(Path(tmp) / "proc"),
+                "WATTPIPE_SYS_ROOT": str(Path(tmp) / "sys"),  # its RAPL zones, for the rapl receiver
                 "WATTPIPE_DCGM_ENDPOINT": dcgm.url,
                 "WATTPIPE_PODRESOURCES_ENDPOINT": kubelet.endpoint,
                 "KUBECONFIG": str(kubeconfig),
@@ -346,10 +355,12 @@ def _before_tick(
     progress: SimulationProgress,
     say: Callable[[], None] | None,
 ) -> Callable[[], None]:
-    """What runs before each tick: /proc written as the node is at this tick's time (when a procfs
-    receiver reads it), the progress bar moved on, and (``demo``) where to look, once."""
+    """What runs before each tick: /proc and /sys written as the node is at this tick's time (when a procfs
+    or rapl receiver reads them), the progress bar moved on, and (``demo``) where to look, once."""
     writer = (
-        simulator.ProcfsWriter(node, tmp) if any(cid.split("/")[0] == "procfs" for cid in config.receivers) else None
+        simulator.ProcfsWriter(node, tmp)
+        if any(cid.split("/")[0] in ("procfs", "rapl") for cid in config.receivers)
+        else None
     )
 
     def before_tick() -> None:
@@ -419,7 +430,7 @@ def _with_exporters(graph: Graph, collectors: dict[str, TruthCollector]) -> Grap
 def _reports(collectors: dict[str, TruthCollector], node: simulator.SimulatedNode) -> dict[str, Any]:
     """The report of the first pipeline that measured a device; every other such pipeline's own report
     is under ``other_pipelines`` (pipelines that share a receiver each get every read: they agree)."""
-    reports = {name: truth_report(c, node) for name, c in collectors.items() if c.device}
+    reports = {name: truth_report(c, node) for name, c in collectors.items() if c.device or c.cpu.zones}
     if not reports:
         return truth_report(next(iter(collectors.values())), node)
     first, *others = reports

@@ -1,18 +1,23 @@
-"""Receiver ``procfs``: every process on the node from /proc — comm, exe, start time, CPU time, and the
+"""Receiver ``procfs``: every process on the node from /proc — comm, exe, start time, CPU time, the
 container and pod its cgroup names (containerd, CRI-O, Docker, podman; cgroup v1 and v2; systemd and
-cgroupfs drivers; nested and cgroup-namespaced paths).
+cgroupfs drivers; nested and cgroup-namespaced paths), the VM a qemu/kvm process runs — and the node's CPU
+time from /proc/stat (:class:`NodeCpuTime`), every tick.
 
-It reads *every* process, not only those on a GPU: receivers run concurrently within a tick, so this one
+It lists *every* process, not only those on a GPU: receivers run concurrently within a tick, so this one
 cannot see which pids the ``nvml`` receiver is about to list. The join happens downstream, by pid (and
-``start_time_ticks`` where a processor keeps state across ticks). Reading all is cheap after the first
-tick: a process's identity (comm, exe, cgroup) is read once per (pid, start time), and later ticks read
-only its ``stat`` for the CPU time. ``max_processes`` bounds a tick's work on a node with runaway pids.
+``start_time_ticks`` where a processor keeps state across ticks). A process's identity (comm, exe, cgroup,
+VM) is read once per (pid, start time). With ``cpu_time: true`` (the default; CPU attribution needs it)
+later ticks read each process's ``stat`` for its CPU time (kept open, one ``pread`` each:
+``_statfiles.py``), which also tells a reused pid by its start time. With ``cpu_time: false`` (the GPU path needs no CPU time) a process seen in the previous tick is not
+read again: the tick costs a listing of /proc and the reads of new processes (docs/cpu.md, "Cost").
+``max_processes`` bounds a tick's work on a node with runaway pids.
 
 Failure modes, each degrading rather than stopping:
 - ``root`` missing or unreadable (``/host/proc`` not mounted): one rate-limited warning, no records;
 - a process ending while it is read: left out, silently (the normal case on a busy node);
 - ``exe`` unreadable (a kernel thread, or another user's process without CAP_SYS_PTRACE): absent;
-- a scan still running when the next tick asks (a hung /proc read): that tick gets no records.
+- a scan still running when the next tick asks (a hung /proc read): that tick gets no records;
+- ``/proc/stat`` unreadable: a warning, and ``node_cpu`` absent that tick.
 """
 
 from __future__ import annotations
@@ -51,6 +56,13 @@ class ProcfsConfig(ComponentConfig):
     """The host's /proc: ``/host/proc`` when wattpipe runs in a container with it mounted there."""
     max_processes: int = Field(default=10_000, ge=1)
     """Read at most this many processes a tick (the lowest pids), warning when there are more."""
+    cpu_time: bool = True
+    """Read every process's CPU time every tick (CPU attribution needs it). False: a process is read once,
+    when first seen; its records carry no ``cpu_time_s``. Enough for the GPU path, at a fraction of the cost."""
+    cgroup_root: str = ""
+    """With cpu_time: the host's cgroup v2 mount (``/sys/fs/cgroup``; ``/host/sys/fs/cgroup`` in a container).
+    A process whose cgroup's ``cpu.stat`` usage has not moved since the last tick ran nothing: its record is
+    kept, not read again. Empty: every process is read every tick."""
 
 
 def clock_ticks_per_s() -> int:
@@ -61,8 +73,11 @@ def clock_ticks_per_s() -> int:
         return 100
 
 
+_PROVIDES = frozenset({"host_processes", "node_cpu"})
+
+
 class ProcfsReceiver:
-    provides = frozenset({"host_processes"})
+    provides = _PROVIDES
 
     def __init__(self, config: ProcfsConfig, ctx: CreateContext, *, ticks_per_s: int | None = None) -> None:
         self.config = config
@@ -73,6 +88,8 @@ class ProcfsReceiver:
             Path(config.root),
             max_processes=config.max_processes,
             clock_ticks_per_s=ticks_per_s or clock_ticks_per_s(),
+            cpu_time=config.cpu_time,
+            cgroup_root=config.cgroup_root,
         )
         # One worker that owns the table: a scan left running by a tick's timeout is never joined by a
         # second one racing it over the cache. No thread starts until the first collect().
@@ -88,10 +105,16 @@ class ProcfsReceiver:
         scan = await asyncio.wrap_future(self._pending)
         for key, message in scan.problems:
             self._warn(key, message)
-        return scan.records
+        # node_cpu is absent, not empty, in a tick whose /proc/stat could not be read.
+        self.provides = _PROVIDES if scan.node_cpu is not None else _PROVIDES - {"node_cpu"}
+        if scan.node_cpu is None:
+            return scan.records
+        return [*scan.records, scan.node_cpu]
 
     async def shutdown(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        # The kept stat files are closed on the scanning thread, after a scan still running (if any).
+        self._executor.submit(self.table.close)
+        self._executor.shutdown(wait=False)
 
     def _warn(self, key: str, message: str) -> None:
         self.rl.log.log(logging.WARNING, key, f"receiver {self.component_id}: {message}")
@@ -102,7 +125,7 @@ factory = Factory.of(
     type="procfs",
     kind="receiver",
     config_model=ProcfsConfig,
-    description="Processes from /proc: comm, exe, start time, CPU time, and the container and pod of their cgroup.",
+    description="Processes from /proc: comm, exe, start time, CPU time, container, pod, VM; node CPU time.",
     stability="alpha",
-    provides=frozenset({"host_processes"}),
+    provides=_PROVIDES,
 )

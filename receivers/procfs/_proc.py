@@ -12,8 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from wattpipe.pipeline.clock import Timestamp
-from wattpipe.pipeline.records import HostProcess
+from wattpipe.pipeline.constructors import new_host_process
+from wattpipe.pipeline.records import HostProcess, NodeCpuTime
 from wattpipe.receivers.procfs._cgroup import CgroupIdentity, parse_cgroup
+from wattpipe.receivers.procfs._cgroupcpu import CgroupUsage, unified_path
+from wattpipe.receivers.procfs._stat import parse_proc_stat
+from wattpipe.receivers.procfs._statfiles import Gone, StatFiles, default_budget
+from wattpipe.receivers.procfs._vm import VmIdentity, looks_like_qemu, parse_qemu_cmdline
 
 __all__ = ["ProcStat", "ProcessTable", "Scan", "parse_stat"]
 
@@ -53,6 +58,18 @@ def parse_stat(text: str) -> ProcStat:
         raise ValueError(f"{len(rest) + 2} fields, or a non-number among utime/stime/starttime") from None
 
 
+def cpu_and_start(line: bytes) -> tuple[int, int]:
+    """utime + stime and the start time (clock ticks) of a stat line, as bytes: the per-tick read needs no
+    more, and no decoding. Raises ValueError as :func:`parse_stat` does for a line that is not one."""
+    close = line.rfind(b")")
+    rest = line[close + 1 :].split(None, 20) if close >= 0 else []  # rest[0] is field 3, so field n is rest[n - 3]
+    try:
+        return int(rest[14 - 3]) + int(rest[15 - 3]), int(rest[22 - 3])
+    except (IndexError, ValueError):
+        parse_stat(line.decode("utf-8", errors="replace"))  # raises with the reason
+        raise ValueError("not a stat line") from None
+
+
 @dataclass(frozen=True, slots=True)
 class _Identity:
     """What never changes over a process's life, read once per (pid, start time)."""
@@ -61,6 +78,8 @@ class _Identity:
     comm: str
     exe: str | None
     cgroup: CgroupIdentity
+    vm: VmIdentity | None = None  # a qemu process's VM, from its cmdline
+    cgroup_path: str | None = None  # its cgroup v2 path, for cgroup_root's cpu.stat
 
 
 @dataclass(slots=True)
@@ -69,6 +88,7 @@ class Scan:
 
     records: list[HostProcess] = field(default_factory=list)
     problems: list[tuple[str, str]] = field(default_factory=list)  # (key, message)
+    node_cpu: NodeCpuTime | None = None  # None: /proc/stat could not be read
 
 
 class _Gone(Exception):
@@ -106,33 +126,185 @@ class ProcessTable:
 
     The cache holds one entry per pid seen in the last scan, so it is bounded by the process count. An
     entry is trusted only while the pid's start time is unchanged: a reused pid is a new process.
+
+    With ``cpu_time`` off, a pid seen in the previous scan is not read again at all: its record is the one
+    made when it was first read (that read's time, ``cpu_time_s`` absent). Only new pids cost reads. A pid
+    that ended and was handed to a new process between two scans would keep its predecessor's record; the
+    kernel hands pids out cyclically, so that takes ``pid_max`` new tasks within one interval.
     """
 
-    def __init__(self, root: Path, *, max_processes: int, clock_ticks_per_s: int) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        max_processes: int,
+        clock_ticks_per_s: int,
+        cpu_time: bool = True,
+        keep_open: int | None = None,
+        cgroup_root: str = "",
+    ) -> None:
         self.root = root
         self._root = str(root)
+        # cpu_time on: each process's stat is read every scan, through a file kept open (keep_open of them at
+        # most; None: by the open-file limit). Off: a process is read once, by path.
+        budget = (default_budget(max_processes) if keep_open is None else keep_open) if cpu_time else 0
+        self.stat_files = StatFiles(self._root, budget)
+        # cpu_time on and cgroup_root set: a process whose cgroup ran nothing since the last scan keeps its record.
+        self._usage = CgroupUsage(cgroup_root) if cpu_time and cgroup_root else None
+        self._last: dict[int, HostProcess] = {}
         self.max_processes = max_processes
         self.clock_ticks_per_s = clock_ticks_per_s
+        self.cpu_time = cpu_time
         self._cache: dict[int, _Identity] = {}
+        self._records: dict[int, HostProcess] = {}  # cpu_time off: each known pid's record, as first read
+        self._names: list[bytes] | None = None  # cpu_time off: the last listing of root, and its problems
+        self._name_set: set[bytes] = set()  # the names in it whose processes were read
+        self._listing_problems: list[tuple[str, str]] = []
 
     def cached(self) -> int:
         return len(self._cache)
 
+    def close(self) -> None:
+        """Close the stat files kept open (the receiver's shutdown, on the scanning thread)."""
+        self.stat_files.close()
+
     def scan(self, now: Timestamp) -> Scan:
         out = Scan()
-        try:
-            pids = self._pids()
-        except OSError as exc:
+        out.node_cpu = self._node_cpu(now, out)
+        names = None if self.cpu_time else self._listing()
+        if names is not None and self._scan_changes(names, now, out):
+            return out
+        pids = self._list(out, names)
+        if pids is None:
             self._cache.clear()
+            self._records.clear()
+            self.stat_files.close()
+            self._names, self._name_set = None, set()
+            return out
+        cache: dict[int, _Identity] = {}
+        records: dict[int, HostProcess] = {}
+        boot_wall_s = self._boot_wall_s(now)
+        # cpu_time off: a known process is not read again; on, with cgroup_root: nor one whose cgroup is idle.
+        known = self._records if names is not None else self._idle(pids)
+        lines = self._stat_lines([pid for pid in pids if pid not in known], out)
+        for pid in pids:
+            record = known.get(pid)
+            if record is not None:
+                got: tuple[HostProcess, _Identity] | None = (record, self._cache[pid])
+            else:
+                line = lines.get(pid)
+                got = None if line is None else self._read_one(pid, now, boot_wall_s, out, line)
+            if got is not None:
+                records[pid], cache[pid] = got
+                out.records.append(got[0])
+        self._cache = cache  # pids that are gone (or skipped) are forgotten
+        self.stat_files.keep_only(cache)
+        if self._usage is not None:
+            self._last = records
+        if names is not None:  # cpu_time off: what the next scans compare their listing with
+            self._records, self._listing_problems = records, [p for p in out.problems if p[0] == "max_processes"]
+            self._remember(names, {str(pid).encode() for pid in pids} - {str(pid).encode() for pid in records})
+        return out
+
+    def _scan_changes(self, names: list[bytes], now: Timestamp, out: Scan) -> bool:
+        """cpu_time off: read only the processes that are new since the last listing and forget those gone;
+        False where a whole scan is due (the first, or more processes than ``max_processes``)."""
+        if self._names is None:
+            return False
+        if names == self._names:  # not a process came or went
+            out.records = list(self._records.values())
+            out.problems.extend(self._listing_problems)
+            return True
+        current = set(names)
+        new = sorted(int(n) for n in current - self._name_set if n.isdigit() and n.isascii())
+        gone = [int(n) for n in self._name_set - current if n.isdigit() and n.isascii()]
+        if len(self._records) - len(gone) + len(new) > self.max_processes:
+            return False
+        for pid in gone:
+            self._records.pop(pid, None)
+            self._cache.pop(pid, None)
+        boot_wall_s = self._boot_wall_s(now) if new else None
+        failed: set[bytes] = set()
+        for pid in new:
+            got = self._read_one(pid, now, boot_wall_s, out)
+            if got is None:
+                failed.add(str(pid).encode())
+            else:
+                self._records[pid], self._cache[pid] = got
+        out.records = list(self._records.values())
+        out.problems.extend(self._listing_problems)
+        self._remember(names, failed)
+        return True
+
+    def _remember(self, names: list[bytes], failed: set[bytes]) -> None:
+        """The listing the next scan compares with; processes that could not be read count as unseen, so
+        that they are tried again (a process that ended goes from the listing by itself)."""
+        self._name_set = set(names) - failed
+        self._names = [] if failed else names  # [] is never equal to a listing: the next scan diffs, retrying them
+
+    def _idle(self, pids: list[int]) -> dict[int, HostProcess]:
+        """cgroup_root set: the last records of processes whose cgroup's CPU usage has not moved since the
+        last scan (their CPU time cannot have changed), by pid; {} otherwise."""
+        if self._usage is None:
+            return {}
+        identities = [(pid, self._cache.get(pid)) for pid in pids]
+        moved = self._usage.moved({i.cgroup_path for _, i in identities if i is not None and i.cgroup_path})
+        last = self._last
+        return {
+            pid: last[pid]
+            for pid, i in identities
+            if i is not None and i.cgroup_path is not None and i.cgroup_path not in moved and pid in last
+        }
+
+    def _stat_lines(self, pids: list[int], out: Scan) -> dict[int, bytes]:
+        """Every pid's stat line (the gone left out; an unreadable one a problem noted)."""
+        errors: list[tuple[int, OSError]] = []
+        lines = dict(self.stat_files.read_all(pids, errors))
+        for pid, exc in errors:
+            reason = exc.strerror or type(exc).__name__
+            out.problems.append(
+                (f"unreadable/{exc.errno}", f"{self.root}/{pid} cannot be read ({reason}); skipping it")
+            )
+        return lines
+
+    def _read_one(
+        self, pid: int, now: Timestamp, boot_wall_s: float | None, out: Scan, line: bytes | None = None
+    ) -> tuple[HostProcess, _Identity] | None:
+        """One process's record and identity (from its stat ``line`` where it was read already), or None
+        (gone: silently; unreadable: a problem noted)."""
+        try:
+            return self._read_process(pid, now, boot_wall_s, line)
+        except _Gone:
+            return None
+        except ValueError as exc:
+            out.problems.append(("malformed", f"{self.root}/{pid}/stat cannot be parsed ({exc}); skipping it"))
+        except OSError as exc:
+            reason = exc.strerror or type(exc).__name__
+            out.problems.append(
+                (f"unreadable/{exc.errno}", f"{self.root}/{pid} cannot be read ({reason}); skipping it")
+            )
+        return None
+
+    def _listing(self) -> list[bytes] | None:
+        """The names under root, as bytes: a fifth cheaper than str (no decoding), and int() takes them."""
+        try:
+            return os.listdir(os.fsencode(self._root))
+        except OSError:
+            return None  # _list lists again, and says why
+
+    def _list(self, out: Scan, names: list[bytes] | None = None) -> list[int] | None:
+        """The pids to read this scan (the lowest ``max_processes``), or None with the problem noted."""
+        try:
+            pids = self._pids() if names is None else self._pids_of(names)
+        except OSError as exc:
             reason = exc.strerror or type(exc).__name__
             out.problems.append(
                 ("root", f"cannot list {self.root}: {reason}; no host processes (is the host's /proc mounted there?)")
             )
-            return out
+            return None
         if not pids:
-            self._cache.clear()
             out.problems.append(("empty", f"{self.root} has no process directories: is it a /proc?"))
-            return out
+            return None
         if len(pids) > self.max_processes:
             out.problems.append(
                 (
@@ -142,29 +314,26 @@ class ProcessTable:
                 )
             )
             pids = pids[: self.max_processes]
-        cache: dict[int, _Identity] = {}
-        boot_wall_s = self._boot_wall_s(now)
-        for pid in pids:
-            try:
-                record, identity = self._read_process(pid, now, boot_wall_s)
-            except _Gone:
-                continue
-            except ValueError as exc:
-                out.problems.append(("malformed", f"{self.root}/{pid}/stat cannot be parsed ({exc}); skipping it"))
-                continue
-            except OSError as exc:
-                reason = exc.strerror or type(exc).__name__
-                out.problems.append(
-                    (f"unreadable/{exc.errno}", f"{self.root}/{pid} cannot be read ({reason}); skipping it")
-                )
-                continue
-            cache[pid] = identity
-            out.records.append(record)
-        self._cache = cache  # pids that are gone (or skipped) are forgotten
-        return out
+        return pids
+
+    def _node_cpu(self, now: Timestamp, out: Scan) -> NodeCpuTime | None:
+        try:
+            return parse_proc_stat(_read(f"{self._root}/stat"), self.clock_ticks_per_s, now)
+        except _Gone:  # a tree with no stat file (a test's) says nothing of the node: absent, as uptime
+            pass
+        except OSError as exc:
+            reason = exc.strerror or type(exc).__name__
+            out.problems.append(("stat", f"cannot read {self.root}/stat ({reason}); no node CPU time"))
+        except ValueError as exc:
+            out.problems.append(("stat", f"{self.root}/stat cannot be parsed ({exc}); no node CPU time"))
+        return None
 
     def _pids(self) -> list[int]:
-        return sorted(int(name) for name in os.listdir(self.root) if name.isdigit() and name.isascii())
+        return self._pids_of(os.listdir(self._root))
+
+    @staticmethod
+    def _pids_of(names: list[str] | list[bytes]) -> list[int]:
+        return sorted(int(name) for name in names if name.isdigit() and name.isascii())
 
     def _boot_wall_s(self, now: Timestamp) -> float | None:
         """When the host booted (Unix s), from /proc/uptime (10 ms resolution; /proc/stat's btime is whole
@@ -174,41 +343,64 @@ class ProcessTable:
         except (_Gone, OSError, ValueError, IndexError):  # a test tree without it: start times unknown
             return None
 
-    def _read_process(self, pid: int, now: Timestamp, boot_wall_s: float | None) -> tuple[HostProcess, _Identity]:
-        directory = f"{self._root}/{pid}"
-        stat = parse_stat(_read(f"{directory}/stat"))
+    def _read_process(
+        self, pid: int, now: Timestamp, boot_wall_s: float | None, line: bytes | None = None
+    ) -> tuple[HostProcess, _Identity]:
+        if line is None:
+            try:
+                line = self.stat_files.read(pid)
+            except Gone:
+                raise _Gone from None
+        cpu_ticks, start_ticks = cpu_and_start(line)
         identity = self._cache.get(pid)
-        if identity is None or identity.start_time_ticks != stat.start_time_ticks:
-            identity = self._read_identity(directory, stat)
-        cg = identity.cgroup
-        return (
-            HostProcess(
-                time=now,
-                pid=pid,
-                comm=identity.comm,
-                exe=identity.exe,
-                start_time_ticks=stat.start_time_ticks,
-                container_id=cg.container_id,
-                container_runtime=cg.runtime,
-                pod_uid=cg.pod_uid,
-                cpu_time_s=(stat.utime_ticks + stat.stime_ticks) / self.clock_ticks_per_s,
-                start_wall_s=None
-                if boot_wall_s is None
-                else boot_wall_s + stat.start_time_ticks / self.clock_ticks_per_s,
-            ),
-            identity,
+        if identity is None or identity.start_time_ticks != start_ticks:
+            identity = self._read_identity(f"{self._root}/{pid}", parse_stat(line.decode("utf-8", errors="replace")))
+        cg, vm = identity.cgroup, identity.vm
+        hz = self.clock_ticks_per_s
+        record = new_host_process(
+            now,
+            (),
+            pid,
+            identity.comm,
+            identity.exe,
+            start_ticks,
+            cg.container_id,
+            cg.runtime,
+            cg.pod_uid,
+            cpu_ticks / hz if self.cpu_time else None,
+            None if boot_wall_s is None else boot_wall_s + start_ticks / hz,
+            None if vm is None else vm.vm_id,
+            None if vm is None else vm.vm_name,
+            None if vm is None else vm.hypervisor,
         )
+        return record, identity
 
     def _read_identity(self, directory: str, stat: ProcStat) -> _Identity:
         comm = _read(f"{directory}/comm").rstrip("\n")
-        cgroup = parse_cgroup(_read(f"{directory}/cgroup"))
+        cgroup_text = _read(f"{directory}/cgroup")
+        cgroup = parse_cgroup(cgroup_text)
         try:
             exe: str | None = os.readlink(f"{directory}/exe")
         except OSError:
             # Kernel threads have no exe; another user's process needs CAP_SYS_PTRACE to see it. Absent.
             exe = None
+        vm = self._read_vm(directory) if looks_like_qemu(comm, exe) else None
         # The pid may have ended and been reused between the stat read and these: make sure the files
         # just read belong to the process whose start time the cache will file them under.
         if parse_stat(_read(f"{directory}/stat")).start_time_ticks != stat.start_time_ticks:
             raise _Gone
-        return _Identity(start_time_ticks=stat.start_time_ticks, comm=comm, exe=exe, cgroup=cgroup)
+        return _Identity(
+            start_time_ticks=stat.start_time_ticks,
+            comm=comm,
+            exe=exe,
+            cgroup=cgroup,
+            vm=vm,
+            cgroup_path=unified_path(cgroup_text),
+        )
+
+    @staticmethod
+    def _read_vm(directory: str) -> VmIdentity | None:
+        try:
+            return parse_qemu_cmdline(_read(f"{directory}/cmdline"))
+        except OSError:  # not _Gone: a process that ended is left out whole, by the caller
+            return None

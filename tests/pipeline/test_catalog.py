@@ -373,6 +373,17 @@ def test_label_cache_forgets_gone_series_and_keeps_live_ones_through_churn() -> 
     assert max(sizes[250:]) == max(sizes[:250])  # flat, not growing with the pids ever seen
 
 
+def _passes(value: object, wanted: str) -> bool:
+    """A ``where`` test as families.Family documents it (``!None``; ``^x`` / ``!^x`` prefix tests), one record at a time."""
+    if wanted == "!None":
+        return value is not None
+    if wanted.startswith("!^"):
+        return not str(value).startswith(wanted[2:])
+    if wanted.startswith("^"):
+        return str(value).startswith(wanted[1:])
+    return str(value) == wanted
+
+
 def _uncached(family: Family, batch: Batch, scheme: Scheme) -> list[tuple[dict[str, str], float, Record]]:
     """What labelled_values must give, worked out record by record with no cache: each record's labels made
     afresh, one point per label set (first place, last value), records without a value left out."""
@@ -380,7 +391,7 @@ def _uncached(family: Family, batch: Batch, scheme: Scheme) -> list[tuple[dict[s
     devices = device_attributes(batch)
     out: dict[str, tuple[dict[str, str], float, Record]] = {}
     for record in getattr(batch, plan.field):
-        if any(str(getattr(record, name)) != wanted for name, wanted in family.where):
+        if not all(_passes(getattr(record, name), wanted) for name, wanted in family.where):
             continue
         raw = 1.0 if family.value is None else getattr(record, family.value)
         if raw is None:

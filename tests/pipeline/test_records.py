@@ -15,6 +15,7 @@ from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.constructors import new_process_sample, new_share, new_totals
 from wattpipe.pipeline.records import (
     ClusterGpu,
+    CpuZoneSample,
     DeviceAllocation,
     DevicePower,
     DeviceSample,
@@ -26,6 +27,7 @@ from wattpipe.pipeline.records import (
     InstanceEnergy,
     MigActivity,
     MigInstance,
+    NodeCpuTime,
     Record,
     Saturation,
     Totals,
@@ -83,6 +85,8 @@ def one_of_each() -> list[Record]:
         ),
         Saturation(time=T, device_id="GPU-0", signal="throttle_power", value=0.25, window_s=60.0),
         ClusterGpu(time=T, resource_name="nvidia.com/gpu", pending_pod_count=2),
+        CpuZoneSample(time=T, zone="package", path="intel-rapl:0", socket=0, energy_uj=123_456),
+        NodeCpuTime(time=T, total_s=400.0, active_s=100.0, cpu_count=4),
         GpuLink(time=T, gpu_a=0, gpu_b=1, link="NV2", pcie="NODE", nvlinks=2, score=220),
         GpuSetScore(time=T, size=2, free_gpus=2, score=220, gpus="0,1"),
     ]
@@ -93,7 +97,7 @@ def test_with_records_routes_each_record_type_to_its_field_and_marks_it_present(
     out = batch().with_records(records)
 
     assert out.present == frozenset(Batch.FIELDS)
-    assert out.count() == len(Batch.FIELDS) == 17
+    assert out.count() == len(Batch.FIELDS) == 19
     for record in records:
         field = Batch.field_for(type(record))
         assert getattr(out, field) == (record,), field
@@ -347,3 +351,41 @@ def test_every_record_type_has_its_batch_field_and_the_quick_init() -> None:
     assert len(Batch.FIELDS) == len(RECORD_TYPES)
     for record_type in RECORD_TYPES:  # the slot-setting __init__ (pipeline/_slots.py), not the dataclass's
         assert "_set0" in record_type.__init__.__code__.co_names, record_type.__name__
+
+
+def test_cpu_records_name_their_zone_and_keep_absent_values_out() -> None:
+    zone = CpuZoneSample(time=T, zone="dram", path="intel-rapl:1:0", socket=1, energy_uj=5_000_000, counter_epoch=2)
+    assert zone.attributes() == {"zone": "dram", "path": "intel-rapl:1:0"}
+    assert zone.values() == {"socket": 1, "energy_uj": 5_000_000, "counter_epoch": 2}
+    assert record_kind(zone) == "device"
+    psys = CpuZoneSample(time=T, zone="psys", path="intel-rapl:1", energy_uj=7)
+    assert "socket" not in psys.values()  # absent, not zero
+    node = NodeCpuTime(time=T, total_s=800.0, active_s=200.0)
+    assert node.attributes() == {}
+    assert node.values() == {"total_s": 800.0, "active_s": 200.0}
+    vm = HostProcess(time=T, pid=7, comm="qemu-kvm", vm_id="0b5c0f8e-1", vm_name="web", hypervisor="kvm")
+    assert (vm.values()["vm_name"], vm.vm_id) == ("web", "0b5c0f8e-1")
+    assert HostProcess(time=T, pid=8).vm_id is None
+    assert batch().with_records([zone, node]).present == frozenset({"cpu_zones", "node_cpu"})
+
+
+def test_new_host_process_makes_the_record_the_class_makes() -> None:
+    from wattpipe.pipeline.constructors import new_host_process
+
+    fields = {
+        "pid": 7,
+        "comm": "qemu-kvm",
+        "exe": "/usr/libexec/qemu-kvm",
+        "start_time_ticks": 900,
+        "container_id": None,
+        "container_runtime": None,
+        "pod_uid": None,
+        "cpu_time_s": 12.5,
+        "start_wall_s": 1_767_225_000.0,
+        "vm_id": "u-1",
+        "vm_name": "web",
+        "hypervisor": "kvm",
+    }
+    made = new_host_process(T, (), *fields.values())  # type: ignore[arg-type]
+    assert made == HostProcess(time=T, **fields)  # type: ignore[arg-type]
+    assert hash(made) == hash(HostProcess(time=T, **fields))  # type: ignore[arg-type]

@@ -15,7 +15,7 @@ from tests.helpers.context import make_context
 from wattpipe import simulator
 from wattpipe.pipeline.clock import SteppedClock, Timestamp
 from wattpipe.pipeline.components import Registry
-from wattpipe.pipeline.records import HostProcess
+from wattpipe.pipeline.records import HostProcess, NodeCpuTime
 from wattpipe.pipeline.telemetry import Telemetry
 from wattpipe.receivers.procfs import ProcfsConfig, ProcfsReceiver, factory, parse_stat
 from wattpipe.receivers.procfs._proc import Scan
@@ -80,7 +80,8 @@ def make_receiver(root: Path, clock: SteppedClock | None = None, **options: Any)
 
 def poll(receiver: ProcfsReceiver) -> dict[int, HostProcess]:
     records = asyncio.run(receiver.collect())
-    assert all(isinstance(r, HostProcess) for r in records)
+    # The processes, then the node's CPU time where /proc/stat could be read (test_procfs_cpu.py).
+    assert all(isinstance(r, HostProcess) for r in records if not isinstance(r, NodeCpuTime))
     return {r.pid: r for r in records if isinstance(r, HostProcess)}
 
 
@@ -359,7 +360,7 @@ def test_factory_defaults_and_registration() -> None:
     assert isinstance(config, ProcfsConfig)
     assert (config.root, config.max_processes) == ("/proc", 10_000)
     assert (factory.type, factory.kind, factory.stability) == ("procfs", "receiver", "alpha")
-    assert factory.provides == frozenset({"host_processes"})
+    assert factory.provides == frozenset({"host_processes", "node_cpu"})
     receiver = factory.create(make_context("procfs", "receiver"), config)
     assert isinstance(receiver, ProcfsReceiver)
     assert receiver.provides == factory.provides

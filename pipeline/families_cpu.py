@@ -1,0 +1,93 @@
+"""The CPU families (seed 002): RAPL zones and what the ``cpu_attribution`` processor bills to processes,
+containers, pods and VMs, in Kepler's names (``kepler_node_cpu_*``, ``kepler_{process,container,pod,vm}_cpu_*``)
+and OpenTelemetry's."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from wattpipe.pipeline.families import _CPU, _CPU_TOTALS, _K8S, _MJ, Family, Instrument
+from wattpipe.pipeline.records import DevicePower, DeviceTotals, Record, Totals
+
+__all__ = ["CPU_FAMILIES"]
+
+_ZONE = ("zone", "path")
+
+
+def _cpu_node(kepler: str, otel: str, record: type[Record], value: str, unit: str, help: str) -> Family:
+    instrument: Instrument = "counter" if unit == "J" else "gauge"
+    divisor = _MJ if unit == "J" else 1
+    return Family(kepler, otel, record, value, instrument, unit, help, (), optional=_ZONE, where=_CPU, divisor=divisor)
+
+
+def _cpu_consumer(
+    scope: Literal["process", "container", "pod", "vm"], key: str, optional: tuple[str, ...]
+) -> tuple[Family, Family]:
+    # A VM's totals are scope "instance" records (Totals has no "vm" scope), of a CPU zone type's device_id.
+    record_scope = "instance" if scope == "vm" else scope
+    who = "VM" if scope == "vm" else scope
+    kind: Literal["process", "container", "pod"] = "container" if scope == "vm" else scope
+
+    def family(kepler: str, otel: str, value: str, instrument: Instrument, unit: str, help: str) -> Family:
+        return Family(
+            kepler,
+            otel,
+            Totals,
+            value,
+            instrument,
+            unit,
+            help,
+            (key, "state"),
+            optional=("zone", *optional),
+            where=(("scope", record_scope), ("device_id", _CPU_TOTALS)),
+            aliases=(("key", key),),
+            divisor=_MJ if unit == "J" else 1,
+            kind=kind,
+        )
+
+    return (
+        family(
+            f"kepler_{scope}_cpu_joules_total",
+            f"wattpipe.{scope}.cpu.energy",
+            "energy_mj",
+            "counter",
+            "J",
+            f"CPU energy (a RAPL zone type's active energy) attributed to a {who} by CPU time since its series "
+            "began; terminated series stay for cpu_attribution's retention.",
+        ),
+        family(
+            f"kepler_{scope}_cpu_watts",
+            f"wattpipe.{scope}.cpu.power",
+            "power_w",
+            "gauge",
+            "W",
+            f"CPU power attributed to a {who} in one zone type over the last tick (0 once terminated).",
+        ),
+    )
+
+
+_CPU_NODE: tuple[tuple[str, str, type[Record], str, str, str], ...] = (
+    ("kepler_node_cpu_watts", "wattpipe.cpu.power", DevicePower, "power_w", "W", "A RAPL zone's power over the last tick."),
+    ("kepler_node_cpu_active_watts", "wattpipe.cpu.power.active", DevicePower, "active_w", "W",
+     "A RAPL zone's active power (× the node's CPU usage ratio, or above the configured idle)."),
+    ("kepler_node_cpu_idle_watts", "wattpipe.cpu.power.idle", DevicePower, "idle_w", "W",
+     "A RAPL zone's idle power over the last tick (its power − active)."),
+    ("kepler_node_cpu_joules_total", "wattpipe.cpu.energy", DeviceTotals, "energy_mj", "J",
+     "A RAPL zone's energy since the series began."),
+    ("kepler_node_cpu_active_joules_total", "wattpipe.cpu.energy.active", DeviceTotals, "active_energy_mj", "J",
+     "A RAPL zone's active energy (attributed + unattributed)."),
+    ("kepler_node_cpu_idle_joules_total", "wattpipe.cpu.energy.idle", DeviceTotals, "idle_energy_mj", "J",
+     "A RAPL zone's idle energy."),
+    ("wattpipe_node_cpu_unattributed_joules_total", "wattpipe.cpu.energy.unattributed", DeviceTotals,
+     "unattributed_energy_mj", "J",
+     "A RAPL zone's active energy no process carried (no CPU time seen, or /proc did not answer)."),
+)  # fmt: skip
+
+CPU_FAMILIES: tuple[Family, ...] = (
+    *(_cpu_node(*row) for row in _CPU_NODE),
+    *_cpu_consumer("process", "pid", ("comm", "exe", "type", "container_id", "vm_id", "pod_uid", *_K8S)),
+    *_cpu_consumer("container", "container_id", ("container_name", "runtime", "pod_uid", *_K8S)),
+    *_cpu_consumer("pod", "pod_uid", _K8S),
+    *_cpu_consumer("vm", "vm_id", ("vm_name", "hypervisor")),
+)
+"""After the GPU and saturation families in :data:`pipeline.catalog.FAMILIES` (docs/metrics.md: its CPU section)."""

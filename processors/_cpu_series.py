@@ -1,0 +1,288 @@
+"""The CPU attribution processor's monotonic totals per process, container, pod and VM, per RAPL zone type.
+
+The same series as the GPU side's energy processor (``processors/_energy_series.py``: integer mJ that only
+grow, ``state="terminated"`` once the process has left, kept for a retention, at most ``max_terminated`` per
+table, the ones with the most energy kept). A process series starts at its first tick with CPU energy and
+ends when /proc no longer lists its (pid, start time); a container, pod or VM series is the sum of its
+processes' shares and ends when none of its processes is listed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, cast
+
+from wattpipe.pipeline.clock import Timestamp
+from wattpipe.pipeline.records import HostProcess, Totals, Workload
+from wattpipe.processors._energy_series import Order, Series, prune, restore, saved, to_totals
+
+__all__ = ["CPU_DEVICE_PREFIX", "CpuSeries", "GroupScope", "Names", "ProcessKey", "TickShares", "device_id_of"]
+
+CPU_DEVICE_PREFIX = "cpu:"
+"""A CPU zone type's ``device_id`` on Totals (``cpu:package``): the catalog tells CPU totals from GPU ones by it."""
+
+GroupScope = Literal["container", "pod", "vm"]
+ProcessKey = tuple[int, int, str]  # pid, start time (clock ticks since boot; -1 unknown), zone type
+GroupKey = tuple[GroupScope, str, str]  # scope, container id | pod UID | VM id, zone type
+
+
+def device_id_of(zone: str) -> str:
+    return CPU_DEVICE_PREFIX + zone
+
+
+@dataclass(frozen=True, slots=True)
+class TickShares:
+    """One tick's split, summed per zone type: each process's mJ, and which zone types were split."""
+
+    interval_s: float
+    by_process: Mapping[ProcessKey, int]
+    split_zones: frozenset[str]  # zone types whose active energy went to processes this tick (or could have)
+    read_zones: frozenset[str]  # zone types that answered this tick (split or not)
+
+
+@dataclass(frozen=True, slots=True)
+class Names:
+    """Kubernetes names from the k8s processor's Workloads: a GPU process's by pid, any other's by its cgroup's
+    container id or pod UID through the roster (``Workload.listed`` entries name every container and pod)."""
+
+    by_pid: Mapping[int, Workload]
+    by_container: Mapping[str, Workload]
+    by_pod: Mapping[str, Workload]
+
+    @classmethod
+    def of(cls, workloads: Iterable[Workload]) -> Names:
+        by_pid: dict[int, Workload] = {}
+        by_container: dict[str, Workload] = {}
+        by_pod: dict[str, Workload] = {}
+        for w in workloads:
+            if w.pid is not None:
+                by_pid[w.pid] = w
+            elif w.container_id is not None and w.container_name is not None:
+                by_container[w.container_id] = w
+            elif w.pod_uid is not None and w.pod_name is not None:
+                by_pod[w.pod_uid] = w
+        return cls(by_pid, by_container, by_pod)
+
+    def find(self, host: HostProcess) -> Workload | None:
+        found = self.by_pid.get(host.pid)
+        if found is None and host.container_id is not None:
+            found = self.by_container.get(host.container_id)
+        if found is None and host.pod_uid is not None:
+            found = self.by_pod.get(host.pod_uid)  # the pod's names only: no container_name from it
+            if found is not None and found.container_name is not None:
+                found = None
+        return found
+
+
+@dataclass(frozen=True, slots=True)
+class _Identity:
+    """What a process's series are labelled with, and the groups it belongs to (worked out once)."""
+
+    attrs: dict[str, str]
+    groups: list[tuple[GroupScope, str, dict[str, str]]]
+    named: bool  # its pod's names were known (from the k8s processor's Workloads)
+    by_zone: dict[str, dict[str, str]] = field(default_factory=dict)  # attrs with the zone: one object per zone
+
+    def zone_attrs(self, zone: str) -> dict[str, str]:
+        found = self.by_zone.get(zone)
+        if found is None:
+            found = self.by_zone[zone] = {**self.attrs, "zone": zone}
+        return found
+
+
+def _process_columns(order: list[ProcessKey]) -> tuple[list[str], list[str]]:
+    return [str(pid) for pid, _, _ in order], [device_id_of(zone) for _, _, zone in order]
+
+
+def _process_attrs(host: HostProcess, workload: Workload | None) -> dict[str, str]:
+    attrs: dict[str, str] = {}
+    for name in ("comm", "exe", "container_id", "pod_uid", "vm_id"):
+        value = getattr(host, name)
+        if value is not None:
+            attrs[name] = str(value)
+    attrs["type"] = "vm" if host.vm_id is not None else "container" if host.container_id is not None else "regular"
+    if workload is not None:
+        for name in ("pod_name", "pod_namespace"):
+            value = getattr(workload, name)
+            if value is not None:
+                attrs[name] = value
+    return attrs
+
+
+def _group_memberships(host: HostProcess, workload: Workload | None) -> list[tuple[GroupScope, str, dict[str, str]]]:
+    out: list[tuple[GroupScope, str, dict[str, str]]] = []
+    names = {}
+    if workload is not None:
+        names = {k: v for k in ("container_name", "pod_name", "pod_namespace") if (v := getattr(workload, k))}
+    if host.container_id is not None:
+        attrs = {k: v for k, v in names.items()}
+        if host.pod_uid is not None:
+            attrs["pod_uid"] = host.pod_uid
+        if host.container_runtime is not None:
+            attrs["runtime"] = host.container_runtime
+        out.append(("container", host.container_id, attrs))
+    if host.pod_uid is not None:
+        out.append(("pod", host.pod_uid, {k: v for k, v in names.items() if k != "container_name"}))
+    if host.vm_id is not None:
+        attrs = {"hypervisor": host.hypervisor or "kvm"}
+        if host.vm_name is not None:
+            attrs["vm_name"] = host.vm_name
+        out.append(("vm", host.vm_id, attrs))
+    return out
+
+
+class CpuSeries:
+    """Every CPU series of one pipeline, and the Totals records they give each tick."""
+
+    def __init__(self, retention_s: float, max_terminated: int) -> None:
+        self.retention_s = retention_s
+        self.max_terminated = max_terminated
+        self.processes: dict[ProcessKey, Series] = {}
+        self.groups: dict[GroupKey, Series] = {}
+        # A process's identity does not change while its (pid, start time) stays: its attributes and groups
+        # are worked out once (again when the k8s processor names its pod later), not every tick.
+        self._known: dict[tuple[int, int], _Identity] = {}
+        self._members: dict[tuple[GroupScope, str], set[tuple[int, int]]] = {}
+        self._order = Order(_process_columns)
+
+    def _identity(self, pk: tuple[int, int], host: HostProcess, names: Names) -> _Identity:
+        known = self._known.get(pk)
+        if known is not None and (known.named or (host.container_id is None and host.pod_uid is None)):
+            return known
+        workload = names.find(host)
+        named = workload is not None and workload.pod_name is not None
+        if known is None or named:
+            known = self._known[pk] = _Identity(
+                attrs=_process_attrs(host, workload),
+                groups=_group_memberships(host, workload),
+                named=named,
+            )
+            for scope, group, _ in known.groups:
+                self._members.setdefault((scope, group), set()).add(pk)
+        return known
+
+    def update(
+        self,
+        now: Timestamp,
+        tick: TickShares,
+        hosts: Mapping[tuple[int, int], HostProcess],
+        names: Names,
+        listed: bool,
+    ) -> None:
+        """Add a tick's shares; end the series whose processes /proc no longer lists (``listed``: it answered)."""
+        tick_start_s = now.wall_s - tick.interval_s
+        per_mj = 1 / 1000.0 / tick.interval_s if tick.interval_s > 0 else None
+        group_mj: dict[GroupKey, int] = {}
+        processes = self.processes
+        for key, mj in tick.by_process.items():
+            pk = key[:2]
+            host = hosts.get(pk)
+            series = processes.get(key)
+            if series is None:
+                if mj == 0 or host is None:
+                    continue  # a series begins with the process's first CPU energy
+                begun = host.start_wall_s if host.start_wall_s is not None else tick_start_s
+                series = processes[key] = Series(energy_mj=0, start_wall_s=max(tick_start_s, begun))
+            series.energy_mj += mj
+            series.power_w = None if per_mj is None else mj * per_mj
+            series.ended_wall_s = None
+            if host is None:
+                continue
+            zone = key[2]
+            known = self._identity(pk, host, names)
+            attrs = known.zone_attrs(zone)
+            if series.attrs is not attrs:
+                series.attrs = attrs  # a new identity (the pod named since): its series' labels follow
+            for scope, group, group_attrs in known.groups:
+                gkey = (scope, group, zone)
+                group_mj[gkey] = group_mj.get(gkey, 0) + mj
+                gseries = self.groups.get(gkey)
+                if gseries is None:
+                    gseries = self.groups[gkey] = Series(energy_mj=0, start_wall_s=series.start_wall_s)
+                if gseries.attrs.get("zone") != zone or len(gseries.attrs) != len(group_attrs) + 1:
+                    gseries.attrs = {**group_attrs, "zone": zone}
+        for gkey, mj in group_mj.items():
+            gseries = self.groups[gkey]
+            gseries.energy_mj += mj
+            gseries.power_w = None if per_mj is None else mj * per_mj
+            gseries.ended_wall_s = None
+        self._settle(now.wall_s, tick, hosts, group_mj, listed)
+
+    def _settle(
+        self,
+        wall_s: float,
+        tick: TickShares,
+        hosts: Mapping[tuple[int, int], HostProcess],
+        group_mj: Mapping[GroupKey, int],
+        listed: bool,
+    ) -> None:
+        for (pid, start, zone), series in self.processes.items():
+            if (pid, start, zone) in tick.by_process:
+                continue
+            self._idle_or_gone(series, zone, tick, listed and (pid, start) not in hosts, wall_s)
+        if listed:
+            for pk in self._known.keys() - hosts.keys():  # exited: their identities go (their series stay)
+                del self._known[pk]
+            for group, members in self._members.items():
+                if any(pk not in hosts for pk in members):
+                    self._members[group] = {pk for pk in members if pk in hosts}
+        for gkey, gseries in self.groups.items():
+            if gkey in group_mj:
+                continue
+            remaining = self._members.get(gkey[:2])
+            self._idle_or_gone(gseries, gkey[2], tick, listed and not remaining, wall_s)
+        prune(self.processes, wall_s, lambda _: self.retention_s, self.max_terminated)
+        for gkey in prune(self.groups, wall_s, lambda _: self.retention_s, self.max_terminated):
+            if not any(k[:2] == gkey[:2] for k in self.groups):
+                self._members.pop(gkey[:2], None)
+
+    @staticmethod
+    def _idle_or_gone(series: Series, zone: str, tick: TickShares, gone: bool, wall_s: float) -> None:
+        if gone:
+            if series.ended_wall_s is None:
+                series.ended_wall_s = wall_s
+            series.power_w = 0.0
+        elif zone in tick.split_zones:
+            series.power_w = 0.0  # listed, and used no CPU this tick
+        elif zone not in tick.read_zones:
+            series.power_w = None  # its zone did not answer: how much it drew is not known
+
+    def totals(self, now: Timestamp) -> list[Totals]:
+        order, (pids, devices) = self._order.of(self.processes)
+        series = self.processes
+        out = [
+            to_totals(now, "process", pid, device, series[key])
+            for key, pid, device in zip(order, pids, devices, strict=True)
+        ]
+        # A VM travels as scope "instance" (Totals has no "vm" scope; a virtual machine is an instance): the
+        # catalog's kepler_vm_cpu_* select instance totals of a CPU zone type, the MIG families the others.
+        out += [
+            to_totals(now, "instance" if scope == "vm" else scope, key, device_id_of(zone), s)
+            for (scope, key, zone), s in sorted(self.groups.items())
+        ]
+        return out
+
+    # --- state (the state file: totals go on across a restart) -------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "processes": [
+                {"pid": pid, "start_ticks": start, "zone": zone, **saved(s)}
+                for (pid, start, zone), s in sorted(self.processes.items())
+            ],
+            "groups": [
+                {"scope": scope, "key": key, "zone": zone, **saved(s)}
+                for (scope, key, zone), s in sorted(self.groups.items())
+            ],
+        }
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Series from :meth:`snapshot`. A restored running series ends at the first tick /proc does not list
+        its process (a group: none of its processes' shares that tick)."""
+        for row in state.get("processes", []):
+            self.processes[(int(row["pid"]), int(row["start_ticks"]), str(row["zone"]))] = restore(row)
+        for row in state.get("groups", []):
+            scope = str(row["scope"])
+            if scope in ("container", "pod", "vm"):
+                self.groups[(cast(GroupScope, scope), str(row["key"]), str(row["zone"]))] = restore(row)

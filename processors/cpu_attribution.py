@@ -1,0 +1,323 @@
+"""Processor ``cpu_attribution``: RAPL energy split into idle and active, and the active part billed to
+processes, containers, pods and VMs by CPU time, as seed 002 (Kepler's power attribution guide) defines it.
+
+Per zone (``intel-rapl:0``, ``intel-rapl:0:0``, …) per tick: the counter's delta in integer mJ (the receiver
+``rapl`` has added wraps back; a new ``counter_epoch`` is a reset, and that tick's delta is not energy);
+``active = delta × usage ratio`` (Δactive_s / Δtotal_s of /proc/stat), ``idle = delta − active``; each
+process's share of the active energy is its CPU-time delta over the sum of all processes' deltas, split
+exactly (``processors/_cpu_split.py``). A process that started inside the tick counts all its CPU time.
+Per zone per tick ``idle + Σ processes + unattributed == delta`` exactly, the same invariant and units as
+the GPU path. Processes' shares are summed per zone *type* (two sockets' ``package`` zones are one
+``package`` series per process, as Kepler labels them), then into containers, pods and VMs
+(``processors/_cpu_series.py``).
+
+Out: a ``DevicePower`` (``device_type="cpu"``) and a ``DeviceTotals`` per zone, labelled ``zone`` and
+``path``; a ``Totals`` per process, container and pod per zone type, with ``device_id`` ``cpu:<zone>``.
+Place it after the GPU processors (``idle``, ``attribution``, ``energy``); placed before them, they leave the CPU
+zones' records alone (they split and total GPUs only).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from wattpipe.pipeline.batch import Batch
+from wattpipe.pipeline.clock import Timestamp
+from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
+from wattpipe.pipeline.config import Duration
+from wattpipe.pipeline.records import CpuZoneSample, DevicePower, DeviceTotals, HostProcess, NodeCpuTime
+from wattpipe.processors._cpu_idle import ZoneIdle, ZoneIdles
+from wattpipe.processors._cpu_series import CpuSeries, Names, ProcessKey, TickShares
+from wattpipe.processors._cpu_split import idle_active, splittable, usage_ratio
+from wattpipe.processors._energy_series import start_at
+from wattpipe.processors.attribution_math import apportion
+
+__all__ = ["CpuAttributionConfig", "CpuAttributionProcessor", "factory"]
+
+_UNKNOWN_START = -1
+
+
+class CpuAttributionConfig(ComponentConfig):
+    mode: Literal["usage_ratio", "idle"] = "usage_ratio"
+    """``usage_ratio``: the seed's model (active = delta × node CPU usage ratio). ``idle``: active = delta −
+    ``idle_w`` × interval, for zones whose idle power is known (docs/attribution.md, "CPU")."""
+    idle_w: dict[str, float] = Field(default_factory=dict)
+    """Idle mode: the node's idle power per zone type (``package: 40``), split evenly over that type's zones.
+    A zone type not listed is learned (``learn_idle``), else split by the usage ratio."""
+    terminated_retention: Duration = 60.0
+    """How long an ended series (an exited process, a gone container, pod or VM) stays exported."""
+    max_terminated: int = Field(default=500, ge=0)
+    """At most this many ended series are kept per table (the ones with the most energy)."""
+
+    learn_idle: bool = True
+    """Idle mode: learn the idle power of the zone types ``idle_w`` does not list, by regression of each zone's
+    power on the usage ratio (until a fit passes, such a zone is split by the usage ratio)."""
+
+    @model_validator(mode="after")
+    def _idle_needs_values(self) -> CpuAttributionConfig:
+        if self.mode == "idle" and not self.idle_w and not self.learn_idle:
+            raise ValueError(
+                "mode idle needs idle_w (the node's idle power per zone type, e.g. {package: 40}) or learn_idle: true"
+            )
+        for zone, watts in self.idle_w.items():
+            if watts < 0:
+                raise ValueError(f"idle_w.{zone}: {watts} W is negative")
+        return self
+
+
+@dataclass(slots=True)
+class _ZoneTotals:
+    zone: str
+    socket: int | None
+    start_wall_s: float
+    energy_mj: int = 0
+    idle_mj: int = 0
+    active_mj: int = 0
+    unattributed_mj: int = 0
+    extra: tuple[tuple[str, str], ...] = field(default=())
+
+
+@dataclass(frozen=True, slots=True)
+class _Weights:
+    keys: list[tuple[int, int]]
+    cpu_s: list[float]
+    listed: bool  # /proc answered this tick
+
+
+class CpuAttributionProcessor:
+    needs = frozenset({"cpu_zones", "node_cpu", "host_processes"})
+    provides = frozenset({"device_power", "device_totals", "totals"})
+
+    def __init__(self, config: CpuAttributionConfig, ctx: CreateContext) -> None:
+        self.config = config
+        self.ctx = ctx
+        self._zones: dict[str, CpuZoneSample] = {}
+        self._node: NodeCpuTime | None = None
+        self._cpu_s: dict[tuple[int, int], float] = {}
+        self._last_wall_s: float | None = None
+        self.zone_totals: dict[str, _ZoneTotals] = {}
+        self.series = CpuSeries(config.terminated_retention, config.max_terminated)
+        self._idles = ZoneIdles(config.idle_w, config.learn_idle) if config.mode == "idle" else None
+
+    # --- state: totals and series go on across a restart (``service.state``) ------------------------------
+
+    def start(self) -> None:
+        saved_state = self.ctx.state.section(self.ctx.state_key)
+        if not saved_state:
+            return
+        self.series.restore(saved_state)
+        for path, row in dict(saved_state.get("zones", {})).items():
+            self.zone_totals[str(path)] = _ZoneTotals(
+                zone=str(row["zone"]),
+                socket=None if row.get("socket") is None else int(row["socket"]),
+                start_wall_s=float(row["start_wall_s"]),
+                energy_mj=int(row["energy_mj"]),
+                idle_mj=int(row["idle_mj"]),
+                active_mj=int(row["active_mj"]),
+                unattributed_mj=int(row["unattributed_mj"]),
+                extra=(("path", str(path)), ("zone", str(row["zone"]))),
+            )
+        self.ctx.logger.info(
+            "CPU totals restored: %d zones, %d process series", len(self.zone_totals), len(self.series.processes)
+        )
+
+    def snapshot(self) -> dict[str, Any]:
+        zones = {path: {k: v for k, v in asdict(t).items() if k != "extra"} for path, t in self.zone_totals.items()}
+        return {"zones": zones, **self.series.snapshot()}
+
+    def process(self, batch: Batch) -> Batch:
+        if "cpu_zones" not in batch.present and not self.zone_totals:
+            return batch  # no RAPL on this node (or not yet): the GPU side alone
+        now = batch.time
+        ratio = self._ratio(batch)
+        hosts = {(h.pid, _start(h)): h for h in batch.host_processes if h.cpu_time_s is not None}
+        if batch.host_processes and not hosts:
+            self.ctx.telemetry.log.log(
+                logging.WARNING,
+                "no_cpu_time",
+                f"processor {self.ctx.component_id}: /proc's processes carry no CPU time (procfs cpu_time: false?): "
+                "CPU energy stays unattributed; set cpu_time: true on the procfs receiver",
+            )
+        weights = self._weights(batch, hosts)
+        powers, by_process, split_zones = self._split(batch, ratio, weights)
+        tick = TickShares(
+            interval_s=powers[0].interval_s if powers else batch.interval_s,
+            by_process=by_process,
+            split_zones=frozenset(split_zones),
+            read_zones=frozenset(p.device_name or "" for p in powers),
+        )
+        self.series.update(now, tick, hosts, Names.of(batch.workloads), weights.listed)
+        self._last_wall_s = now.wall_s
+        return batch.replace(
+            device_power=batch.device_power + tuple(powers),
+            device_totals=batch.device_totals + self._device_totals(now),
+            totals=batch.totals + tuple(self.series.totals(now)),
+        )
+
+    # --- the tick's inputs ------------------------------------------------------------------------
+
+    def _ratio(self, batch: Batch) -> float | None:
+        node = batch.node_cpu[0] if batch.node_cpu else None
+        previous, self._node = self._node, node if node is not None else self._node
+        if node is None or previous is None:
+            return None
+        return usage_ratio(node.active_s - previous.active_s, node.total_s - previous.total_s)
+
+    def _weights(self, batch: Batch, hosts: Mapping[tuple[int, int], HostProcess]) -> _Weights:
+        """Each listed process's CPU-time delta over the tick (s): all of it for one started inside the tick,
+        none for one first seen that started before (its time before is not this tick's)."""
+        if "host_processes" not in batch.present:
+            return _Weights([], [], listed=False)  # keep the previous readings: the next delta spans the gap
+        keys, cpu_s = [], []
+        previous = self._cpu_s
+        since = self._last_wall_s
+        for key, host in hosts.items():
+            now_s = host.cpu_time_s or 0.0
+            before = previous.get(key)
+            if before is not None:
+                delta = now_s - before
+            elif since is not None and host.start_wall_s is not None and host.start_wall_s >= since:
+                delta = now_s  # its first tick counts
+            else:
+                delta = 0.0
+            if delta > 0:  # a process that used no CPU time has no share (its series, if any, runs at 0 W)
+                keys.append(key)
+                cpu_s.append(delta)
+        self._cpu_s = {key: host.cpu_time_s or 0.0 for key, host in hosts.items()}
+        return _Weights(keys, cpu_s, listed=True)
+
+    # --- the split ---------------------------------------------------------------------------------
+
+    def _split(
+        self, batch: Batch, ratio: float | None, weights: _Weights
+    ) -> tuple[list[DevicePower], dict[ProcessKey, int], set[str]]:
+        """Each zone's idle and active; each zone type's active (its sockets' zones summed) shared by CPU time
+        once, so a process's shares in one type are one apportioning; a zone's whole active energy is either
+        attributed or unattributed (the weights are the same for every zone)."""
+        samples = sorted(batch.cpu_zones, key=lambda z: z.path)
+        per_type: dict[str, int] = {}
+        for z in samples:
+            per_type[z.zone] = per_type.get(z.zone, 0) + 1
+        parts: list[tuple[CpuZoneSample, float, int, int, bool, bool, ZoneIdle | None, bool]] = []
+        active_by_type: dict[str, int] = {}
+        for sample in samples:
+            previous, self._zones[sample.path] = self._zones.get(sample.path), sample
+            if previous is None or previous.counter_epoch != sample.counter_epoch:
+                continue  # a baseline (first reading, or after a reset): no energy yet
+            energy_mj = sample.energy_uj // 1000 - previous.energy_uj // 1000  # floors telescope: nothing lost
+            if energy_mj < 0:
+                continue  # went backwards in one epoch: the receiver should have said reset; not energy
+            interval_s = sample.time.monotonic_s - previous.time.monotonic_s
+            zone_idle = self._zone_idle(sample, per_type[sample.zone], energy_mj, interval_s, ratio)
+            idle_mj = None if zone_idle is None else round(zone_idle.idle_w * interval_s * 1000)
+            idle, active = idle_active(energy_mj, ratio, idle_mj)
+            known = weights.listed and (ratio is not None or idle_mj is not None)
+            split = splittable(weights.cpu_s, ratio, idle_mj, weights.listed)
+            idle_known = ratio is not None or idle_mj is not None
+            parts.append((sample, interval_s, idle, active, split, known, zone_idle, idle_known))
+            if split:
+                active_by_type[sample.zone] = active_by_type.get(sample.zone, 0) + active
+        by_process: dict[ProcessKey, int] = {}
+        for zone, active in active_by_type.items():
+            for (pid, start), mj in zip(weights.keys, apportion(active, weights.cpu_s), strict=True):
+                by_process[(pid, start, zone)] = mj
+        powers = [self._power(batch.time, *part) for part in parts]
+        split_zones = {p.device_name or "" for p in powers if p.unattributable is None}
+        return powers, by_process, split_zones
+
+    def _zone_idle(
+        self, sample: CpuZoneSample, zones_of_type: int, energy_mj: int, interval_s: float, ratio: float | None
+    ) -> ZoneIdle | None:
+        """The idle mode's idle for this zone and tick (None: split by the usage ratio)."""
+        if self._idles is None:
+            return None
+        if ratio is not None and interval_s > 0 and self._idles.learns(sample.zone):
+            self._idles.observe(sample.path, sample.time.monotonic_s, ratio, energy_mj / interval_s / 1000.0)
+        return self._idles.idle(sample.zone, sample.path, zones_of_type)
+
+    def _power(
+        self,
+        now: Timestamp,
+        sample: CpuZoneSample,
+        interval_s: float,
+        idle_mj: int,
+        active_mj: int,
+        split: bool,
+        known: bool,
+        zone_idle: ZoneIdle | None,
+        idle_known: bool,
+    ) -> DevicePower:
+        """The zone's tick record, and its totals. ``split``: its active energy went to processes (else it is
+        unattributed); ``known`` False (the listing failed, or the ratio is not known) marks the tick
+        unattributable; ``idle_known`` False (no ratio, no idle): the idle watts are absent, all is active."""
+        totals = self.zone_totals.get(sample.path)
+        if totals is None:
+            extra = (("path", sample.path), ("zone", sample.zone))
+            totals = self.zone_totals[sample.path] = _ZoneTotals(
+                sample.zone, sample.socket, now.wall_s - interval_s, extra=extra
+            )
+        energy_mj = idle_mj + active_mj
+        totals.energy_mj += energy_mj
+        totals.idle_mj += idle_mj
+        totals.active_mj += active_mj
+        if not split:
+            totals.unattributed_mj += active_mj
+        per_s = 1.0 / interval_s / 1000.0 if interval_s > 0 else 0.0
+        return DevicePower(
+            time=now,
+            extra=totals.extra,
+            device_id=sample.path,
+            device_type="cpu",
+            device_index=sample.socket,
+            device_name=sample.zone,
+            interval_s=interval_s,
+            power_w=energy_mj * per_s,
+            idle_w=idle_mj * per_s if idle_known else None,
+            active_w=active_mj * per_s,
+            energy_mj=energy_mj,
+            idle_energy_mj=idle_mj,
+            active_energy_mj=active_mj,
+            unattributable=None if known else "processes_unknown",
+            idle_source=None if zone_idle is None else zone_idle.source,
+            idle_uncertainty_w=None if zone_idle is None else zone_idle.uncertainty_w,
+        )
+
+    def _device_totals(self, now: Timestamp) -> tuple[DeviceTotals, ...]:
+        return tuple(
+            DeviceTotals(
+                time=now,
+                extra=t.extra,
+                device_id=path,
+                device_type="cpu",
+                device_index=t.socket,
+                device_name=t.zone,
+                energy_mj=t.energy_mj,
+                idle_energy_mj=t.idle_mj,
+                active_energy_mj=t.active_mj,
+                attributed_energy_mj=t.active_mj - t.unattributed_mj,
+                unattributed_energy_mj=t.unattributed_mj,
+                start=start_at(now, t.start_wall_s),
+            )
+            for path, t in sorted(self.zone_totals.items())
+        )
+
+
+def _start(host: HostProcess) -> int:
+    return host.start_time_ticks if host.start_time_ticks is not None else _UNKNOWN_START
+
+
+factory = Factory.of(
+    CpuAttributionProcessor,
+    type="cpu_attribution",
+    kind="processor",
+    config_model=CpuAttributionConfig,
+    description="RAPL zone energy split idle/active by the node's CPU usage ratio and billed to processes, "
+    "containers, pods and VMs by CPU time (seed 002, Kepler's model).",
+    stability="alpha",
+    provides=frozenset({"device_power", "device_totals", "totals"}),
+)

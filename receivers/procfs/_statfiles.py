@@ -1,0 +1,142 @@
+"""Each process's ``/proc/<pid>/stat`` kept open between scans and read again with one ``pread``.
+
+Reading a process's CPU time every tick by path costs an open, two reads and a close, each with the path
+walked; a kept file costs one ``pread`` at offset 0, which makes procfs write the line afresh. An open
+stat file belongs to its process, not to its pid: once the process has ended, procfs answers ESRCH (or
+nothing), so a pid that was handed to a new process is never read through its predecessor's file. A tree
+of plain files (the simulator's, a test's) would keep a removed file readable instead: where the root is
+not a procfs (it has no ``self`` link), a kept file is also checked to be still linked.
+
+At most ``budget`` files are kept (half the soft limit on open files, less a margin, by default); other
+processes are read by path, as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import resource
+from collections.abc import Container, Iterable
+
+__all__ = ["StatFiles", "default_budget"]
+
+_GONE = (errno.ENOENT, errno.ESRCH)
+_MAX_BYTES = 4096  # a stat line is a few hundred bytes; comm is at most 64
+
+
+class Gone(Exception):
+    """The process ended (or its pid now names another one)."""
+
+
+def default_budget(max_processes: int) -> int:
+    """How many stat files to keep open: never more than half of what the process may open (the HTTP
+    listeners, the state file and NVML need the rest)."""
+    try:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (OSError, ValueError):
+        return 0
+    if soft == resource.RLIM_INFINITY:
+        return max_processes
+    return max(0, min(max_processes, (soft - 256) // 2))
+
+
+class StatFiles:
+    def __init__(self, root: str, budget: int) -> None:
+        self.root = root
+        self.budget = budget
+        self.check_links = not os.path.islink(f"{root}/self")  # a real procfs has /proc/self
+        self._fds: dict[int, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._fds)
+
+    def read(self, pid: int) -> bytes:
+        """The stat line of ``pid``'s current process; raises Gone, or OSError for anything else."""
+        fd = self._fds.get(pid)
+        if fd is not None:
+            data = self._pread(fd)
+            if data is not None:
+                return data
+            self._close(pid)  # ended: its pid may name a new process now, read by path below
+        if len(self._fds) >= self.budget:
+            return self._read_once(pid)
+        try:
+            fd = os.open(f"{self.root}/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            if exc.errno in _GONE:
+                raise Gone from None
+            raise
+        data = self._pread(fd)
+        if data is None:
+            os.close(fd)
+            raise Gone
+        self._fds[pid] = fd
+        return data
+
+    def read_all(self, pids: Iterable[int], errors: list[tuple[int, OSError]]) -> list[tuple[int, bytes]]:
+        """(pid, line) for every pid whose process could be read; the gone left out, other failures in
+        ``errors``. The loop every process goes through every tick with cpu_time on: kept files inline."""
+        out: list[tuple[int, bytes]] = []
+        fds, pread, fstat, check = self._fds, os.pread, os.fstat, self.check_links
+        for pid in pids:
+            fd = fds.get(pid)
+            try:
+                if fd is not None:
+                    try:
+                        data = pread(fd, _MAX_BYTES, 0)
+                    except OSError as exc:
+                        if exc.errno not in _GONE:
+                            raise
+                        data = b""
+                    if data and not (check and fstat(fd).st_nlink == 0):
+                        out.append((pid, data))
+                        continue
+                    self._close(pid)  # ended: its pid may name a new process now
+                out.append((pid, self.read(pid)))
+            except Gone:
+                continue
+            except OSError as exc:
+                errors.append((pid, exc))
+        return out
+
+    def keep_only(self, pids: Container[int]) -> None:
+        """Close the files of every pid not in ``pids`` (processes gone, or no longer read)."""
+        for pid in [p for p in self._fds if p not in pids]:
+            self._close(pid)
+
+    def close(self) -> None:
+        for pid in list(self._fds):
+            self._close(pid)
+
+    def _pread(self, fd: int) -> bytes | None:
+        """The line, or None when the file's process has ended (or a plain file was removed)."""
+        try:
+            data = os.pread(fd, _MAX_BYTES, 0)
+        except OSError as exc:
+            if exc.errno in _GONE:
+                return None
+            raise
+        if not data or (self.check_links and os.fstat(fd).st_nlink == 0):
+            return None
+        return data
+
+    def _read_once(self, pid: int) -> bytes:
+        try:
+            fd = os.open(f"{self.root}/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            if exc.errno in _GONE:
+                raise Gone from None
+            raise
+        try:
+            data = self._pread(fd)
+        finally:
+            os.close(fd)
+        if data is None:
+            raise Gone
+        return data
+
+    def _close(self, pid: int) -> None:
+        fd = self._fds.pop(pid)
+        with contextlib.suppress(OSError):
+            os.close(fd)

@@ -1,0 +1,114 @@
+"""The CPU families on a real scrape (issue 17): configs/scenarios/cpu.yaml's node, the real rapl and procfs
+receivers reading its /sys and /proc, GPU and CPU attribution in one pipeline, the Prometheus exporter on
+loopback in both namings. CPU series come out under Kepler's CPU names and labels, and never under a GPU name."""
+
+from __future__ import annotations
+
+import asyncio
+import textwrap
+import urllib.request
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from wattpipe import simulator
+from wattpipe.pipeline.clock import SteppedClock
+from wattpipe.pipeline.components import Registry, call_optional
+from wattpipe.pipeline.config import load_config_text
+from wattpipe.pipeline.graph import build
+from wattpipe.pipeline.runtime import PipelineRunner
+from wattpipe.pipeline.telemetry import Telemetry
+from wattpipe.processors import cpu_attribution
+from wattpipe.simulator.fake_host import ProcfsWriter
+
+SCENARIO = Path(__file__).resolve().parents[2] / "configs" / "scenarios" / "cpu.yaml"
+PIPELINE = """
+receivers:
+  nvml: {required: true}
+  procfs: {root: "ROOT/proc"}
+  rapl: {root: "ROOT/sys"}
+processors:
+  idle:
+  attribution:
+  energy:
+  cpu_attribution:
+exporters:
+  prometheus: {listen: "127.0.0.1:0", naming: NAMING}
+service:
+  telemetry: {listen: ""}
+  pipelines:
+    metrics: {interval: 5s, receivers: [nvml, procfs, rapl], processors: [idle, attribution, energy, cpu_attribution],
+              exporters: [prometheus]}
+"""
+
+
+def scrape(tmp_path: Path, naming: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    clock = SteppedClock()
+    node = simulator.install(SCENARIO, clock)
+    writer = ProcfsWriter(node, tmp_path)
+    registry = Registry.from_entry_points()
+    if registry.get("processor", "cpu_attribution") is None:  # an install that predates its entry point
+        registry.add(cpu_attribution.factory, "tests/e2e/test_cpu_scrape.py")
+    text = textwrap.dedent(PIPELINE).replace("ROOT", str(tmp_path)).replace("NAMING", naming)
+    graph = build(
+        load_config_text(text, "cpu.yaml", registry, {"NODE_NAME": "cpu-node"}), registry, clock, Telemetry(clock)
+    )
+    runner = PipelineRunner(graph, graph.pipelines[0])
+    exporter = graph.exporters["prometheus"]
+
+    async def run() -> str:
+        components = [*graph.exporters.values(), *graph.receivers.values()]
+        for component in components:
+            await call_optional(component, "start")
+        try:
+            for _ in range(14):  # 0 … 65 s: pid 3002 (61–73 s) is running at the end
+                writer.refresh()
+                await runner.tick()
+                clock.advance(5.0)
+            url = f"{exporter.url}/metrics"  # type: ignore[attr-defined]
+            return await asyncio.to_thread(lambda: urllib.request.urlopen(url).read().decode())
+        finally:
+            for component in reversed(components):
+                await call_optional(component, "shutdown")
+            simulator.uninstall()
+
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(asyncio.run(run())):
+        for sample in family.samples:
+            out.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
+    return out
+
+
+def test_kepler_cpu_names_and_labels(tmp_path: Path) -> None:
+    metrics = scrape(tmp_path, "kepler")
+    zones = {(s["zone"], s["path"]) for s, _ in metrics["kepler_node_cpu_joules_total"]}
+    assert zones == {("package", "intel-rapl:0"), ("package", "intel-rapl:1"), ("dram", "intel-rapl:0:0"), ("dram", "intel-rapl:1:0")}  # fmt: skip
+    for name in ("kepler_node_cpu_watts", "kepler_node_cpu_active_watts", "kepler_node_cpu_idle_watts",
+                 "kepler_node_cpu_active_joules_total", "kepler_node_cpu_idle_joules_total"):  # fmt: skip
+        assert len(metrics[name]) == 4, name
+    vm = [(s, v) for s, v in metrics["kepler_process_cpu_joules_total"] if s["pid"] == "7001"]
+    assert {s["zone"] for s, _ in vm} == {"package", "dram"}
+    labels = next(s for s, _ in vm if s["zone"] == "package")
+    assert labels["vm_id"] == "6f1c2a4e-9b1d-4c1e-8a53-2b7f0d9e4c11"
+    assert (labels["type"], labels["comm"], labels["state"], labels["node_name"]) == ("vm", "qemu-system-x86", "running", "cpu-node")  # fmt: skip
+    assert all(v > 0 for _, v in vm)
+    vms = {(s["vm_id"], s["vm_name"], s["hypervisor"], s["zone"]) for s, _ in metrics["kepler_vm_cpu_joules_total"]}
+    vm_id = "6f1c2a4e-9b1d-4c1e-8a53-2b7f0d9e4c11"
+    assert vms == {(vm_id, "db-vm", "kvm", "package"), (vm_id, "db-vm", "kvm", "dram")}
+    vm_j = {s["zone"]: v for s, v in metrics["kepler_vm_cpu_joules_total"]}
+    assert vm_j == {s["zone"]: v for s, v in vm}  # the VM is the sum of its (one) process
+    assert "wattpipe_gpu_instance_joules_total" not in metrics  # no MIG here, and VMs are not MIG instances
+    containers = {s["container_id"] for s, _ in metrics["kepler_container_cpu_joules_total"]}
+    assert len(containers) == 3  # nginx, app, worker
+    assert {s["zone"] for s, _ in metrics["kepler_pod_cpu_watts"]} == {"package", "dram"}
+    # The GPU families carry GPU series only: pid 2201 (on the GPU and the CPU) is in both, apart.
+    assert {s["gpu_uuid"][:4] for s, _ in metrics["kepler_process_gpu_joules_total"]} == {"GPU-"}
+    assert any(s["pid"] == "2201" for s, _ in metrics["kepler_process_cpu_joules_total"])
+
+
+@pytest.mark.parametrize("naming", ["otel"])
+def test_otel_names(tmp_path: Path, naming: str) -> None:
+    metrics = scrape(tmp_path, naming)
+    assert {s["wattpipe_cpu_zone"] for s, _ in metrics["wattpipe_cpu_energy_joules_total"]} == {"package", "dram"}
+    assert any(s["process_pid"] == "7001" for s, _ in metrics["wattpipe_process_cpu_energy_joules_total"])
