@@ -25,13 +25,27 @@ pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is no
 def session() -> Iterator[str]:
     name = f"wattpipe-test-{uuid.uuid4().hex[:8]}"
     yield name
-    subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True, check=False)
+    # Its own tmux server (-L): other tmux users on the machine, or a test's server going away, cannot touch it.
+    subprocess.run(["tmux", "-L", name, "kill-server"], capture_output=True, check=False)
 
 
 def start(session: str, command: str, width: int = 120) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TMUX")}
     subprocess.run(
-        ["tmux", "new-session", "-d", "-s", session, "-x", str(width), "-y", "40", f"cd {ROOT} && {command}; sleep 60"],
+        [
+            "tmux",
+            "-L",
+            session,
+            "new-session",
+            "-d",
+            "-s",
+            session,
+            "-x",
+            str(width),
+            "-y",
+            "40",
+            f"cd {ROOT} && {command}; sleep 60",
+        ],
         check=True,
         env=env,
     )
@@ -39,7 +53,7 @@ def start(session: str, command: str, width: int = 120) -> None:
 
 def screen(session: str) -> str:
     return subprocess.run(
-        ["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True, check=True
+        ["tmux", "-L", session, "capture-pane", "-p", "-t", session], capture_output=True, text=True, check=True
     ).stdout
 
 
