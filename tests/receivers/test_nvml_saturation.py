@@ -77,6 +77,22 @@ def test_nvml_signals_match_truth_within_0_01(measured: tuple[Batch, NvmlReceive
     assert checked >= 40
 
 
+def test_nvml_ratios_are_within_0_01_of_truth_across_a_throttle_onset() -> None:
+    # NVML is read at the tick, so unlike dcgm-exporter's collections it has no lag: at 75 s the window
+    # (15, 75] holds GPU 1's thermal throttling from 20 s for 55 of its 60 s, and every ratio matches truth.
+    batch, _, node = _run(True, seconds=75)
+    uuids = [g.uuid for g in node.scenario.gpus]
+    values = {}
+    for s in batch.saturation:
+        if s.pod_name is None and s.gpu_instance_id is None:
+            truth = true_signal(node, uuids.index(s.device_id), None, s.signal, 75.0 - s.window_s, 75.0)
+            assert truth is not None, s.signal
+            assert abs(s.value - truth) <= 0.01, (s.device_id, s.signal, s.value, truth)
+            values[(s.device_id, s.signal)] = s.value
+    assert values[(uuids[1], "throttle_thermal")] == pytest.approx(55 / 60)
+    assert values[(uuids[1], "clock_event_sw_thermal")] == pytest.approx(11 / 12)
+
+
 def test_saturation_off_reads_nothing() -> None:
     batch, receiver, _ = _run(False, seconds=10)
     assert "device_signals" not in receiver.provides
