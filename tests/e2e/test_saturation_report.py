@@ -231,3 +231,22 @@ def test_dcgm_last_code_field_undercounts_repeated_xids(node: SimulatedNode) -> 
         assert count == 2.0  # of 3: the docs say why
     finally:
         exporter.close()
+
+
+@pytest.mark.parametrize("name", ["DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"])
+def test_both_dcgm_spellings_of_the_clock_event_bitmask_give_the_same_ratios(name: str) -> None:
+    # DCGM 3.3 renamed CLOCK_THROTTLE_REASONS to CLOCKS_EVENT_REASONS; exporters of either age must work.
+    # Four observations: sw_power_cap (0x4) in 3, hw_slowdown (0x8) in 1, gpu_idle (0x1, not saturation) in 2.
+    processor = SaturationProcessor(SaturationConfig())
+    batch = None
+    for t, bits in enumerate((0x4, 0x4 | 0x8, 0x1, 0x4 | 0x1), start=1):
+        text = f'# TYPE {name} gauge\n{name}{{gpu="0",UUID="GPU-a",device="nvidia0"}} {bits}\n'
+        now = Timestamp(float(t), 1_700_000_000.0 + t)
+        records = to_records(parse_exposition(text).series, now)
+        batch = processor.process(Batch(time=now, interval_s=1.0, node="n").with_records(records))
+    assert batch is not None
+    got = {s.signal: s.value for s in batch.saturation}
+    assert got["clock_event_sw_power_cap"] == 0.75
+    assert got["clock_event_hw_slowdown"] == 0.25
+    assert got["clock_event_hw_thermal"] == 0.0
+    assert not [s for s in got if not s.startswith("clock_event_")]  # only the bitmask was given
