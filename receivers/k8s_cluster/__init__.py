@@ -6,7 +6,8 @@ Node agents cannot see pods that no node has taken. This receiver, run once per 
 ``nvidia.com/mig-*``, or ``resource_pattern``), a :class:`~pipeline.records.ClusterGpu`:
 - ``pending_pod_count``: pods not yet scheduled that ask for it;
 - ``pending_request_total``: the devices they ask for;
-- ``requested_allocatable_ratio``: devices held by scheduled, unfinished pods / allocatable on all nodes.
+- ``requested_allocatable_ratio``: devices requested by non-terminated pods (pending ones included, as in
+  seed 003: above 1 when demand exceeds the cluster) / allocatable on all nodes.
 Each can be switched off. Until both lists have answered, ``collect`` fails (counted, logged) and the
 values are absent, never 0. Needs get/list/watch on pods and nodes (the chart's ClusterRole).
 """
