@@ -250,3 +250,37 @@ def test_both_dcgm_spellings_of_the_clock_event_bitmask_give_the_same_ratios(nam
     assert got["clock_event_hw_slowdown"] == 0.25
     assert got["clock_event_hw_thermal"] == 0.0
     assert not [s for s in got if not s.startswith("clock_event_")]  # only the bitmask was given
+
+
+def test_simulate_serves_the_cluster_to_the_dra_and_k8s_cluster_receivers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `wattpipe simulate` starts the scenario's cluster face too: WATTPIPE_CLUSTER_KUBECONFIG for the
+    # receivers' kubeconfig option. dra-job's GPU 4 comes only from its DRA claim (the kubelet lists nothing
+    # for it), so its saturation series exist only through the dra receiver.
+    config = yaml.safe_load((ROOT / "configs" / "saturation.yaml").read_text())
+    cluster = {"kubeconfig": "${env:WATTPIPE_CLUSTER_KUBECONFIG}", "relist_backoff": "0.1s"}
+    config["receivers"].update({"dra": dict(cluster), "k8s_cluster": dict(cluster)})
+    config["exporters"] = {"console": {"format": "json", "kinds": ["saturation", "cluster_gpu"]}}
+    pipeline = config["service"]["pipelines"]["metrics"]
+    pipeline["receivers"] += ["dra", "k8s_cluster"]
+    pipeline["exporters"] = ["console"]
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(config))
+    args = ["simulate", "-c", str(path), "--scenario", str(SCENARIO), "--duration", "130s", "--log-level", "error"]
+    assert main(args, io.StringIO(), io.StringIO()) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    last = max(r["time"] for r in rows)
+    dra = {
+        r["values"]["signal"]: (r["values"]["saturation_scope"], r["values"]["value"])
+        for r in rows
+        if r["time"] == last and r["attributes"].get("pod_name") == "dra-job"
+    }
+    assert dra["memory_used_max"] == ("exclusive", pytest.approx(0.25))  # 20000 MiB of GPU 4's 80 GB
+    assert dra["sm_active_avg"] == ("exclusive", pytest.approx(0.45))
+    gauges = {
+        r["values"]["resource_name"]: r["values"] for r in rows if r["time"] == last and r["type"] == "ClusterGpu"
+    }
+    assert gauges["nvidia.com/gpu"]["pending_pod_count"] == 1  # big-job placed at 120 s; huge-job waits
+    assert gauges["nvidia.com/gpu"]["requested_allocatable_ratio"] == pytest.approx(22 / 10)
+    assert gauges["nvidia.com/mig-1g.10gb"]["pending_pod_count"] == 1

@@ -158,3 +158,22 @@ def test_the_shipped_saturation_scenario(tmp_path: Path) -> None:
             harness.at(130, {GPU: (1, 16, 22 / 10), MIG: (1, 1, 1.0), SHARED: (0, 0, 0.0)})
         finally:
             asyncio.run(receiver.shutdown())
+
+
+def test_the_kubeconfig_option_is_used_before_the_environment(tmp_path: Path) -> None:
+    # A config's kubeconfig wins over in-cluster credentials and $KUBECONFIG (here: neither would work).
+    clock = SteppedClock()
+    with build(parse_scenario(SCENARIO), clock) as node:
+        kubeconfig = start_k8s_cluster_api(node).write_kubeconfig(tmp_path / "kubeconfig")
+        env = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBECONFIG": str(tmp_path / "missing")}
+        receiver = K8sClusterReceiver(
+            K8sClusterConfig(kubeconfig=str(kubeconfig)), make_context("k8s_cluster", "receiver", clock), env=env
+        )
+        asyncio.run(receiver.start())
+        try:
+            clock.advance(5.0)
+            records = asyncio.run(receiver.collect())
+            gauges = {r.resource_name: r.pending_pod_count for r in records if isinstance(r, ClusterGpu)}
+        finally:
+            asyncio.run(receiver.shutdown())
+    assert gauges == {GPU: 1, MIG: 1, SHARED: 1}
