@@ -191,7 +191,9 @@ def _values(text: str, field: str) -> dict[tuple[str, str | None], float]:
     return out
 
 
-@pytest.mark.parametrize("fixture", ["t4_2gpu_nonmig_pod_labels.txt", "a100_mig_4instances_gpu_operator.txt"])
+@pytest.mark.parametrize(
+    "fixture", ["t4_2gpu_nonmig_pod_labels.txt", "a100_mig_4instances_gpu_operator.txt", "a100_mig_1gi_nvidia_docs.txt"]
+)
 def test_real_exporter_text_parses_into_the_same_signals(fixture: str) -> None:
     text = (FIXTURES / fixture).read_text()
     now = Timestamp(1.0, 1_700_000_001.0)
@@ -211,6 +213,19 @@ def test_real_exporter_text_parses_into_the_same_signals(fixture: str) -> None:
         assert got[(uuid, None, "xid_count")] == 0.0  # the field is there: a first reading counts nothing
         assert (uuid, None, "throttle_power") not in got  # violation counters are off by default: absent
         assert (uuid, None, "clock_event_sw_power_cap") not in got
+
+
+@pytest.mark.parametrize(
+    "fixture", ["a800_8gpu_mixed_mig_excerpt.txt", "h100_8gpu_eks_pod_labels.txt", "h100_mig_pod_labels_excerpt.txt"]
+)
+def test_real_exporter_texts_without_saturation_fields_give_no_series(fixture: str) -> None:
+    # These captures carry power, energy and utilisation only: no framebuffer, XID, DCP or violation field.
+    text = (FIXTURES / fixture).read_text()
+    series = parse_exposition(text).series
+    assert series  # the text parses: GPUs are there
+    now = Timestamp(1.0, 1_700_000_001.0)
+    batch = Batch(time=now, interval_s=5.0, node="n").with_records(to_records(series, now))
+    assert SaturationProcessor(SaturationConfig()).process(batch).saturation == ()  # absent, never 0
 
 
 def test_dcgm_last_code_field_undercounts_repeated_xids(node: SimulatedNode) -> None:
