@@ -103,7 +103,7 @@ SATURATION_FAMILIES: tuple[Family, ...] = (
     _cluster(
         "requested_allocatable_ratio",
         "1",
-        "Devices of this resource requested by scheduled, unfinished pods / allocatable on all nodes (k8s_cluster); "
-        "absent where nothing is allocatable.",
+        "Devices of this resource requested by non-terminated pods, pending ones included, / allocatable on all "
+        "nodes (k8s_cluster): above 1 when demand exceeds the cluster; absent where nothing is allocatable.",
     ),
 )

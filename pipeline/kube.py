@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from kubernetes import client
 
-__all__ = ["api_client"]
+__all__ = ["api_client", "kube_env"]
 
 
 def api_client(env: Mapping[str, str]) -> client.ApiClient | None:
@@ -42,3 +42,11 @@ def api_client(env: Mapping[str, str]) -> client.ApiClient | None:
         config_file=kubeconfig, persist_config=False, client_configuration=configuration
     )
     return api
+
+
+def kube_env(env: Mapping[str, str], kubeconfig: str) -> Mapping[str, str]:
+    """``env`` as :func:`api_client` should read it when a component's config names ``kubeconfig``: that
+    file, before in-cluster credentials and ``$KUBECONFIG`` (empty: ``env`` unchanged)."""
+    if not kubeconfig:
+        return env
+    return {**env, "KUBECONFIG": kubeconfig, "KUBERNETES_SERVICE_HOST": ""}

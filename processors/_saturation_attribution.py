@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from wattpipe.pipeline.records import DeviceAllocation, MigInstance, Saturation
+from wattpipe.processors._saturation_signals import BOARD_SIGNALS
 
 __all__ = ["attribute"]
 
@@ -63,7 +64,7 @@ def attribute(
             sources = [(r, "device_shared" if shared else "exclusive") for r in by_place.get((uuid, None), [])]
         else:
             own = by_place.get((uuid, gi), [])
-            board = [r for r in by_place.get((uuid, None), []) if r.saturation_scope in ("device", "physical_gpu")]
+            board = [r for r in by_place.get((uuid, None), []) if r.signal in BOARD_SIGNALS]
             own_names = {r.signal for r in own}
             sources = [(r, "device_shared" if shared else "instance") for r in own]
             sources += [(r, "physical_gpu") for r in board if r.signal not in own_names]

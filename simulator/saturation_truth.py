@@ -107,7 +107,8 @@ def true_signal(node: SimulatedNode, gpu: int, gi: int | None, signal: str, t0_s
 
 def saturation_rows(records: Iterable[Saturation], node: SimulatedNode) -> list[dict[str, Any]]:
     """The report's ``saturation`` section: each device or instance signal measured in the last window,
-    beside its true value over the same window (``gi`` None for a whole GPU)."""
+    beside its true value over the same window (``gi`` None for a whole GPU; ``window_s`` the seconds the
+    value covers, the configured window once the run is longer than it)."""
     uuids = [g.uuid for g in node.scenario.gpus]
     rows = []
     for r in records:
@@ -116,6 +117,13 @@ def saturation_rows(records: Iterable[Saturation], node: SimulatedNode) -> list[
         t1_s = r.time.monotonic_s - node.start_monotonic_s
         truth = true_signal(node, uuids.index(r.device_id), r.gpu_instance_id, r.signal, t1_s - r.window_s, t1_s)
         rows.append(
-            {"uuid": r.device_id, "gi": r.gpu_instance_id, "signal": r.signal, "value": r.value, "true_value": truth}
+            {
+                "uuid": r.device_id,
+                "gi": r.gpu_instance_id,
+                "signal": r.signal,
+                "value": r.value,
+                "true_value": truth,
+                "window_s": r.window_s,  # < the configured window: a run shorter than it (a partial window)
+            }
         )
     return rows

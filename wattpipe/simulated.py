@@ -33,6 +33,7 @@ from wattpipe.pipeline.records import Saturation
 from wattpipe.pipeline.runtime import Service
 from wattpipe.progress import SimulationProgress
 from wattpipe.simulated_cpu import CpuCollector, cpu_report, print_cpu_report
+from wattpipe.simulator.k8s_cluster_api import start_k8s_cluster_api
 from wattpipe.simulator.saturation_truth import saturation_rows
 from wattpipe.steps import EXIT_CONFIG, EXIT_OK
 
@@ -267,9 +268,13 @@ def _on_simulated_node(args: argparse.Namespace, clock: Clock, out: TextIO, err:
             kubelet = simulator.start_kubelet(node, socket_dir=Path(tmp) / "pod-resources")
             api = simulator.start_k8s_api(node)
             kubeconfig = api.write_kubeconfig(Path(tmp) / "kubeconfig")
+            cluster = start_k8s_cluster_api(node).write_kubeconfig(Path(tmp) / "cluster-kubeconfig")
             # What a config may point at on the simulated node: /proc, dcgm-exporter, the kubelet's
-            # pod-resources socket, and the API server (KUBECONFIG, NODE_NAME as the downward API gives it).
+            # pod-resources socket, and the API server (KUBECONFIG, NODE_NAME as the downward API gives it);
+            # the scenario's wider cluster (pods of every node, DRA claims and slices) for the k8s_cluster
+            # and dra receivers' kubeconfig option.
             faces = {
+                "WATTPIPE_CLUSTER_KUBECONFIG": str(cluster),
                 "WATTPIPE_PROC_ROOT": str(Path(tmp) / "proc"),
                 "WATTPIPE_SYS_ROOT": str(Path(tmp) / "sys"),  # its RAPL zones, for the rapl receiver
                 "WATTPIPE_DCGM_ENDPOINT": dcgm.url,

@@ -20,7 +20,7 @@ from pydantic import Field
 
 from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
 from wattpipe.pipeline.config import Duration
-from wattpipe.pipeline.kube import api_client
+from wattpipe.pipeline.kube import api_client, kube_env
 from wattpipe.pipeline.records import Record
 from wattpipe.receivers._list_watch import Watcher, wait_synced
 from wattpipe.receivers.dra._join import DraStore, allocations
@@ -39,6 +39,8 @@ class DraConfig(ComponentConfig):
     """The device attribute holding the GPU UUID (NVIDIA's driver: ``uuid``)."""
     watch_timeout: Duration = Field(default=300.0, ge=1)
     relist_backoff: Duration = Field(default=5.0, gt=0)
+    kubeconfig: str = ""
+    """A kubeconfig file to reach the API server with; empty: in-cluster credentials, else ``$KUBECONFIG``."""
     initial_sync_timeout: Duration = Field(default=10.0, ge=0)
     """``start`` waits this long for the first lists, so the first tick has the allocations (0: do not wait)."""
 
@@ -58,7 +60,7 @@ class DraReceiver:
         self.unavailable = False  # the API server does not serve resource.k8s.io/v1
 
     async def start(self) -> None:
-        client = api_client(self._env)
+        client = api_client(kube_env(self._env, self.config.kubeconfig))
         if client is None:
             raise RuntimeError(f"receiver {self.component_id}: no Kubernetes API (not in a pod and no KUBECONFIG)")
         from kubernetes.client import CoreV1Api, ResourceV1Api

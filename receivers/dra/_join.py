@@ -2,7 +2,8 @@
 
 A claim's ``status.allocation.devices.results[]`` names devices by (driver, pool, device); the
 ResourceSlice of that driver and pool lists the device with its attributes, where NVIDIA's DRA driver puts
-the GPU's ``uuid`` (v1: ``attributes.uuid.string``; v1beta1 nests attributes under ``basic``).
+the GPU's ``uuid`` (v1: ``attributes.uuid.string``, or the same name qualified with the driver's domain,
+``gpu.nvidia.com/uuid``; v1beta1 nests attributes under ``basic``).
 ``status.reservedFor[]`` names the pods using the claim; a pod's ``spec.resourceClaims[]`` (or, for claims
 made from a template, ``status.resourceClaimStatuses[]``) gives the claim a name in the pod, and each
 container lists the names it uses in ``resources.claims[]``. A claim reserved for several pods is shared:
@@ -62,9 +63,10 @@ def _uuids(slices: Iterable[Obj], attribute: str) -> dict[tuple[str, str, str], 
     for s in slices:
         spec = s.get("spec") or {}
         pool = (spec.get("pool") or {}).get("name", "")
+        qualified = f"{spec.get('driver', '')}/{attribute}"  # an unqualified name is in the driver's domain
         for device in spec.get("devices") or []:
             attributes = device.get("attributes") or (device.get("basic") or {}).get("attributes") or {}
-            value = (attributes.get(attribute) or {}).get("string")
+            value = (attributes.get(attribute) or attributes.get(qualified) or {}).get("string")
             if value:
                 out[(str(spec.get("driver", "")), str(pool), str(device.get("name", "")))] = value
     return out

@@ -6,7 +6,8 @@ Node agents cannot see pods that no node has taken. This receiver, run once per 
 ``nvidia.com/mig-*``, or ``resource_pattern``), a :class:`~pipeline.records.ClusterGpu`:
 - ``pending_pod_count``: pods not yet scheduled that ask for it;
 - ``pending_request_total``: the devices they ask for;
-- ``requested_allocatable_ratio``: devices held by scheduled, unfinished pods / allocatable on all nodes.
+- ``requested_allocatable_ratio``: devices requested by non-terminated pods (pending ones included, as in
+  seed 003: above 1 when demand exceeds the cluster) / allocatable on all nodes.
 Each can be switched off. Until both lists have answered, ``collect`` fails (counted, logged) and the
 values are absent, never 0. Needs get/list/watch on pods and nodes (the chart's ClusterRole).
 """
@@ -23,7 +24,7 @@ from pydantic import model_validator
 
 from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
 from wattpipe.pipeline.config import Duration
-from wattpipe.pipeline.kube import api_client
+from wattpipe.pipeline.kube import api_client, kube_env
 from wattpipe.pipeline.records import ClusterGpu, Record
 from wattpipe.receivers._list_watch import Watcher, wait_synced
 from wattpipe.receivers.k8s_cluster._state import ClusterState, Gauge, pod_requests
@@ -50,6 +51,8 @@ class K8sClusterConfig(ComponentConfig):
     """Each watch request asks the API server to end it after this long; it is then renewed."""
     relist_backoff: Duration = 5.0
     """After a failed list or a broken watch, list again after this long."""
+    kubeconfig: str = ""
+    """A kubeconfig file to reach the API server with; empty: in-cluster credentials, else ``$KUBECONFIG``."""
     initial_sync_timeout: Duration = 10.0
     """``start`` waits this long for the first lists, so the first tick has values (0: do not wait)."""
 
@@ -79,7 +82,7 @@ class K8sClusterReceiver:
         self.watchers: list[Watcher] = []
 
     async def start(self) -> None:
-        client = api_client(self._env)
+        client = api_client(kube_env(self._env, self.config.kubeconfig))
         if client is None:
             raise RuntimeError(
                 f"receiver {self.component_id}: no Kubernetes API (not in a pod and no KUBECONFIG); "

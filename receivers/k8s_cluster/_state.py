@@ -1,7 +1,8 @@
 """What the cluster's pods and nodes say about GPU resources, kept from list + watch events, and the gauges.
 
 A pod is *pending* while ``status.phase`` is ``Pending`` and it has no ``spec.nodeName`` (the scheduler has not
-placed it); it *holds* its devices once placed and until it Succeeded or Failed. A container's devices of a
+placed it); it *requests* its devices until it Succeeded or Failed (non-terminated, pending or placed: seed 003's
+denominator, so demand beyond the cluster reads above 1). A container's devices of a
 resource are its ``limits`` (extended resources must have requests == limits; ``requests`` where no limit is
 given); init containers are not counted. Allocatable is the sum of ``status.allocatable`` over the nodes.
 """
@@ -41,7 +42,7 @@ def pod_requests(pod: Mapping[str, Any], wanted: re.Pattern[str]) -> dict[str, i
 @dataclass(frozen=True, slots=True)
 class _Pod:
     pending: bool
-    holds: bool
+    live: bool  # not terminated (Succeeded/Failed): its requests count, placed or not
     requests: dict[str, int]
 
 
@@ -67,7 +68,7 @@ class ClusterState:
     def _pod(self, obj: Mapping[str, Any]) -> _Pod:
         phase = (obj.get("status") or {}).get("phase")
         placed = bool((obj.get("spec") or {}).get("nodeName"))
-        return _Pod(phase == "Pending" and not placed, placed and phase not in _DONE, pod_requests(obj, self.wanted))
+        return _Pod(phase == "Pending" and not placed, phase not in _DONE, pod_requests(obj, self.wanted))
 
     def _node(self, obj: Mapping[str, Any]) -> dict[str, int]:
         allocatable = (obj.get("status") or {}).get("allocatable") or {}
@@ -108,7 +109,7 @@ class ClusterState:
                     resource=r,
                     pending_pods=len(pending),
                     pending_devices=sum(pending),
-                    requested=sum(p.requests.get(r, 0) for p in pods if p.holds),
+                    requested=sum(p.requests.get(r, 0) for p in pods if p.live),
                     allocatable=sum(n.get(r, 0) for n in nodes),
                 )
             )

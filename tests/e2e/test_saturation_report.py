@@ -48,10 +48,39 @@ def test_every_ratio_is_within_0_01_of_truth(report: dict) -> None:  # type: ign
     assert len(rows) > 80
     for row in rows:
         assert row["true_value"] is not None, row
+        assert row["window_s"] == pytest.approx(60.0), row  # the whole configured window: 5 min > 60 s
         if row["signal"] in RATES:
             assert row["value"] == pytest.approx(row["true_value"], rel=0.01, abs=1.0), row
         else:
             assert abs(row["value"] - row["true_value"]) <= 0.01, row
+
+
+def _report(tmp_path: Path, duration: str) -> list[dict]:  # type: ignore[type-arg]
+    path = tmp_path / f"report-{duration}.json"
+    args = ["simulate", "-c", str(ROOT / "configs" / "saturation.yaml"), "--scenario", str(SCENARIO),
+            "--duration", duration, "--report", str(path), "--log-level", "error"]  # fmt: skip
+    assert main(args, io.StringIO(), io.StringIO()) == 0
+    return json.loads(path.read_text())["saturation"]  # type: ignore[no-any-return]
+
+
+def test_a_run_shorter_than_the_window_says_its_rows_cover_less(tmp_path: Path) -> None:
+    rows = _report(tmp_path, "25s")  # ticks at 0, 5, ..., 25 s: the rows cover 25 s of the 60 s window
+    assert rows
+    assert {row["window_s"] for row in rows} == {25.0}
+
+
+def test_dcgm_lags_by_at_most_one_collection_at_a_throttle_onset(tmp_path: Path) -> None:
+    # GPU 1 throttles from 20 s. At 75 s the window (15, 75] holds 55 s of it (truth 0.917); dcgm-exporter
+    # (10 s collections) last collected at 70 s and had collected 0 s of it by 10 s: 50/60 = 0.833. The
+    # processor times dcgm's values by the scrape, not the unknown collection (docs/saturation.md, limits):
+    # the error is bounded by collect_interval / window, and is 0 on steady stretches (the 5 min report).
+    rows = {(r["uuid"], r["gi"], r["signal"]): r for r in _report(tmp_path, "75s")}
+    hot = yaml.safe_load(SCENARIO.read_text())["gpus"][1]
+    assert hot["thermal_throttle"] == [[20, 100000]]
+    [row] = [r for (u, gi, s), r in rows.items() if s == "throttle_thermal" and r["true_value"] > 0]
+    assert row["true_value"] == pytest.approx(55 / 60)
+    assert row["value"] == pytest.approx(50 / 60)
+    assert abs(row["value"] - row["true_value"]) <= 10 / 60
 
 
 def test_the_scenario_shows_each_kind_of_saturation(report: dict) -> None:  # type: ignore[type-arg]
@@ -162,7 +191,9 @@ def _values(text: str, field: str) -> dict[tuple[str, str | None], float]:
     return out
 
 
-@pytest.mark.parametrize("fixture", ["t4_2gpu_nonmig_pod_labels.txt", "a100_mig_4instances_gpu_operator.txt"])
+@pytest.mark.parametrize(
+    "fixture", ["t4_2gpu_nonmig_pod_labels.txt", "a100_mig_4instances_gpu_operator.txt", "a100_mig_1gi_nvidia_docs.txt"]
+)
 def test_real_exporter_text_parses_into_the_same_signals(fixture: str) -> None:
     text = (FIXTURES / fixture).read_text()
     now = Timestamp(1.0, 1_700_000_001.0)
@@ -184,6 +215,19 @@ def test_real_exporter_text_parses_into_the_same_signals(fixture: str) -> None:
         assert (uuid, None, "clock_event_sw_power_cap") not in got
 
 
+@pytest.mark.parametrize(
+    "fixture", ["a800_8gpu_mixed_mig_excerpt.txt", "h100_8gpu_eks_pod_labels.txt", "h100_mig_pod_labels_excerpt.txt"]
+)
+def test_real_exporter_texts_without_saturation_fields_give_no_series(fixture: str) -> None:
+    # These captures carry power, energy and utilisation only: no framebuffer, XID, DCP or violation field.
+    text = (FIXTURES / fixture).read_text()
+    series = parse_exposition(text).series
+    assert series  # the text parses: GPUs are there
+    now = Timestamp(1.0, 1_700_000_001.0)
+    batch = Batch(time=now, interval_s=5.0, node="n").with_records(to_records(series, now))
+    assert SaturationProcessor(SaturationConfig()).process(batch).saturation == ()  # absent, never 0
+
+
 def test_dcgm_last_code_field_undercounts_repeated_xids(node: SimulatedNode) -> None:
     # The scenario raises 13, 13 again, then 79 (200, 230, 250 s): dcgm's field shows 13 → 79, two changes.
     exporter = DcgmExporter(node, DcgmExporterOptions(fields=("DCGM_FI_DEV_XID_ERRORS",), collect_interval_s=10.0))
@@ -202,3 +246,56 @@ def test_dcgm_last_code_field_undercounts_repeated_xids(node: SimulatedNode) -> 
         assert count == 2.0  # of 3: the docs say why
     finally:
         exporter.close()
+
+
+@pytest.mark.parametrize("name", ["DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"])
+def test_both_dcgm_spellings_of_the_clock_event_bitmask_give_the_same_ratios(name: str) -> None:
+    # DCGM 3.3 renamed CLOCK_THROTTLE_REASONS to CLOCKS_EVENT_REASONS; exporters of either age must work.
+    # Four observations: sw_power_cap (0x4) in 3, hw_slowdown (0x8) in 1, gpu_idle (0x1, not saturation) in 2.
+    processor = SaturationProcessor(SaturationConfig())
+    batch = None
+    for t, bits in enumerate((0x4, 0x4 | 0x8, 0x1, 0x4 | 0x1), start=1):
+        text = f'# TYPE {name} gauge\n{name}{{gpu="0",UUID="GPU-a",device="nvidia0"}} {bits}\n'
+        now = Timestamp(float(t), 1_700_000_000.0 + t)
+        records = to_records(parse_exposition(text).series, now)
+        batch = processor.process(Batch(time=now, interval_s=1.0, node="n").with_records(records))
+    assert batch is not None
+    got = {s.signal: s.value for s in batch.saturation}
+    assert got["clock_event_sw_power_cap"] == 0.75
+    assert got["clock_event_hw_slowdown"] == 0.25
+    assert got["clock_event_hw_thermal"] == 0.0
+    assert not [s for s in got if not s.startswith("clock_event_")]  # only the bitmask was given
+
+
+def test_simulate_serves_the_cluster_to_the_dra_and_k8s_cluster_receivers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `wattpipe simulate` starts the scenario's cluster face too: WATTPIPE_CLUSTER_KUBECONFIG for the
+    # receivers' kubeconfig option. dra-job's GPU 4 comes only from its DRA claim (the kubelet lists nothing
+    # for it), so its saturation series exist only through the dra receiver.
+    config = yaml.safe_load((ROOT / "configs" / "saturation.yaml").read_text())
+    cluster = {"kubeconfig": "${env:WATTPIPE_CLUSTER_KUBECONFIG}", "relist_backoff": "0.1s"}
+    config["receivers"].update({"dra": dict(cluster), "k8s_cluster": dict(cluster)})
+    config["exporters"] = {"console": {"format": "json", "kinds": ["saturation", "cluster_gpu"]}}
+    pipeline = config["service"]["pipelines"]["metrics"]
+    pipeline["receivers"] += ["dra", "k8s_cluster"]
+    pipeline["exporters"] = ["console"]
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(config))
+    args = ["simulate", "-c", str(path), "--scenario", str(SCENARIO), "--duration", "130s", "--log-level", "error"]
+    assert main(args, io.StringIO(), io.StringIO()) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    last = max(r["time"] for r in rows)
+    dra = {
+        r["values"]["signal"]: (r["values"]["saturation_scope"], r["values"]["value"])
+        for r in rows
+        if r["time"] == last and r["attributes"].get("pod_name") == "dra-job"
+    }
+    assert dra["memory_used_max"] == ("exclusive", pytest.approx(0.25))  # 20000 MiB of GPU 4's 80 GB
+    assert dra["sm_active_avg"] == ("exclusive", pytest.approx(0.45))
+    gauges = {
+        r["values"]["resource_name"]: r["values"] for r in rows if r["time"] == last and r["type"] == "ClusterGpu"
+    }
+    assert gauges["nvidia.com/gpu"]["pending_pod_count"] == 1  # big-job placed at 120 s; huge-job waits
+    assert gauges["nvidia.com/gpu"]["requested_allocatable_ratio"] == pytest.approx(22 / 10)
+    assert gauges["nvidia.com/mig-1g.10gb"]["pending_pod_count"] == 1

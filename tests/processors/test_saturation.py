@@ -187,6 +187,25 @@ def test_mig_instance_signals_and_the_physical_gpu_bitmask() -> None:
     assert (3, None, "clock_event_sw_thermal") not in rows  # never put on the instance's own series
 
 
+def test_a_mig_pod_gets_only_the_boards_signals_from_the_whole_gpu() -> None:
+    # NVML's memory info and the GPU-level activity describe the whole board, not the pod's instance: a pod in
+    # a MIG instance gets only what the hardware has once per GPU (throttles, clock events, XIDs), said so.
+    mig_uuid = "MIG-11111111-2222-3333-4444-555555555555"
+    t = _ts(0)
+    instance = MigInstance(time=t, device_id=GPU, gpu_instance_id=3, profile="1g.10gb", mig_uuid=mig_uuid)
+    allocation = DeviceAllocation(
+        time=t, device_id=mig_uuid, resource_name="nvidia.com/mig-1g.10gb", pod_name="p", pod_namespace="ns",
+        container_name="c",
+    )  # fmt: skip
+    whole = {"clocks_event_reasons": 0x4, "fb_used_bytes": 76.0 * GIB, "fb_total_bytes": 80.0 * GIB, "sm_active": 0.9}
+    out = SaturationProcessor(SaturationConfig()).process(_batch(0.0, whole).with_records([instance, allocation]))
+    pod = {s.signal: s.saturation_scope for s in out.saturation if s.pod_name == "p"}
+    assert pod["clock_event_sw_power_cap"] == "physical_gpu"
+    assert "memory_pressure" not in pod  # the board's 95 % is not the instance's framebuffer
+    assert "sm_active_avg" not in pod
+    assert _device(out)["memory_pressure"] == 1.0  # still on the GPU's own series
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     fractions=st.lists(st.floats(min_value=0.0, max_value=1.0), min_size=2, max_size=40),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.clock import SteppedClock, Timestamp
 from wattpipe.pipeline.records import DeviceAllocation, DeviceSignals
 from wattpipe.processors.saturation import SaturationConfig, SaturationProcessor
-from wattpipe.receivers.dra import DraConfig, DraReceiver
+from wattpipe.receivers.dra import DraConfig, DraReceiver, allocations
 from wattpipe.simulator import build
 from wattpipe.simulator.k8s_cluster_api import start_k8s_cluster_api
 from wattpipe.simulator.node import SimulatedNode
@@ -148,3 +148,45 @@ def test_the_shipped_saturation_scenarios_dra_pod(tmp_path: Path) -> None:
         "dra-job",
         "c0",
     )
+
+
+def _snapshot(attributes: dict[str, Any], nested: bool = False) -> dict[str, list[Mapping[str, Any]]]:
+    device: dict[str, Any] = {"name": "gpu-0"}
+    device.update({"basic": {"attributes": attributes}} if nested else {"attributes": attributes})
+    pod = {
+        "metadata": {"namespace": "ml", "name": "train"},
+        "spec": {
+            "nodeName": NODE,
+            "resourceClaims": [{"name": "gpus", "resourceClaimName": "train-gpus"}],
+            "containers": [{"name": "main", "resources": {"claims": [{"name": "gpus"}]}}, {"name": "sidecar"}],
+        },
+    }
+    claim = {
+        "metadata": {"namespace": "ml", "name": "train-gpus"},
+        "status": {
+            "allocation": {"devices": {"results": [{"driver": "gpu.nvidia.com", "pool": NODE, "device": "gpu-0"}]}},
+            "reservedFor": [{"resource": "pods", "name": "train", "uid": "u1"}],
+        },
+    }
+    slice_ = {"spec": {"driver": "gpu.nvidia.com", "pool": {"name": NODE}, "devices": [device]}}
+    return {"resourceclaims": [claim], "resourceslices": [slice_], "pods": [pod]}
+
+
+@pytest.mark.parametrize(
+    ("attributes", "nested"),
+    [
+        ({"uuid": {"string": G0}}, False),  # v1, as NVIDIA's driver publishes it
+        ({"gpu.nvidia.com/uuid": {"string": G0}}, False),  # qualified with the driver's domain: the same name
+        ({"uuid": {"string": G0}}, True),  # v1beta1: attributes under basic
+    ],
+)
+def test_the_uuid_attribute_is_found_plain_qualified_or_nested(attributes: dict[str, Any], nested: bool) -> None:
+    now = Timestamp(1.0, 1_700_000_001.0)
+    got = allocations(_snapshot(attributes, nested), frozenset({"gpu.nvidia.com"}), "uuid", now)
+    assert [(a.device_id, a.pod_name, a.container_name, a.replica) for a in got] == [(G0, "train", "main", None)]
+
+
+def test_an_attribute_qualified_with_another_domain_is_not_the_uuid() -> None:
+    now = Timestamp(1.0, 1_700_000_001.0)
+    got = allocations(_snapshot({"example.com/uuid": {"string": G0}}), frozenset({"gpu.nvidia.com"}), "uuid", now)
+    assert got == []

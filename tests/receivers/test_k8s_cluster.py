@@ -92,16 +92,18 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
 
 
 def test_gauges_follow_pods_being_created_scheduled_and_finishing(cluster: Cluster) -> None:
-    cluster.at(5, {GPU: (1, 2, 4 / 12), MIG: (1, 2, 0.0), SHARED: (1, 1, None)})  # nothing allocates gpu.shared
-    cluster.at(15, {GPU: (2, 10, 4 / 12), MIG: (1, 2, 0.0), SHARED: (1, 1, None)})  # p3 (8 GPUs) arrives
-    cluster.at(25, {GPU: (2, 10, 4 / 12), MIG: (0, 0, 2 / 7), SHARED: (1, 1, None)})  # p4 (2 × 1 MIG) placed
-    cluster.at(35, {GPU: (1, 8, 6 / 12), MIG: (0, 0, 2 / 7), SHARED: (1, 1, None)})  # p2 becomes schedulable
-    cluster.at(55, {GPU: (1, 8, 6 / 12), MIG: (0, 0, 0.0), SHARED: (1, 1, None)})  # p4 finished: frees its MIGs
+    # The ratio is the seed's: devices requested by every non-terminated pod, pending ones included, over
+    # allocatable, so demand beyond the cluster reads above 1 (p3's 8 GPUs on top of 6 asked of 12).
+    cluster.at(5, {GPU: (1, 2, 6 / 12), MIG: (1, 2, 2 / 7), SHARED: (1, 1, None)})  # nothing allocates gpu.shared
+    cluster.at(15, {GPU: (2, 10, 14 / 12), MIG: (1, 2, 2 / 7), SHARED: (1, 1, None)})  # p3 (8 GPUs) arrives
+    cluster.at(25, {GPU: (2, 10, 14 / 12), MIG: (0, 0, 2 / 7), SHARED: (1, 1, None)})  # p4 (2 × 1 MIG) placed
+    cluster.at(35, {GPU: (1, 8, 14 / 12), MIG: (0, 0, 2 / 7), SHARED: (1, 1, None)})  # p2 becomes schedulable
+    cluster.at(55, {GPU: (1, 8, 14 / 12), MIG: (0, 0, 0.0), SHARED: (1, 1, None)})  # p4 finished: frees its MIGs
 
 
 def test_it_watches_instead_of_polling_lists(cluster: Cluster) -> None:
-    cluster.at(5, {GPU: (1, 2, 4 / 12), MIG: (1, 2, 0.0), SHARED: (1, 1, None)})
-    cluster.at(35, {GPU: (1, 8, 6 / 12), MIG: (0, 0, 2 / 7), SHARED: (1, 1, None)})
+    cluster.at(5, {GPU: (1, 2, 6 / 12), MIG: (1, 2, 2 / 7), SHARED: (1, 1, None)})
+    cluster.at(35, {GPU: (1, 8, 14 / 12), MIG: (0, 0, 2 / 7), SHARED: (1, 1, None)})
     assert cluster.api.requests["list"] == 2  # pods and nodes, once each
     assert cluster.api.requests["watch"] >= 2
 
@@ -149,9 +151,29 @@ def test_the_shipped_saturation_scenario(tmp_path: Path) -> None:
         try:
             harness = Cluster.__new__(Cluster)
             harness.clock, harness.node, harness.api, harness.receiver = clock, node, api, receiver
-            # 60 s: big-job (4) and huge-job (16) wait; 2 of 10 GPUs held; mig-late waits, nothing holds a MIG.
-            harness.at(60, {GPU: (2, 20, 2 / 10), MIG: (1, 1, 0.0), SHARED: (0, 0, 0.0)})  # seen on a node: 0s
+            # 60 s: big-job (4) and huge-job (16) wait beside 2 GPUs held: 22 asked of 10; mig-late waits for
+            # the only MIG slice.
+            harness.at(60, {GPU: (2, 20, 22 / 10), MIG: (1, 1, 1.0), SHARED: (0, 0, 0.0)})  # seen on a node: 0s
             # 130 s: big-job is placed on gpu-node-9; huge-job still waits.
-            harness.at(130, {GPU: (1, 16, 6 / 10), MIG: (1, 1, 0.0), SHARED: (0, 0, 0.0)})
+            harness.at(130, {GPU: (1, 16, 22 / 10), MIG: (1, 1, 1.0), SHARED: (0, 0, 0.0)})
         finally:
             asyncio.run(receiver.shutdown())
+
+
+def test_the_kubeconfig_option_is_used_before_the_environment(tmp_path: Path) -> None:
+    # A config's kubeconfig wins over in-cluster credentials and $KUBECONFIG (here: neither would work).
+    clock = SteppedClock()
+    with build(parse_scenario(SCENARIO), clock) as node:
+        kubeconfig = start_k8s_cluster_api(node).write_kubeconfig(tmp_path / "kubeconfig")
+        env = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBECONFIG": str(tmp_path / "missing")}
+        receiver = K8sClusterReceiver(
+            K8sClusterConfig(kubeconfig=str(kubeconfig)), make_context("k8s_cluster", "receiver", clock), env=env
+        )
+        asyncio.run(receiver.start())
+        try:
+            clock.advance(5.0)
+            records = asyncio.run(receiver.collect())
+            gauges = {r.resource_name: r.pending_pod_count for r in records if isinstance(r, ClusterGpu)}
+        finally:
+            asyncio.run(receiver.shutdown())
+    assert gauges == {GPU: 1, MIG: 1, SHARED: 1}

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.helpers.context import make_context
 from wattpipe import simulator
@@ -20,10 +22,10 @@ SCENARIO = Path(__file__).resolve().parents[2] / "configs" / "scenarios" / "satu
 
 
 def _run(
-    saturation: bool, seconds: int = 120, window_s: float = 60.0
+    saturation: bool, seconds: int = 120, window_s: float = 60.0, scenario: Path = SCENARIO
 ) -> tuple[Batch, NvmlReceiver, simulator.SimulatedNode]:
     clock = SteppedClock()
-    node = simulator.install(SCENARIO, clock)
+    node = simulator.install(scenario, clock)
     receiver = NvmlReceiver(NvmlConfig(saturation=saturation), make_context("nvml", "receiver", clock))
     processor = SaturationProcessor(SaturationConfig(window=window_s))
     try:
@@ -75,6 +77,58 @@ def test_nvml_signals_match_truth_within_0_01(measured: tuple[Batch, NvmlReceive
     assert values[(uuids[0], "xid_count")] == 0.0  # registered, none raised: an observed 0
     assert (uuids[0], "dram_active_avg") not in values  # a DCGM profiling field: absent without dcgm
     assert checked >= 40
+
+
+def test_nvml_ratios_are_within_0_01_of_truth_across_a_throttle_onset() -> None:
+    # NVML is read at the tick, so unlike dcgm-exporter's collections it has no lag: at 75 s the window
+    # (15, 75] holds GPU 1's thermal throttling from 20 s for 55 of its 60 s, and every ratio matches truth.
+    batch, _, node = _run(True, seconds=75)
+    uuids = [g.uuid for g in node.scenario.gpus]
+    values = {}
+    for s in batch.saturation:
+        if s.pod_name is None and s.gpu_instance_id is None:
+            truth = true_signal(node, uuids.index(s.device_id), None, s.signal, 75.0 - s.window_s, 75.0)
+            assert truth is not None, s.signal
+            assert abs(s.value - truth) <= 0.01, (s.device_id, s.signal, s.value, truth)
+            values[(s.device_id, s.signal)] = s.value
+    assert values[(uuids[1], "throttle_thermal")] == pytest.approx(55 / 60)
+    assert values[(uuids[1], "clock_event_sw_thermal")] == pytest.approx(11 / 12)
+
+
+def _with_faults(tmp_path: Path, faults: Sequence[Mapping[str, object]]) -> Path:
+    scenario = yaml.safe_load(SCENARIO.read_text())
+    scenario["faults"] = faults
+    path = tmp_path / "scenario.yaml"
+    path.write_text(yaml.safe_dump(scenario))
+    return path
+
+
+def test_a_driver_before_the_rename_gives_the_bitmask_through_clocks_throttle_reasons(tmp_path: Path) -> None:
+    # nvmlDeviceGetCurrentClocksEventReasons is missing from drivers before the rename: the old name is asked.
+    missing = {
+        "at_s": 0,
+        "target": "nvml",
+        "call": "nvmlDeviceGetCurrentClocksEventReasons",
+        "error": "FUNCTION_NOT_FOUND",
+    }
+    batch, _, node = _run(True, scenario=_with_faults(tmp_path, [missing]))
+    values = {(s.device_id, s.signal): s.value for s in batch.saturation if s.pod_name is None}
+    assert values[(node.scenario.gpus[0].uuid, "clock_event_sw_power_cap")] == 1.0
+    assert values[(node.scenario.gpus[1].uuid, "clock_event_sw_thermal")] == 1.0
+    assert values[(node.scenario.gpus[1].uuid, "clock_event_sw_power_cap")] == 0.0
+
+
+def test_a_gpu_without_clock_event_reasons_has_no_clock_event_series(tmp_path: Path) -> None:
+    unsupported = [
+        {"at_s": 0, "target": "nvml", "gpu": 0, "call": call, "error": "NOT_SUPPORTED"}
+        for call in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons")
+    ]
+    batch, _, node = _run(True, scenario=_with_faults(tmp_path, unsupported))
+    gpu0, gpu1 = node.scenario.gpus[0].uuid, node.scenario.gpus[1].uuid
+    signals = {(s.device_id, s.signal) for s in batch.saturation if s.pod_name is None}
+    assert not {name for uuid, name in signals if uuid == gpu0 and name.startswith("clock_event_")}
+    assert (gpu0, "throttle_power") in signals  # the other calls still answer: absent is per field, never 0
+    assert (gpu1, "clock_event_sw_thermal") in signals
 
 
 def test_saturation_off_reads_nothing() -> None:
