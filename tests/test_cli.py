@@ -133,9 +133,17 @@ def test_simulate_runs_node_time_back_to_back_and_attributes_the_simulated_gpus(
     code = main(["simulate", "--duration", "2m", "--log-level", "warning"])
     assert code == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
-    powers = [r for r in lines if r["type"] == "DevicePower"]
+    powers = [r for r in lines if r["type"] == "DevicePower" and r["attributes"]["device_type"] == "gpu"]
     assert len(powers) == 2 * 12  # two GPUs, ticks at 0, 10, …, 120 s; the first only sets the baseline
-    device_totals = [r for r in lines if r["type"] == "DeviceTotals" and r["attributes"]["device_index"] == "0"]
+    cpu = [r for r in lines if r["type"] == "DevicePower" and r["attributes"]["device_type"] == "cpu"]
+    assert len(cpu) == 12  # the demo node's one RAPL package zone, beside the GPUs (configs/demo.yaml)
+    device_totals = [
+        r
+        for r in lines
+        if r["type"] == "DeviceTotals"
+        and r["attributes"]["device_index"] == "0"
+        and r["attributes"]["device_type"] == "gpu"
+    ]
     energies = [r["values"]["energy_mj"] for r in device_totals]
     assert energies == sorted(energies)
     assert energies[-1] > 0

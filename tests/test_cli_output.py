@@ -185,6 +185,12 @@ def test_simulate_console_into_head_keeps_running_and_prints_its_summary(tmp_pat
 # --- ports ----------------------------------------------------------------------------------------
 
 
+def line_of(variable: str) -> int:
+    """The line of configs/default.yaml that reads ``variable`` (the error names it by file:line)."""
+    lines = Path(DEFAULT).read_text(encoding="utf-8").splitlines()
+    return next(number for number, text in enumerate(lines, 1) if variable in text)
+
+
 def test_a_busy_exporter_port_names_the_flag_the_option_and_the_variable(
     held_port: int, real_node: None, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -195,7 +201,8 @@ def test_a_busy_exporter_port_names_the_flag_the_option_and_the_variable(
     assert f"cannot listen on 0.0.0.0:{held_port}: Address already in use" in err
     assert (
         "that port is in use (another wattpipe?): choose another with --port, exporters.prometheus.listen in "
-        "default.yaml:18 or the environment variable WATTPIPE_PROMETHEUS_LISTEN (which that line reads)"
+        f"default.yaml:{line_of('WATTPIPE_PROMETHEUS_LISTEN')} or the environment variable WATTPIPE_PROMETHEUS_LISTEN "
+        "(which that line reads)"
     ) in err
 
 
@@ -208,7 +215,8 @@ def test_a_busy_telemetry_port_names_the_option_and_the_variable(
     assert code == 1
     err = capsys.readouterr().err
     assert (
-        "choose another with service.telemetry.listen in default.yaml:30 or the environment variable "
+        f"choose another with service.telemetry.listen in default.yaml:{line_of('WATTPIPE_TELEMETRY_LISTEN')} or "
+        "the environment variable "
         "WATTPIPE_TELEMETRY_LISTEN (which that line reads)"
     ) in err
     assert "--port" not in err.split("that port is in use")[1]

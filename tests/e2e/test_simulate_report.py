@@ -43,7 +43,9 @@ def test_demo_scenario_processes_within_2_percent_and_idle_within_1_watt(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     report = simulate(tmp_path, "demo.yaml", "5m", monkeypatch)
-    assert set(report) == {"ticks", "simulated_s", "devices", "processes", "containers", "pods", "pipeline"}
+    # The demo runs the CPU side too (configs/demo.yaml): its section beside the GPU's.
+    assert set(report) == {"ticks", "simulated_s", "devices", "processes", "containers", "pods", "pipeline", "cpu"}
+    assert [(z["zone"], z["residual_j"]) for z in report["cpu"]["zones"]] == [("package", 0.0)]
     assert report["simulated_s"] == pytest.approx(300.0)
     for d in report["devices"]:
         assert d["detected_idle_w"] == pytest.approx(d["true_idle_w"], abs=1.0)
