@@ -17,14 +17,13 @@ A field the source does not give makes no record, never a 0 (docs/saturation.md)
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 
 from pydantic import field_validator
 
 from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
 from wattpipe.pipeline.config import Duration
-from wattpipe.pipeline.records import DeviceSignals, Saturation
+from wattpipe.pipeline.records import DeviceSignals, MigActivity, Saturation
 from wattpipe.processors._saturation_attribution import attribute
 from wattpipe.processors._saturation_signals import SIGNALS
 from wattpipe.processors._saturation_window import SaturationWindow
@@ -60,13 +59,27 @@ class SaturationConfig(ComponentConfig):
         return value
 
 
-def _merged(records: tuple[DeviceSignals, ...]) -> dict[str, dict[str, float]]:
-    """Per GPU, its fields: nvml's first, dcgm's over them."""
-    out: dict[str, dict[str, float]] = {}
-    for source in ("nvml", "dcgm"):
-        for record in records:
-            if record.source == source:
-                out.setdefault(record.device_id, {}).update(record.fields)
+_Key = tuple[str, int | None, str]  # (GPU UUID, MIG instance or None, source): one window each
+
+
+def _data_time(record: DeviceSignals | MigActivity) -> float | None:
+    """The data time a record's values describe: a dcgm collection's (its ``by``: the scrape that first saw
+    it), else the tick's; None for a repeat of a collection already seen (nothing new to add)."""
+    period = record.collect_s if isinstance(record, DeviceSignals) else record.window_s
+    if record.collected_by_s is not None:
+        return record.collected_by_s
+    return None if period is not None else record.time.monotonic_s
+
+
+def _merged(records: tuple[DeviceSignals, ...]) -> dict[_Key, tuple[DeviceSignals, dict[str, float]]]:
+    """Per GPU and source, one record's dating and all the fields its records of this batch give."""
+    out: dict[_Key, tuple[DeviceSignals, dict[str, float]]] = {}
+    for record in records:
+        key = (record.device_id, None, record.source)
+        first, fields = out.setdefault(key, (record, {}))
+        fields.update(record.fields)
+        if record.source == "dcgm" and first.collect_s is None:
+            out[key] = (record, fields)
     return out
 
 
@@ -79,35 +92,53 @@ class SaturationProcessor:
         self.window = SaturationWindow(config.window, config.memory_pressure_threshold)
 
     def _observe(self, batch: Batch) -> list[tuple[str, int | None]]:
-        keys: list[tuple[str, int | None]] = []
-        times = {r.device_id: r.time.monotonic_s for r in batch.device_signals}
-        for uuid, fields in _merged(batch.device_signals).items():
-            self.window.add((uuid, None), times[uuid], fields)
-            keys.append((uuid, None))
+        """Adds the batch's new values to their windows; the devices and instances it has values for."""
+        places: dict[tuple[str, int | None], None] = {}
+        now_s = batch.time.monotonic_s
+        for key, (record, fields) in _merged(batch.device_signals).items():
+            t_s = _data_time(record)
+            if t_s is not None:
+                self.window.add(key, t_s, fields, first_is_baseline=record.collect_s is not None)
+            self.window.seen(key, now_s)
+            places[key[:2]] = None
         for activity in batch.mig_activity:
             if activity.fields:
-                key = (activity.device_id, activity.gpu_instance_id)
-                self.window.add(key, activity.time.monotonic_s, dict(activity.fields))
-                keys.append(key)
-        return keys
+                key = (activity.device_id, activity.gpu_instance_id, "dcgm")
+                t_s = _data_time(activity)
+                if t_s is not None:
+                    self.window.add(key, t_s, dict(activity.fields), first_is_baseline=activity.window_s is not None)
+                self.window.seen(key, now_s)
+                places[key[:2]] = None
+        return list(places)
+
+    def _values(self, uuid: str, gi: int | None) -> dict[str, tuple[float, _Key]]:
+        """Each signal's value and the window it comes from: dcgm's over nvml's, but nvml's exact XID count."""
+        out: dict[str, tuple[float, _Key]] = {}
+        for source in ("nvml", "dcgm"):
+            key = (uuid, gi, source)
+            for signal, value in self.window.values(key).items():
+                if signal != "xid_count" or "xid_count" not in out:
+                    out[signal] = (value, key)
+        return out
 
     def process(self, batch: Batch) -> Batch:
-        keys = self._observe(batch)
+        places = self._observe(batch)
         self.window.forget_stale(batch.time.monotonic_s)
         records: list[Saturation] = []
-        for uuid, gi in keys:
-            values: Mapping[str, float] = self.window.values((uuid, gi))
-            span_s = self.window.span_s((uuid, gi))
+        for uuid, gi in places:
+            values = self._values(uuid, gi)
             for signal in SIGNALS:
                 if signal in values:
+                    value, key = values[signal]
                     records.append(
                         Saturation(
                             time=batch.time,
                             device_id=uuid,
                             gpu_instance_id=gi,
                             signal=signal,
-                            value=values[signal],
-                            window_s=span_s,
+                            value=value,
+                            window_s=self.window.span_s(key),
+                            window_end_s=self.window.end_s(key),
                             saturation_scope="device" if gi is None else "instance",
                         )
                     )

@@ -178,7 +178,8 @@ def to_records(
     """One DeviceSignals per GPU UUID (devices in GPU-index order), then one MigActivity per instance.
 
     ``collections``: the GPUs whose answer is a new collection (see ``_collections``); their MigActivity
-    records say when it happened. ``window_s``: the exporter's collection interval, on every MigActivity.
+    records and DeviceSignals say when it happened (given, an absent GPU's answer is a repeat). ``window_s``:
+    the exporter's collection interval, on every MigActivity (and DeviceSignals, when ``collections`` is).
     """
     devices: dict[str, _Device] = {}
     instances: dict[tuple[str, int], _Instance] = {}
@@ -207,6 +208,9 @@ def to_records(
             time=now,
             device_id=uuid,
             fields=tuple(sorted((name, value) for name, (_, value) in devices[uuid].signals.items())),
+            collected_after_s=collections[uuid].after_s if collections and uuid in collections else None,
+            collected_by_s=collections[uuid].by_s if collections and uuid in collections else None,
+            collect_s=window_s if collections is not None else None,
         )
         for uuid in order
     ]
