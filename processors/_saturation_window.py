@@ -21,6 +21,8 @@ from wattpipe.processors._saturation_signals import AVERAGED, CLOCK_EVENT_BITS, 
 
 __all__ = ["SaturationWindow", "signal_values"]
 
+_SLACK_S = 1e-3  # a collection dated from mJ counters is placed to within microseconds: not a new sample
+
 
 def signal_values(observations: Iterable[Observation], pressure_threshold: float) -> dict[str, float]:
     """Every signal that the observations can give, by name."""
@@ -90,7 +92,7 @@ class SaturationWindow:
         observation = observe(t_s, fields, last)
         held = self._observations.setdefault(key, deque())
         held.append(observation)
-        while held and held[0].t_s <= t_s - self.window_s:
+        while held and held[0].t_s <= t_s - self.window_s + _SLACK_S:
             held.popleft()
 
     def values(self, key: Hashable) -> dict[str, float]:

@@ -25,6 +25,7 @@ from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
 from wattpipe.pipeline.config import Duration
 from wattpipe.pipeline.records import DeviceSignals, MigActivity, Saturation
 from wattpipe.processors._saturation_attribution import attribute
+from wattpipe.processors._saturation_dating import CollectionDating
 from wattpipe.processors._saturation_signals import SIGNALS
 from wattpipe.processors._saturation_window import SaturationWindow
 
@@ -62,13 +63,11 @@ class SaturationConfig(ComponentConfig):
 _Key = tuple[str, int | None, str]  # (GPU UUID, MIG instance or None, source): one window each
 
 
-def _data_time(record: DeviceSignals | MigActivity) -> float | None:
-    """The data time a record's values describe: a dcgm collection's (its ``by``: the scrape that first saw
-    it), else the tick's; None for a repeat of a collection already seen (nothing new to add)."""
+def _undated(record: DeviceSignals | MigActivity) -> float | None:
+    """The tick, for values not dated by a collection (nvml's, or dcgm's from a caller that does not track
+    collections); None for a dcgm answer that is dated or a repeat: see ``_dated``."""
     period = record.collect_s if isinstance(record, DeviceSignals) else record.window_s
-    if record.collected_by_s is not None:
-        return record.collected_by_s
-    return None if period is not None else record.time.monotonic_s
+    return record.time.monotonic_s if period is None and record.collected_by_s is None else None
 
 
 def _merged(records: tuple[DeviceSignals, ...]) -> dict[_Key, tuple[DeviceSignals, dict[str, float]]]:
@@ -90,13 +89,30 @@ class SaturationProcessor:
     def __init__(self, config: SaturationConfig, ctx: CreateContext | None = None) -> None:
         self.config = config
         self.window = SaturationWindow(config.window, config.memory_pressure_threshold)
+        self.dating = CollectionDating()
+
+    def _dated(self, batch: Batch, merged: dict[_Key, tuple[DeviceSignals, dict[str, float]]]) -> dict[str, float]:
+        """Per GPU with a new dcgm collection in this batch, when it happened (``_saturation_dating``)."""
+        for sample in batch.devices:
+            if sample.energy_mj is not None and sample.device_id.startswith("GPU-"):
+                self.dating.reading(sample.device_id, batch.time.monotonic_s, sample.energy_mj)
+        self.dating.forget({d.device_id for d in batch.devices})
+        out: dict[str, float] = {}
+        for (uuid, _, source), (record, fields) in merged.items():
+            after, by = record.collected_after_s, record.collected_by_s
+            if source == "dcgm" and by is not None:
+                after = by - (record.collect_s or 0.0) if after is None else after
+                out[uuid] = self.dating.place(uuid, after, by, fields.get("energy_j"))
+        return out
 
     def _observe(self, batch: Batch) -> list[tuple[str, int | None]]:
         """Adds the batch's new values to their windows; the devices and instances it has values for."""
         places: dict[tuple[str, int | None], None] = {}
         now_s = batch.time.monotonic_s
-        for key, (record, fields) in _merged(batch.device_signals).items():
-            t_s = _data_time(record)
+        merged = _merged(batch.device_signals)
+        dated = self._dated(batch, merged)
+        for key, (record, fields) in merged.items():
+            t_s = _undated(record) if record.collected_by_s is None else dated.get(key[0])
             if t_s is not None:
                 self.window.add(key, t_s, fields, first_is_baseline=record.collect_s is not None)
             self.window.seen(key, now_s)
@@ -104,7 +120,8 @@ class SaturationProcessor:
         for activity in batch.mig_activity:
             if activity.fields:
                 key = (activity.device_id, activity.gpu_instance_id, "dcgm")
-                t_s = _data_time(activity)
+                by = activity.collected_by_s
+                t_s = _undated(activity) if by is None else dated.get(activity.device_id, by)
                 if t_s is not None:
                     self.window.add(key, t_s, dict(activity.fields), first_is_baseline=activity.window_s is not None)
                 self.window.seen(key, now_s)
