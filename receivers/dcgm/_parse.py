@@ -169,6 +169,21 @@ def _ranked(table: dict[str, tuple[int, float]], name: str, spelling: int, value
 _ACTIVITY = frozenset({"gr_engine_active", "sm_active"})
 
 
+def _signals(
+    uuid: str, device: _Device, now: Timestamp, collections: Mapping[str, Collection] | None, window_s: float | None
+) -> DeviceSignals:
+    """A GPU's DeviceSignals, dated by its collection where the caller tracks them (else undated)."""
+    new = collections.get(uuid) if collections else None
+    return DeviceSignals(
+        time=now,
+        device_id=uuid,
+        fields=tuple(sorted((name, value) for name, (_, value) in device.signals.items())),
+        collected_after_s=new.after_s if new else None,
+        collected_by_s=new.by_s if new else None,
+        collect_s=window_s if collections is not None else None,
+    )
+
+
 def to_records(
     series: Iterable[Series],
     now: Timestamp,
@@ -203,17 +218,7 @@ def to_records(
             device.offer(signal.name, (1, spelling, s.gpu_instance_id), value)
     order = sorted(devices, key=lambda uuid: (devices[uuid].index is None, devices[uuid].index or 0, uuid))
     position = {uuid: pos for pos, uuid in enumerate(order)}
-    records: list[Record] = [
-        DeviceSignals(
-            time=now,
-            device_id=uuid,
-            fields=tuple(sorted((name, value) for name, (_, value) in devices[uuid].signals.items())),
-            collected_after_s=collections[uuid].after_s if collections and uuid in collections else None,
-            collected_by_s=collections[uuid].by_s if collections and uuid in collections else None,
-            collect_s=window_s if collections is not None else None,
-        )
-        for uuid in order
-    ]
+    records: list[Record] = [_signals(uuid, devices[uuid], now, collections, window_s) for uuid in order]
     for (uuid, gi), instance in sorted(instances.items(), key=lambda item: (position[item[0][0]], item[0][1])):
         gr = instance.activity.get("gr_engine_active")
         sm = instance.activity.get("sm_active")
