@@ -12,6 +12,11 @@ and produces :class:`~pipeline.records.Saturation` records, one per signal that 
 (``gpu_instance_id`` absent), per MIG instance, and per pod container through the kubelet's allocations
 (``processors/_saturation_attribution.py``). The signals and their denominators: ``_saturation_window``.
 A field the source does not give makes no record, never a 0 (docs/saturation.md).
+
+Windows are in data time, one per device or instance and source: NVML's values describe the tick, dcgm's
+the collection they come from (dated by the receiver to within a scrape, placed by the energy counter in
+``_saturation_dating``; a repeated answer adds nothing). Each record says where its window ends
+(``window_end_s``) and how long it is (``window_s``).
 """
 
 from __future__ import annotations
@@ -101,7 +106,8 @@ class SaturationProcessor:
         for (uuid, _, source), (record, fields) in merged.items():
             after, by = record.collected_after_s, record.collected_by_s
             if source == "dcgm" and by is not None:
-                after = by - (record.collect_s or 0.0) if after is None else after
+                # It happened no longer than one collection interval before the scrape that first saw it.
+                after = max(after if after is not None else -math.inf, by - (record.collect_s or math.inf))
                 out[uuid] = self.dating.place(uuid, after, by, fields.get("energy_j"))
         return out
 
