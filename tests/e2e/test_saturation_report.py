@@ -89,9 +89,9 @@ def test_dcgm_ratios_follow_a_throttle_onset_exactly(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("duration", [f"{s}s" for s in range(30, 90, 5)])
 def test_every_ratio_is_within_0_01_of_truth_while_the_window_holds_a_change(tmp_path: Path, duration: str) -> None:
-    # The thermal throttle starts at 20 s, and the processes (memory, activity, the power cap) at 8 s: every
-    # run up to 80 s ends with a window that holds a change. Every row: its value against the truth over
-    # the data window it says it describes.
+    # The thermal throttle starts at 20 s: every run up to 80 s ends with a window that holds that change
+    # (on a collection; the processes' start at 8 s is in the first collection's interval, which only starts
+    # the counters). Every row: its value against the truth over the data window it says it describes.
     rows = _report(tmp_path, duration)
     assert len(rows) > 80
     for row in rows:
