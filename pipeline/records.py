@@ -147,6 +147,11 @@ class DeviceSignals(Record):
     device_id: str
     fields: tuple[tuple[str, float], ...] = ()
     source: Literal["dcgm", "nvml"] = "dcgm"
+    # dcgm: the collection these values come from happened in (after, by] (monotonic s), every collect_s; by
+    # None with collect_s set: a repeat of one already seen. collect_s None: undated, the values are the tick's.
+    collected_after_s: float | None = None
+    collected_by_s: float | None = None
+    collect_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -425,6 +430,7 @@ class Saturation(Record):
     signal: str  # the catalog's name: throttle_power, memory_used_max, xid_count, …
     value: float
     window_s: float
+    window_end_s: float | None = None  # monotonic s where the data window ends (dcgm: its collection); None: time
     saturation_scope: Literal["device", "instance", "physical_gpu", "exclusive", "device_shared"] = "device"
     pod_name: str | None = None
     pod_namespace: str | None = None

@@ -78,6 +78,7 @@ def attribute(
                         signal=record.signal,
                         value=record.value,
                         window_s=record.window_s,
+                        window_end_s=record.window_end_s,
                         saturation_scope=scope,  # type: ignore[arg-type]
                         pod_name=pod,
                         pod_namespace=namespace,

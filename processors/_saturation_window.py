@@ -21,6 +21,8 @@ from wattpipe.processors._saturation_signals import AVERAGED, CLOCK_EVENT_BITS, 
 
 __all__ = ["SaturationWindow", "signal_values"]
 
+_SLACK_S = 1e-3  # a collection dated from mJ counters is placed to within microseconds: not a new sample
+
 
 def signal_values(observations: Iterable[Observation], pressure_threshold: float) -> dict[str, float]:
     """Every signal that the observations can give, by name."""
@@ -67,18 +69,40 @@ class SaturationWindow:
         self.pressure_threshold = pressure_threshold
         self._observations: dict[Hashable, deque[Observation]] = {}
         self._last: dict[Hashable, tuple[float, Mapping[str, float]]] = {}
+        self._seen: dict[Hashable, float] = {}  # when each key last answered (a repeat too), for forget_stale
 
-    def add(self, key: Hashable, t_s: float, fields: Mapping[str, float]) -> None:
-        observation = observe(t_s, fields, self._last.get(key))
+    def seen(self, key: Hashable, now_s: float) -> None:
+        """The key's source answered at ``now_s``, with new values or a repeat of ones already added."""
+        self._seen[key] = now_s
+
+    def add(self, key: Hashable, t_s: float, fields: Mapping[str, float], *, first_is_baseline: bool = False) -> None:
+        """Values that describe the data time ``t_s`` (the tick, or a dcgm collection); the window is
+        ``(t_s - window_s, t_s]`` of data time: it ends at the key's latest values, not at the tick.
+
+        ``first_is_baseline``: the key's first values only start its counters and are not a sample (a dcgm
+        collection describes the interval since the one before, unknown for the first), so that every
+        observation held covers a known ``(t_s - dt_s, t_s]`` and the window is exactly their union."""
+        last = self._last.get(key)
+        if last is not None and t_s <= last[0]:
+            return  # not newer than what the key holds: already counted
         self._last[key] = (t_s, dict(fields))
+        self._seen[key] = max(t_s, self._seen.get(key, t_s))
+        if last is None and first_is_baseline:
+            return
+        observation = observe(t_s, fields, last)
         held = self._observations.setdefault(key, deque())
         held.append(observation)
-        while held and held[0].t_s <= t_s - self.window_s:
+        while held and held[0].t_s <= t_s - self.window_s + _SLACK_S:
             held.popleft()
 
     def values(self, key: Hashable) -> dict[str, float]:
         held = self._observations.get(key)
         return signal_values(held, self.pressure_threshold) if held else {}
+
+    def end_s(self, key: Hashable) -> float | None:
+        """The data time the key's window ends at: its latest values' (None: nothing held)."""
+        held = self._observations.get(key)
+        return held[-1].t_s if held else None
 
     def span_s(self, key: Hashable) -> float:
         """How much time the key's observations cover (≤ the window): the window a value describes."""
@@ -89,6 +113,8 @@ class SaturationWindow:
         return min(self.window_s, held[-1].t_s - first.t_s + (first.dt_s or 0.0))
 
     def forget_stale(self, now_s: float) -> None:
-        for key in [k for k, (t, _) in self._last.items() if t <= now_s - self.window_s]:
+        """Forget keys whose source has not answered for a whole window (by answer time, not data time)."""
+        for key in [k for k, t in self._seen.items() if t <= now_s - self.window_s]:
+            self._seen.pop(key, None)
             self._last.pop(key, None)
             self._observations.pop(key, None)

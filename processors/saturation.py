@@ -12,20 +12,25 @@ and produces :class:`~pipeline.records.Saturation` records, one per signal that 
 (``gpu_instance_id`` absent), per MIG instance, and per pod container through the kubelet's allocations
 (``processors/_saturation_attribution.py``). The signals and their denominators: ``_saturation_window``.
 A field the source does not give makes no record, never a 0 (docs/saturation.md).
+
+Windows are in data time, one per device or instance and source: NVML's values describe the tick, dcgm's
+the collection they come from (dated by the receiver to within a scrape, placed by the energy counter in
+``_saturation_dating``; a repeated answer adds nothing). Each record says where its window ends
+(``window_end_s``) and how long it is (``window_s``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 
 from pydantic import field_validator
 
 from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
 from wattpipe.pipeline.config import Duration
-from wattpipe.pipeline.records import DeviceSignals, Saturation
+from wattpipe.pipeline.records import DeviceSignals, MigActivity, Saturation
 from wattpipe.processors._saturation_attribution import attribute
+from wattpipe.processors._saturation_dating import CollectionDating
 from wattpipe.processors._saturation_signals import SIGNALS
 from wattpipe.processors._saturation_window import SaturationWindow
 
@@ -60,13 +65,25 @@ class SaturationConfig(ComponentConfig):
         return value
 
 
-def _merged(records: tuple[DeviceSignals, ...]) -> dict[str, dict[str, float]]:
-    """Per GPU, its fields: nvml's first, dcgm's over them."""
-    out: dict[str, dict[str, float]] = {}
-    for source in ("nvml", "dcgm"):
-        for record in records:
-            if record.source == source:
-                out.setdefault(record.device_id, {}).update(record.fields)
+_Key = tuple[str, int | None, str]  # (GPU UUID, MIG instance or None, source): one window each
+
+
+def _undated(record: DeviceSignals | MigActivity) -> float | None:
+    """The tick, for values not dated by a collection (nvml's, or dcgm's from a caller that does not track
+    collections); None for a dcgm answer that is dated or a repeat: see ``_dated``."""
+    period = record.collect_s if isinstance(record, DeviceSignals) else record.window_s
+    return record.time.monotonic_s if period is None and record.collected_by_s is None else None
+
+
+def _merged(records: tuple[DeviceSignals, ...]) -> dict[_Key, tuple[DeviceSignals, dict[str, float]]]:
+    """Per GPU and source, one record's dating and all the fields its records of this batch give."""
+    out: dict[_Key, tuple[DeviceSignals, dict[str, float]]] = {}
+    for record in records:
+        key = (record.device_id, None, record.source)
+        first, fields = out.setdefault(key, (record, {}))
+        fields.update(record.fields)
+        if record.source == "dcgm" and first.collect_s is None:
+            out[key] = (record, fields)
     return out
 
 
@@ -77,37 +94,74 @@ class SaturationProcessor:
     def __init__(self, config: SaturationConfig, ctx: CreateContext | None = None) -> None:
         self.config = config
         self.window = SaturationWindow(config.window, config.memory_pressure_threshold)
+        self.dating = CollectionDating()
+
+    def _dated(self, batch: Batch, merged: dict[_Key, tuple[DeviceSignals, dict[str, float]]]) -> dict[str, float]:
+        """Per GPU with a new dcgm collection in this batch, when it happened (``_saturation_dating``)."""
+        for sample in batch.devices:
+            if sample.energy_mj is not None and sample.device_id.startswith("GPU-"):
+                self.dating.reading(sample.device_id, batch.time.monotonic_s, sample.energy_mj)
+        self.dating.forget({d.device_id for d in batch.devices})
+        out: dict[str, float] = {}
+        for (uuid, _, source), (record, fields) in merged.items():
+            after, by = record.collected_after_s, record.collected_by_s
+            if source == "dcgm" and by is not None:
+                # It happened no longer than one collection interval before the scrape that first saw it.
+                after = max(after if after is not None else -math.inf, by - (record.collect_s or math.inf))
+                out[uuid] = self.dating.place(uuid, after, by, fields.get("energy_j"))
+        return out
 
     def _observe(self, batch: Batch) -> list[tuple[str, int | None]]:
-        keys: list[tuple[str, int | None]] = []
-        times = {r.device_id: r.time.monotonic_s for r in batch.device_signals}
-        for uuid, fields in _merged(batch.device_signals).items():
-            self.window.add((uuid, None), times[uuid], fields)
-            keys.append((uuid, None))
+        """Adds the batch's new values to their windows; the devices and instances it has values for."""
+        places: dict[tuple[str, int | None], None] = {}
+        now_s = batch.time.monotonic_s
+        merged = _merged(batch.device_signals)
+        dated = self._dated(batch, merged)
+        for key, (record, fields) in merged.items():
+            t_s = _undated(record) if record.collected_by_s is None else dated.get(key[0])
+            if t_s is not None:
+                self.window.add(key, t_s, fields, first_is_baseline=record.collect_s is not None)
+            self.window.seen(key, now_s)
+            places[key[:2]] = None
         for activity in batch.mig_activity:
             if activity.fields:
-                key = (activity.device_id, activity.gpu_instance_id)
-                self.window.add(key, activity.time.monotonic_s, dict(activity.fields))
-                keys.append(key)
-        return keys
+                key = (activity.device_id, activity.gpu_instance_id, "dcgm")
+                by = activity.collected_by_s
+                t_s = _undated(activity) if by is None else dated.get(activity.device_id, by)
+                if t_s is not None:
+                    self.window.add(key, t_s, dict(activity.fields), first_is_baseline=activity.window_s is not None)
+                self.window.seen(key, now_s)
+                places[key[:2]] = None
+        return list(places)
+
+    def _values(self, uuid: str, gi: int | None) -> dict[str, tuple[float, _Key]]:
+        """Each signal's value and the window it comes from: dcgm's over nvml's, but nvml's exact XID count."""
+        out: dict[str, tuple[float, _Key]] = {}
+        for source in ("nvml", "dcgm"):
+            key = (uuid, gi, source)
+            for signal, value in self.window.values(key).items():
+                if signal != "xid_count" or "xid_count" not in out:
+                    out[signal] = (value, key)
+        return out
 
     def process(self, batch: Batch) -> Batch:
-        keys = self._observe(batch)
+        places = self._observe(batch)
         self.window.forget_stale(batch.time.monotonic_s)
         records: list[Saturation] = []
-        for uuid, gi in keys:
-            values: Mapping[str, float] = self.window.values((uuid, gi))
-            span_s = self.window.span_s((uuid, gi))
+        for uuid, gi in places:
+            values = self._values(uuid, gi)
             for signal in SIGNALS:
                 if signal in values:
+                    value, key = values[signal]
                     records.append(
                         Saturation(
                             time=batch.time,
                             device_id=uuid,
                             gpu_instance_id=gi,
                             signal=signal,
-                            value=values[signal],
-                            window_s=span_s,
+                            value=value,
+                            window_s=self.window.span_s(key),
+                            window_end_s=self.window.end_s(key),
                             saturation_scope="device" if gi is None else "instance",
                         )
                     )

@@ -114,7 +114,7 @@ def saturation_rows(records: Iterable[Saturation], node: SimulatedNode) -> list[
     for r in records:
         if r.pod_name is not None or r.device_id not in uuids:
             continue
-        t1_s = r.time.monotonic_s - node.start_monotonic_s
+        t1_s = (r.time.monotonic_s if r.window_end_s is None else r.window_end_s) - node.start_monotonic_s
         truth = true_signal(node, uuids.index(r.device_id), r.gpu_instance_id, r.signal, t1_s - r.window_s, t1_s)
         rows.append(
             {
@@ -124,6 +124,7 @@ def saturation_rows(records: Iterable[Saturation], node: SimulatedNode) -> list[
                 "value": r.value,
                 "true_value": truth,
                 "window_s": r.window_s,  # < the configured window: a run shorter than it (a partial window)
+                "window_end_s": round(t1_s, 6),  # scenario s: the data window is (end - window_s, end]
             }
         )
     return rows

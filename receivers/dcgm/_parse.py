@@ -169,6 +169,21 @@ def _ranked(table: dict[str, tuple[int, float]], name: str, spelling: int, value
 _ACTIVITY = frozenset({"gr_engine_active", "sm_active"})
 
 
+def _signals(
+    uuid: str, device: _Device, now: Timestamp, collections: Mapping[str, Collection] | None, window_s: float | None
+) -> DeviceSignals:
+    """A GPU's DeviceSignals, dated by its collection where the caller tracks them (else undated)."""
+    new = collections.get(uuid) if collections else None
+    return DeviceSignals(
+        time=now,
+        device_id=uuid,
+        fields=tuple(sorted((name, value) for name, (_, value) in device.signals.items())),
+        collected_after_s=new.after_s if new else None,
+        collected_by_s=new.by_s if new else None,
+        collect_s=window_s if collections is not None else None,
+    )
+
+
 def to_records(
     series: Iterable[Series],
     now: Timestamp,
@@ -178,7 +193,8 @@ def to_records(
     """One DeviceSignals per GPU UUID (devices in GPU-index order), then one MigActivity per instance.
 
     ``collections``: the GPUs whose answer is a new collection (see ``_collections``); their MigActivity
-    records say when it happened. ``window_s``: the exporter's collection interval, on every MigActivity.
+    records and DeviceSignals say when it happened (given, an absent GPU's answer is a repeat). ``window_s``:
+    the exporter's collection interval, on every MigActivity (and DeviceSignals, when ``collections`` is).
     """
     devices: dict[str, _Device] = {}
     instances: dict[tuple[str, int], _Instance] = {}
@@ -202,14 +218,7 @@ def to_records(
             device.offer(signal.name, (1, spelling, s.gpu_instance_id), value)
     order = sorted(devices, key=lambda uuid: (devices[uuid].index is None, devices[uuid].index or 0, uuid))
     position = {uuid: pos for pos, uuid in enumerate(order)}
-    records: list[Record] = [
-        DeviceSignals(
-            time=now,
-            device_id=uuid,
-            fields=tuple(sorted((name, value) for name, (_, value) in devices[uuid].signals.items())),
-        )
-        for uuid in order
-    ]
+    records: list[Record] = [_signals(uuid, devices[uuid], now, collections, window_s) for uuid in order]
     for (uuid, gi), instance in sorted(instances.items(), key=lambda item: (position[item[0][0]], item[0][1])):
         gr = instance.activity.get("gr_engine_active")
         sm = instance.activity.get("sm_active")

@@ -231,8 +231,8 @@ def test_records_are_saturation_records() -> None:
 def test_a_device_not_seen_for_a_window_is_forgotten() -> None:
     processor = SaturationProcessor(SaturationConfig(window=30.0))
     processor.process(_batch(0.0, {"sm_active": 0.5}))
-    assert (GPU, None) in processor.window._observations
+    assert (GPU, None, "dcgm") in processor.window._observations
     empty = Batch(time=_ts(31.0), interval_s=1.0, node="n").replace(device_signals=())
     out = processor.process(empty)
     assert out.saturation == ()  # absent this tick: no series, and the old window is not reported
-    assert (GPU, None) not in processor.window._observations  # memory stays bounded
+    assert not processor.window._observations  # memory stays bounded
