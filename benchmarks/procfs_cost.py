@@ -31,13 +31,12 @@ import logging
 import statistics
 import tempfile
 import textwrap
-import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pynvml
+from tick_cost import Meter, MeteredLibrary  # the same metering as the tick benchmark
 
 from wattpipe import simulator
 from wattpipe.pipeline.clock import SteppedClock
@@ -75,36 +74,6 @@ LABELS = {
     "on": "cpu_time: true              ",
     "cgroup": "cpu_time: true, cgroup_root ",
 }
-
-
-class Meter:
-    """Thread CPU time spent inside the calls it wraps, summed over the threads that make them."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.cpu_s = 0.0
-
-    def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        def metered(*args: Any, **kwargs: Any) -> Any:
-            started = time.thread_time()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                spent = time.thread_time() - started
-                with self._lock:
-                    self.cpu_s += spent
-
-        return metered
-
-
-class MeteredLibrary:
-    """pynvml's library with every call metered: the simulated driver's own CPU."""
-
-    def __init__(self, inner: Any, meter: Meter) -> None:
-        self._inner, self._meter = inner, meter
-
-    def __getattr__(self, name: str) -> Any:
-        return self._meter.wrap(getattr(self._inner, name))
 
 
 def make_graph(proc: Path, mode: str, cgroups: Path, clock: SteppedClock, registry: Registry) -> Graph:

@@ -91,7 +91,7 @@ async def lifecycle(graph: Graph, body: Callable[[], Any]) -> Any:
         simulator.uninstall()
 
 
-class _Meter:
+class Meter:
     """Thread CPU time spent inside the calls it wraps, summed over the threads that make them.
 
     ``time.thread_time()`` is the calling thread's CPU only, so calls running at once on the device
@@ -115,10 +115,10 @@ class _Meter:
         return metered
 
 
-class _MeteredLibrary:
+class MeteredLibrary:
     """pynvml's library with every call metered: the simulated driver's own CPU."""
 
-    def __init__(self, inner: Any, meter: _Meter) -> None:
+    def __init__(self, inner: Any, meter: Meter) -> None:
         self._inner, self._meter = inner, meter
 
     def __getattr__(self, name: str) -> Any:
@@ -131,8 +131,8 @@ def _p95(values: list[float]) -> float:
 
 def cpu_and_memory(ticks: int) -> dict[str, float]:
     clock, graph, runner = make(64)
-    driver, processors, render = _Meter(), _Meter(), _Meter()
-    pynvml.nvmlLib = _MeteredLibrary(pynvml.nvmlLib, driver)
+    driver, processors, render = Meter(), Meter(), Meter()
+    pynvml.nvmlLib = MeteredLibrary(pynvml.nvmlLib, driver)
     pynvml._nvmlGetFunctionPointer_cache = {}  # re-resolve every symbol through the metered library
     for _, processor in runner.pipeline.processors:
         metered: Any = processor  # its method replaced by a metered one
