@@ -130,7 +130,7 @@ class ProcfsReceiver:
                 self._cpu_info = parse_cpuinfo(path.read_text(errors="replace"), self.clock.now())
             except FileNotFoundError:
                 self._cpu_info = []  # a tree without it (the simulator's, a non-Linux /proc): said once, not a fault
-                self.rl.log.log(logging.INFO, "cpuinfo", f"receiver {self.component_id}: no {path}: no CPU info")
+                self.rl.log.log(logging.DEBUG, "cpuinfo", f"receiver {self.component_id}: no {path}: no CPU info")
             except (OSError, ValueError) as exc:
                 self._cpu_info = []
                 self._warn("cpuinfo", f"{path}: {exc}; no kepler_node_cpu_info")

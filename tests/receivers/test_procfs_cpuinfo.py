@@ -135,16 +135,14 @@ def test_the_receiver_reads_cpuinfo_once_and_gives_it_every_tick(tmp_path: Path)
 def test_no_cpuinfo_means_no_records_and_cpu_info_absent(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     write_process(tmp_path, 10, "alive")
     receiver = make_receiver(tmp_path)
-    with caplog.at_level(logging.INFO):
+    with caplog.at_level(logging.DEBUG):
         assert cpu_info(receiver) == []
     assert "cpu_info" not in receiver.provides  # absent, not empty
     assert any(f"no {tmp_path / 'cpuinfo'}: no CPU info" in r.getMessage() for r in caplog.records)
     assert not any(r.levelno >= logging.WARNING for r in caplog.records)
 
 
-def test_an_unparsable_cpuinfo_is_one_warning_naming_the_path(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_an_unparsable_cpuinfo_is_one_warning_naming_the_path(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     write_process(tmp_path, 10, "alive")
     (tmp_path / "cpuinfo").write_text("garbage\n")
     receiver = make_receiver(tmp_path)
