@@ -12,7 +12,9 @@ the GPU path. Processes' shares are summed per zone *type* (two sockets' ``packa
 (``processors/_cpu_series.py``).
 
 Out: a ``DevicePower`` (``device_type="cpu"``) and a ``DeviceTotals`` per zone, labelled ``zone`` and
-``path``; a ``Totals`` per process, container and pod per zone type, with ``device_id`` ``cpu:<zone>``.
+``path``; a ``Totals`` per process, container and pod per zone type, with ``device_id`` ``cpu:<zone>``; and the
+tick's usage ratio on its ``NodeCpuTime`` (``usage_ratio``, Kepler's ``kepler_node_cpu_usage_ratio``), with or
+without RAPL.
 Place it after the GPU processors (``idle``, ``attribution``, ``energy``); placed before them, they leave the CPU
 zones' records alone (they split and total GPUs only).
 """

@@ -12,15 +12,18 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.helpers.context import make_context
 from wattpipe import simulator
 from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.clock import SteppedClock
 from wattpipe.pipeline.components import Registry, call_optional
 from wattpipe.pipeline.config import load_config_text
 from wattpipe.pipeline.graph import build
+from wattpipe.pipeline.records import NodeCpuTime
 from wattpipe.pipeline.runtime import PipelineRunner
 from wattpipe.pipeline.telemetry import Telemetry
 from wattpipe.processors import cpu_attribution
+from wattpipe.processors.cpu_attribution import CpuAttributionConfig, CpuAttributionProcessor
 from wattpipe.simulator.fake_host import ProcfsWriter
 from wattpipe.simulator.node import SimulatedNode
 
@@ -148,3 +151,19 @@ def test_otel_names(tmp_path: Path) -> None:
     assert (info["63"]["wattpipe_cpu_physical_id"], info["63"]["wattpipe_cpu_core_id"]) == ("1", "31")
     pids = {s["process_pid"]: s for s, _ in metrics["process_cpu_time_seconds_total"]}
     assert pids["7001"]["wattpipe_process_type"] == "vm"
+
+
+def test_the_ratio_is_set_without_rapl_and_absent_while_proc_stat_stands_still() -> None:
+    clock = SteppedClock()
+    proc = CpuAttributionProcessor(CpuAttributionConfig(), make_context("cpu_attribution", clock=clock))
+    readings = [(1000.0, 250.0), (1040.0, 280.0), (1040.0, 280.0), (1080.0, 280.0), (1120.0, 330.0)]
+    ratios = []
+    for total_s, active_s in readings:  # a GPU node without RAPL: no cpu_zones, only /proc/stat
+        node = NodeCpuTime(time=clock.now(), total_s=total_s, active_s=active_s)
+        out = proc.process(Batch(time=clock.now(), interval_s=5.0, node="n").with_records([node]))
+        (after,) = out.node_cpu
+        assert (after.total_s, after.active_s) == (total_s, active_s)
+        ratios.append(after.usage_ratio)
+        clock.advance(5.0)
+    # first tick: no previous reading; third: /proc/stat did not advance (no ratio, not 0); then 0 and 1.25 → 1
+    assert ratios == [None, 0.75, None, 0.0, 1.0]
