@@ -18,7 +18,7 @@ __all__ = ["AttributeValue", "Point", "Snapshot", "SnapshotTaker"]
 
 AttributeValue = str | int
 
-_INT_ATTRIBUTES = frozenset({"process.pid", "wattpipe.gpu.index", "wattpipe.gpu.instance.id"})
+_INT_ATTRIBUTES = frozenset({"process.pid", "wattpipe.gpu.index", "wattpipe.gpu.instance.id", "cpu.logical_number"})
 """Attributes OpenTelemetry types as integers (the catalog renders every attribute as text)."""
 
 

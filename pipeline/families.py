@@ -118,6 +118,11 @@ ATTRIBUTES: tuple[Attribute, ...] = (
     Attribute("vm_id", "vm_id", "wattpipe.vm.id", "The VM a (qemu/kvm) process runs: its `-uuid`."),
     Attribute("vm_name", "vm_name", "wattpipe.vm.name", "The VM's `-name`."),
     Attribute("hypervisor", "hypervisor", "wattpipe.vm.hypervisor", "`kvm`."),
+    Attribute("processor", "processor", "cpu.logical_number", "A logical CPU's number (`/proc/cpuinfo`)."),
+    Attribute("vendor_id", "vendor_id", "host.cpu.vendor.id", "The CPU's vendor (`GenuineIntel`, `AuthenticAMD`)."),
+    Attribute("model_name", "model_name", "host.cpu.model.name", "The CPU's model name (`/proc/cpuinfo`)."),
+    Attribute("physical_id", "physical_id", "wattpipe.cpu.physical_id", "The socket a logical CPU is on."),
+    Attribute("core_id", "core_id", "wattpipe.cpu.core_id", "The core a logical CPU is on, within its socket."),
 )
 NODE = Attribute("node_name", "node_name", "k8s.node.name", "The node (`service.node_name`); on every series.")
 
@@ -176,6 +181,8 @@ class Family:
             return "attribute"
         if attribute in {f.name for f in fields(self.record)}:
             return "field"
+        if isinstance(getattr(self.record, attribute, None), property):
+            return "field"  # derived from fields (HostProcess.type): those must be labels too, to key its cache
         if attribute in DEVICE_DERIVED:
             return "device"
         raise KeyError(f"{self.kepler}: {self.record.__name__} has no attribute or field {attribute!r}")

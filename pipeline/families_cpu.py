@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Literal
 
 from wattpipe.pipeline.families import _CPU, _CPU_TOTALS, _K8S, _MJ, Family, Instrument
-from wattpipe.pipeline.records import DevicePower, DeviceTotals, Record, Totals
+from wattpipe.pipeline.records import DevicePower, DeviceTotals, HostProcess, NodeCpuTime, Record, Totals
+from wattpipe.pipeline.records_cpu import CpuInfo
 
 __all__ = ["CPU_FAMILIES"]
 
@@ -83,8 +84,50 @@ _CPU_NODE: tuple[tuple[str, str, type[Record], str, str, str], ...] = (
      "A RAPL zone's active energy no process carried (no CPU time seen, or /proc did not answer)."),
 )  # fmt: skip
 
+_NODE_CPU: tuple[Family, ...] = (
+    Family(
+        "kepler_node_cpu_usage_ratio",
+        "system.cpu.utilization",
+        NodeCpuTime,
+        "usage_ratio",
+        "gauge",
+        "1",
+        "The node's CPU usage ratio over the last tick (0–1): Δ(total − idle − iowait) / Δtotal of /proc/stat, "
+        "the ratio cpu_attribution splits active from idle energy by; absent on the first tick.",
+        (),
+        where=(("usage_ratio", "!None"),),
+        extras=False,
+    ),
+    Family(
+        "kepler_node_cpu_info",
+        "wattpipe.cpu.info",
+        CpuInfo,
+        None,
+        "info",
+        "",
+        "A logical CPU as /proc/cpuinfo describes it (always 1); a key the kernel does not write is absent.",
+        ("processor", "vendor_id", "model_name", "physical_id", "core_id"),
+        extras=False,
+    ),
+    Family(
+        "kepler_process_cpu_seconds_total",
+        "process.cpu.time",
+        HostProcess,
+        "cpu_time_s",
+        "counter",
+        "s",
+        "A process's user + system CPU time since it started (/proc/<pid>/stat utime + stime), for every process "
+        "procfs reads with cpu_time: true.",
+        ("pid", "comm", "exe", "type", "container_id", "vm_id"),
+        where=(("cpu_time_s", "!None"),),
+        extras=False,
+        kind="process",
+    ),
+)
+
 CPU_FAMILIES: tuple[Family, ...] = (
     *(_cpu_node(*row) for row in _CPU_NODE),
+    *_NODE_CPU,
     *_cpu_consumer("process", "pid", ("comm", "exe", "type", "container_id", "vm_id", "pod_uid", *_K8S)),
     *_cpu_consumer("container", "container_id", ("container_name", "runtime", "pod_uid", *_K8S)),
     *_cpu_consumer("pod", "pod_uid", _K8S),

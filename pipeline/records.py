@@ -198,6 +198,11 @@ class HostProcess(Record):
     vm_name: str | None = None  # qemu ``-name`` (its ``guest=`` part when given as ``guest=x,debug-threads=on``)
     hypervisor: str | None = None  # ``kvm`` for a qemu/kvm process
 
+    @property
+    def type(self) -> str:
+        """Kepler's process ``type``: ``vm``, ``container`` or ``regular``."""
+        return "vm" if self.vm_id is not None else "container" if self.container_id is not None else "regular"
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CpuZoneSample(Record):
@@ -224,6 +229,8 @@ class NodeCpuTime(Record):
     total_s: float  # user + nice + system + idle + iowait + irq + softirq + steal
     active_s: float  # total - idle - iowait
     cpu_count: int | None = None
+    # Δactive_s / Δtotal_s since the previous reading: set by the cpu_attribution processor (None before).
+    usage_ratio: float | None = None
 
 
 # --- processors ------------------------------------------------------------------------------

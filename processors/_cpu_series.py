@@ -101,7 +101,7 @@ def _process_attrs(host: HostProcess, workload: Workload | None) -> dict[str, st
         value = getattr(host, name)
         if value is not None:
             attrs[name] = str(value)
-    attrs["type"] = "vm" if host.vm_id is not None else "container" if host.container_id is not None else "regular"
+    attrs["type"] = host.type
     if workload is not None:
         for name in ("pod_name", "pod_namespace"):
             value = getattr(workload, name)

@@ -12,7 +12,9 @@ the GPU path. Processes' shares are summed per zone *type* (two sockets' ``packa
 (``processors/_cpu_series.py``).
 
 Out: a ``DevicePower`` (``device_type="cpu"``) and a ``DeviceTotals`` per zone, labelled ``zone`` and
-``path``; a ``Totals`` per process, container and pod per zone type, with ``device_id`` ``cpu:<zone>``.
+``path``; a ``Totals`` per process, container and pod per zone type, with ``device_id`` ``cpu:<zone>``; and the
+tick's usage ratio on its ``NodeCpuTime`` (``usage_ratio``, Kepler's ``kepler_node_cpu_usage_ratio``), with or
+without RAPL.
 Place it after the GPU processors (``idle``, ``attribution``, ``energy``); placed before them, they leave the CPU
 zones' records alone (they split and total GPUs only).
 """
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
@@ -131,10 +133,12 @@ class CpuAttributionProcessor:
         return {"zones": zones, **self.series.snapshot()}
 
     def process(self, batch: Batch) -> Batch:
+        ratio = self._ratio(batch)
+        if ratio is not None:  # the tick's ratio on its node CPU time: kepler_node_cpu_usage_ratio
+            batch = batch.replace(node_cpu=(replace(batch.node_cpu[0], usage_ratio=ratio), *batch.node_cpu[1:]))
         if "cpu_zones" not in batch.present and not self.zone_totals:
             return batch  # no RAPL on this node (or not yet): the GPU side alone
         now = batch.time
-        ratio = self._ratio(batch)
         hosts = {(h.pid, _start(h)): h for h in batch.host_processes if h.cpu_time_s is not None}
         if batch.host_processes and not hosts:
             self.ctx.telemetry.log.log(

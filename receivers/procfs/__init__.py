@@ -1,7 +1,8 @@
 """Receiver ``procfs``: every process on the node from /proc — comm, exe, start time, CPU time, the
 container and pod its cgroup names (containerd, CRI-O, Docker, podman; cgroup v1 and v2; systemd and
 cgroupfs drivers; nested and cgroup-namespaced paths), the VM a qemu/kvm process runs — and the node's CPU
-time from /proc/stat (:class:`NodeCpuTime`), every tick.
+time from /proc/stat (:class:`NodeCpuTime`), every tick; the node's logical CPUs from /proc/cpuinfo
+(:class:`CpuInfo`, Kepler's ``kepler_node_cpu_info``), read once and given every tick.
 
 It lists *every* process, not only those on a GPU: receivers run concurrently within a tick, so this one
 cannot see which pids the ``nvml`` receiver is about to list. The join happens downstream, by pid (and
@@ -18,11 +19,14 @@ Failure modes, each degrading rather than stopping:
 - ``exe`` unreadable (a kernel thread, or another user's process without CAP_SYS_PTRACE): absent;
 - a scan still running when the next tick asks (a hung /proc read): that tick gets no records;
 - ``/proc/stat`` unreadable: a warning, and ``node_cpu`` absent that tick.
+- ``/proc/cpuinfo`` missing, unreadable or not parseable: one warning naming the path and why, and no
+  ``cpu_info`` (not read again).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 from collections.abc import Sequence
@@ -33,8 +37,10 @@ from pydantic import Field
 
 from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
 from wattpipe.pipeline.records import Record
+from wattpipe.pipeline.records_cpu import CpuInfo
 from wattpipe.pipeline.telemetry import ComponentTelemetry
 from wattpipe.receivers.procfs._cgroup import CgroupIdentity, Runtime, parse_cgroup, parse_cgroup_path
+from wattpipe.receivers.procfs._cpuinfo import parse_cpuinfo
 from wattpipe.receivers.procfs._proc import ProcessTable, ProcStat, Scan, parse_stat
 
 __all__ = [
@@ -47,6 +53,7 @@ __all__ = [
     "factory",
     "parse_cgroup",
     "parse_cgroup_path",
+    "parse_cpuinfo",
     "parse_stat",
 ]
 
@@ -73,7 +80,7 @@ def clock_ticks_per_s() -> int:
         return 100
 
 
-_PROVIDES = frozenset({"host_processes", "node_cpu"})
+_PROVIDES = frozenset({"host_processes", "node_cpu", "cpu_info"})
 
 
 class ProcfsReceiver:
@@ -95,6 +102,7 @@ class ProcfsReceiver:
         # second one racing it over the cache. No thread starts until the first collect().
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="procfs")
         self._pending: Future[Scan] | None = None
+        self._cpu_info: list[CpuInfo] | None = None  # None: not read yet; [] missing or unreadable
 
     async def collect(self) -> Sequence[Record]:
         now = self.clock.now()
@@ -105,11 +113,28 @@ class ProcfsReceiver:
         scan = await asyncio.wrap_future(self._pending)
         for key, message in scan.problems:
             self._warn(key, message)
-        # node_cpu is absent, not empty, in a tick whose /proc/stat could not be read.
-        self.provides = _PROVIDES if scan.node_cpu is not None else _PROVIDES - {"node_cpu"}
-        if scan.node_cpu is None:
-            return scan.records
-        return [*scan.records, scan.node_cpu]
+        cpus = [dataclasses.replace(cpu, time=now) for cpu in self._read_cpu_info()]
+        # node_cpu (cpu_info) is absent, not empty, in a tick whose /proc/stat (a node whose /proc/cpuinfo)
+        # could not be read.
+        missing = {"node_cpu"} if scan.node_cpu is None else set()
+        missing |= set() if cpus else {"cpu_info"}
+        self.provides = _PROVIDES - missing
+        node = [] if scan.node_cpu is None else [scan.node_cpu]
+        return [*scan.records, *node, *cpus]
+
+    def _read_cpu_info(self) -> list[CpuInfo]:
+        """/proc/cpuinfo, parsed on the first tick only (it does not change while the node runs)."""
+        if self._cpu_info is None:
+            path = Path(self.config.root) / "cpuinfo"
+            try:
+                self._cpu_info = parse_cpuinfo(path.read_text(errors="replace"), self.clock.now())
+            except FileNotFoundError:
+                self._cpu_info = []  # a tree without it (the simulator's, a non-Linux /proc): said once, not a fault
+                self.rl.log.log(logging.DEBUG, "cpuinfo", f"receiver {self.component_id}: no {path}: no CPU info")
+            except (OSError, ValueError) as exc:
+                self._cpu_info = []
+                self._warn("cpuinfo", f"{path}: {exc}; no kepler_node_cpu_info")
+        return self._cpu_info
 
     async def shutdown(self) -> None:
         # The kept stat files are closed on the scanning thread, after a scan still running (if any).

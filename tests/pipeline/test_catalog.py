@@ -86,8 +86,8 @@ def test_names_are_unique_per_scheme_and_valid_for_prometheus(scheme: Scheme) ->
 
 def test_kepler_names_follow_prometheus_conventions_and_otel_names_the_rule() -> None:
     for family in FAMILIES:
-        if family.instrument == "counter":
-            assert family.kepler.endswith("_joules_total")
+        if family.instrument == "counter":  # a counter's name ends with its unit's word and _total
+            assert family.kepler.endswith({"J": "_joules_total", "s": "_seconds_total"}[family.unit])
         if family.unit == "W":
             assert family.kepler.endswith("_watts")
         if family.instrument == "info":

@@ -34,6 +34,7 @@ from wattpipe.pipeline.records import (
     Workload,
     record_kind,
 )
+from wattpipe.pipeline.records_cpu import CpuInfo
 from wattpipe.pipeline.records_topology import GpuLink, GpuSetScore
 
 T = Timestamp(monotonic_s=1000.0, wall_s=1_767_225_600.0)
@@ -89,6 +90,7 @@ def one_of_each() -> list[Record]:
         NodeCpuTime(time=T, total_s=400.0, active_s=100.0, cpu_count=4),
         GpuLink(time=T, gpu_a=0, gpu_b=1, link="NV2", pcie="NODE", nvlinks=2, score=220),
         GpuSetScore(time=T, size=2, free_gpus=2, score=220, gpus="0,1"),
+        CpuInfo(time=T, processor="0", vendor_id="GenuineIntel", model_name="Xeon", physical_id="0", core_id="0"),
     ]
 
 
@@ -97,7 +99,7 @@ def test_with_records_routes_each_record_type_to_its_field_and_marks_it_present(
     out = batch().with_records(records)
 
     assert out.present == frozenset(Batch.FIELDS)
-    assert out.count() == len(Batch.FIELDS) == 19
+    assert out.count() == len(Batch.FIELDS) == 20
     for record in records:
         field = Batch.field_for(type(record))
         assert getattr(out, field) == (record,), field
@@ -344,9 +346,10 @@ def test_positional_refuses_a_stub_in_another_order_than_the_class() -> None:
 
 def test_every_record_type_has_its_batch_field_and_the_quick_init() -> None:
     from wattpipe.pipeline.records import RECORD_TYPES as CORE
+    from wattpipe.pipeline.records_cpu import CPU_RECORD_TYPES
     from wattpipe.pipeline.records_topology import TOPOLOGY_RECORD_TYPES
 
-    RECORD_TYPES = CORE + TOPOLOGY_RECORD_TYPES
+    RECORD_TYPES = CORE + TOPOLOGY_RECORD_TYPES + CPU_RECORD_TYPES
     assert {Batch.field_for(t) for t in RECORD_TYPES} == set(Batch.FIELDS)
     assert len(Batch.FIELDS) == len(RECORD_TYPES)
     for record_type in RECORD_TYPES:  # the slot-setting __init__ (pipeline/_slots.py), not the dataclass's

@@ -16,6 +16,7 @@ from wattpipe import simulator
 from wattpipe.pipeline.clock import SteppedClock, Timestamp
 from wattpipe.pipeline.components import Registry
 from wattpipe.pipeline.records import HostProcess, NodeCpuTime
+from wattpipe.pipeline.records_cpu import CpuInfo
 from wattpipe.pipeline.telemetry import Telemetry
 from wattpipe.receivers.procfs import ProcfsConfig, ProcfsReceiver, factory, parse_stat
 from wattpipe.receivers.procfs._proc import Scan
@@ -80,8 +81,9 @@ def make_receiver(root: Path, clock: SteppedClock | None = None, **options: Any)
 
 def poll(receiver: ProcfsReceiver) -> dict[int, HostProcess]:
     records = asyncio.run(receiver.collect())
-    # The processes, then the node's CPU time where /proc/stat could be read (test_procfs_cpu.py).
-    assert all(isinstance(r, HostProcess) for r in records if not isinstance(r, NodeCpuTime))
+    # The processes, then the node's CPU time where /proc/stat could be read (test_procfs_cpu.py), then the
+    # node's CPUs where /proc/cpuinfo could be (test_procfs_cpuinfo.py).
+    assert all(isinstance(r, HostProcess) for r in records if not isinstance(r, (NodeCpuTime, CpuInfo)))
     return {r.pid: r for r in records if isinstance(r, HostProcess)}
 
 
@@ -246,6 +248,7 @@ def test_a_process_that_vanishes_mid_read_is_skipped_silently(
     write_process(proc, 10, "alive")
     half = write_process(proc, 11, "dying")
     (half / "comm").unlink()  # it exited between the stat read and the comm read
+    (proc / "cpuinfo").write_text("processor : 0\n")  # a missing one is a debug line: this test wants none
     receiver = make_receiver(proc)
     # And pid 12 was listed, then exited before its stat was read.
     listed = receiver.table._pids
@@ -360,7 +363,7 @@ def test_factory_defaults_and_registration() -> None:
     assert isinstance(config, ProcfsConfig)
     assert (config.root, config.max_processes) == ("/proc", 10_000)
     assert (factory.type, factory.kind, factory.stability) == ("procfs", "receiver", "alpha")
-    assert factory.provides == frozenset({"host_processes", "node_cpu"})
+    assert factory.provides == frozenset({"host_processes", "node_cpu", "cpu_info"})
     receiver = factory.create(make_context("procfs", "receiver"), config)
     assert isinstance(receiver, ProcfsReceiver)
     assert receiver.provides == factory.provides
