@@ -26,7 +26,8 @@ def exported_pods(stdout: str) -> tuple[dict[tuple[str, str], int], int]:
         if r["time"] != last:
             continue
         attrs, values = r["attributes"], r["values"]
-        if r["type"] == "Totals" and attrs["scope"] == "pod":
+        # GPU totals only: the demo config also bills the pods' CPU energy (device_id cpu:<zone>).
+        if r["type"] == "Totals" and attrs["scope"] == "pod" and not attrs["device_id"].startswith("cpu:"):
             key = (attrs["pod_namespace"], attrs["pod_name"])
             pods[key] = pods.get(key, 0) + values["energy_mj"]
         elif r["type"] == "DevicePower":

@@ -185,7 +185,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 
 # --- what the same tick looks like in both -----------------------------------------------------------
 
-_UNIT_WORDS = {"W": "watts", "J": "joules"}
+_UNIT_WORDS = {"W": "watts", "J": "joules", "s": "seconds"}
 
 
 def prometheus_series(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -281,6 +281,7 @@ UNITS = {
     "wattpipe.device.up": ("", "gauge"),
     "wattpipe.gpu.info": ("", "gauge"),
     "wattpipe.gpu.attribution": ("", "gauge"),
+    "process.cpu.time": ("s", "sum"),  # procfs reads every process's CPU time (cpu_time: true, its default)
 }
 
 
