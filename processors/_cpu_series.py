@@ -227,6 +227,8 @@ class CpuSeries:
             for group, members in self._members.items():
                 if any(pk not in hosts for pk in members):
                     self._members[group] = {pk for pk in members if pk in hosts}
+        if listed:
+            self._adopt_restored(hosts)
         for gkey, gseries in self.groups.items():
             if gkey in group_mj:
                 continue
@@ -236,6 +238,24 @@ class CpuSeries:
         for gkey in prune(self.groups, wall_s, lambda _: self.retention_s, self.max_terminated):
             if not any(k[:2] == gkey[:2] for k in self.groups):
                 self._members.pop(gkey[:2], None)
+
+    def _adopt_restored(self, hosts: Mapping[tuple[int, int], HostProcess]) -> None:
+        """Groups restored from the state file know no members yet: their members are the listed processes
+        of their container, pod or VM (else a restored group whose processes idle would end, and be pruned)."""
+        unknown = {gkey[:2] for gkey in self.groups} - self._members.keys()
+        if not unknown:
+            return
+        for member in unknown:
+            self._members[member] = set()
+        for pk, host in hosts.items():
+            ids: tuple[tuple[GroupScope, str | None], ...] = (
+                ("container", host.container_id),
+                ("pod", host.pod_uid),
+                ("vm", host.vm_id),
+            )
+            for scope, group in ids:
+                if group is not None and (scope, group) in unknown:
+                    self._members[(scope, group)].add(pk)
 
     @staticmethod
     def _idle_or_gone(series: Series, zone: str, tick: TickShares, gone: bool, wall_s: float) -> None:

@@ -446,3 +446,38 @@ def test_gpu_processors_after_it_leave_cpu_zones_alone() -> None:
     assert out.shares == ()
     assert [(d.device_id, d.energy_mj) for d in out.device_totals] == [("intel-rapl:0", 10_000)]  # cpu_attribution's
     assert [t.key for t in out.totals if t.scope == "process"] == ["99"]
+
+
+def test_after_a_restart_a_listed_idle_processs_pod_stays_running_and_keeps_its_total(tmp_path: Path) -> None:
+    # Restored groups know no members yet: the processes listed decide whether they are running. A pod whose
+    # process is listed but idle must not end (nor be pruned and start again from 0) after a restart.
+    node = Node(zones={"intel-rapl:0": ("package", 0, 0, 0)})
+    node.spawn(70, container_id="c7", pod_uid="p7", vm_id=None)
+    store = StateStore(tmp_path / "s.json", node.clock, "n")
+    proc = processor(store, terminated_retention=5.0)
+    step(proc, node)
+    node.spend("intel-rapl:0", 20_000)
+    node.total_s += 10.0
+    node.active_s += 5.0
+    node.run(70, 5.0)
+    step(proc, node)
+    store.put("metrics/cpu_attribution", proc.snapshot())
+    store.save()
+    reloaded = StateStore(tmp_path / "s.json", node.clock, "n")
+    reloaded.load()
+    again = processor(reloaded, terminated_retention=5.0)
+    out = step(again, node)  # a baseline: no shares this tick, the process still listed
+    assert {t.state for t in out.totals} == {"running"}
+    for _ in range(3):  # idle ticks, longer than the retention
+        node.total_s += 10.0
+        out = step(again, node)
+        assert totals(out, "pod")[("p7", "cpu:package")].state == "running"
+        assert totals(out, "container")[("c7", "cpu:package")].energy_mj == 10_000
+    node.spend("intel-rapl:0", 20_000)
+    node.total_s += 10.0
+    node.active_s += 5.0
+    node.run(70, 5.0)
+    out = step(again, node)
+    assert totals(out, "process")[("70", "cpu:package")].energy_mj == 20_000
+    assert totals(out, "pod")[("p7", "cpu:package")].energy_mj == 20_000
+    assert totals(out, "container")[("c7", "cpu:package")].energy_mj == 20_000
