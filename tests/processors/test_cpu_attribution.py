@@ -3,7 +3,7 @@ containers / pods / VMs are sums of theirs; exact integer conservation per zone 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -481,3 +481,49 @@ def test_after_a_restart_a_listed_idle_processs_pod_stays_running_and_keeps_its_
     assert totals(out, "process")[("70", "cpu:package")].energy_mj == 20_000
     assert totals(out, "pod")[("p7", "cpu:package")].energy_mj == 20_000
     assert totals(out, "container")[("c7", "cpu:package")].energy_mj == 20_000
+
+
+def _started_at(node: Node, pid: int, seconds_ago: float) -> None:
+    node.procs[pid] = replace(node.procs[pid], start_wall_s=node.clock.now().wall_s - seconds_ago)
+
+
+def test_a_process_started_while_the_listing_failed_counts_from_its_start() -> None:
+    # The readings the next delta is taken from are the last listing's: a process that started after it (during
+    # a failed listing) counts all its CPU time, as the older processes count theirs since that listing.
+    node = Node(zones={"intel-rapl:0": ("package", 0, 0, 0)})
+    node.spawn(1)
+    proc = processor()
+    step(proc, node)  # t = 0: the last listing
+    node.spawn(2, cpu_s=2.0)
+    _started_at(node, 2, 2.0)  # started at 3 s, between that listing and the failed one
+    node.run(1, 2.0)
+    node.listed = False
+    node.spend("intel-rapl:0", 10_000)
+    node.total_s += 10.0
+    node.active_s += 5.0
+    step(proc, node)  # t = 5: /proc did not answer, the tick unattributed
+    node.listed = True
+    node.run(1, 2.0)
+    node.run(2, 2.0)
+    node.spend("intel-rapl:0", 10_000)
+    node.total_s += 10.0
+    node.active_s += 5.0
+    out = step(proc, node)  # t = 10: both used 4 s since the t = 0 listing
+    assert {k[0]: t.energy_mj for k, t in totals(out, "process").items()} == {"1": 2_500, "2": 2_500}
+
+
+def test_a_start_time_a_clock_tick_before_the_last_listing_still_counts_its_first_tick() -> None:
+    # start_time (clock ticks) and /proc/uptime are both truncated to 10 ms: a process that started just after
+    # the last listing can read up to ~10 ms before it. Not listed then, it is new: its first tick counts.
+    node = Node(zones={"intel-rapl:0": ("package", 0, 0, 0)})
+    node.spawn(1)
+    proc = processor()
+    step(proc, node)  # t = 0
+    node.spawn(2, cpu_s=2.0)
+    _started_at(node, 2, 5.01)  # 10 ms before the t = 0 listing
+    node.run(1, 2.0)
+    node.spend("intel-rapl:0", 8_000)
+    node.total_s += 10.0
+    node.active_s += 4.0
+    out = step(proc, node)
+    assert {k[0]: t.energy_mj for k, t in totals(out, "process").items()} == {"1": 1_600, "2": 1_600}
