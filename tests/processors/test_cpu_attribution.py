@@ -527,3 +527,41 @@ def test_a_start_time_a_clock_tick_before_the_last_listing_still_counts_its_firs
     node.active_s += 4.0
     out = step(proc, node)
     assert {k[0]: t.energy_mj for k, t in totals(out, "process").items()} == {"1": 1_600, "2": 1_600}
+
+
+@settings(max_examples=40, deadline=None)
+@given(ticks())
+def test_groups_are_the_sums_of_their_processes_and_the_zones_attributed_energy_with_churn(
+    plan: list[tuple[list[int], float, dict[int, float]]],
+) -> None:
+    # Every tick, nothing pruned: each container, pod and VM total is the sum of its processes' totals per zone
+    # type, and the processes' totals per zone type are the zones' attributed energy, to the millijoule. A pid
+    # that comes back is a new process (a new start time).
+    node = Node(zones={"intel-rapl:0": ("package", 0, 0, 0), "intel-rapl:1": ("package", 1, 0, 0)})
+    proc = processor(terminated_retention=1e9, max_terminated=10_000)
+    step(proc, node)
+    starts = iter(range(1000, 10_000))
+    for mj, ratio, live in plan:
+        for pid in list(node.procs):
+            if pid not in live:
+                del node.procs[pid]
+        for pid, cpu_s in live.items():
+            if pid in node.procs:
+                node.run(pid, cpu_s)
+                continue
+            node.spawn(pid, cpu_s=cpu_s, container_id=f"c{pid % 3}", pod_uid=f"p{pid % 2}", vm_id=f"v{pid % 4}")
+            node.procs[pid] = replace(node.procs[pid], start_time_ticks=next(starts))
+        for path, spend in zip(("intel-rapl:0", "intel-rapl:1"), mj, strict=True):
+            node.spend(path, max(spend, 0))
+        node.total_s += 100.0
+        node.active_s += 100.0 * ratio
+        step(proc, node)
+        by_process: dict[tuple[str, str, str], int] = {}
+        for (pid, _, zone), series in proc.series.processes.items():
+            groups = (("container", f"c{pid % 3}"), ("pod", f"p{pid % 2}"), ("vm", f"v{pid % 4}"))
+            for scope, key in groups:
+                by_process[(scope, key, zone)] = by_process.get((scope, key, zone), 0) + series.energy_mj
+        groups_mj = {key: s.energy_mj for key, s in proc.series.groups.items()}
+        assert {k: v for k, v in by_process.items() if v} == {k: v for k, v in groups_mj.items() if v}
+        attributed = sum(z.active_mj - z.unattributed_mj for z in proc.zone_totals.values())
+        assert sum(s.energy_mj for s in proc.series.processes.values()) == attributed
