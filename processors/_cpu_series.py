@@ -145,6 +145,7 @@ class CpuSeries:
         self._known: dict[tuple[int, int], _Identity] = {}
         self._members: dict[tuple[GroupScope, str], set[tuple[int, int]]] = {}
         self._order = Order(_process_columns)
+        self._restored = False  # groups restored whose members the next listing tells
 
     def _identity(self, pk: tuple[int, int], host: HostProcess, names: Names) -> _Identity:
         known = self._known.get(pk)
@@ -227,7 +228,7 @@ class CpuSeries:
             for group, members in self._members.items():
                 if any(pk not in hosts for pk in members):
                     self._members[group] = {pk for pk in members if pk in hosts}
-        if listed:
+        if listed and self._restored:
             self._adopt_restored(hosts)
         for gkey, gseries in self.groups.items():
             if gkey in group_mj:
@@ -242,6 +243,7 @@ class CpuSeries:
     def _adopt_restored(self, hosts: Mapping[tuple[int, int], HostProcess]) -> None:
         """Groups restored from the state file know no members yet: their members are the listed processes
         of their container, pod or VM (else a restored group whose processes idle would end, and be pruned)."""
+        self._restored = False
         unknown = {gkey[:2] for gkey in self.groups} - self._members.keys()
         if not unknown:
             return
@@ -306,3 +308,4 @@ class CpuSeries:
             scope = str(row["scope"])
             if scope in ("container", "pod", "vm"):
                 self.groups[(cast(GroupScope, scope), str(row["key"]), str(row["zone"]))] = restore(row)
+        self._restored = bool(self.groups)
