@@ -209,9 +209,11 @@ class CpuAttributionProcessor:
         once, so a process's shares in one type are one apportioning; a zone's whole active energy is either
         attributed or unattributed (the weights are the same for every zone)."""
         samples = sorted(batch.cpu_zones, key=lambda z: z.path)
+        # Zones per type, every zone read so far: one that did not answer this tick keeps its share of idle_w.
+        zone_of = {path: z.zone for path, z in self._zones.items()} | {z.path: z.zone for z in samples}
         per_type: dict[str, int] = {}
-        for z in samples:
-            per_type[z.zone] = per_type.get(z.zone, 0) + 1
+        for zone in zone_of.values():
+            per_type[zone] = per_type.get(zone, 0) + 1
         parts: list[tuple[CpuZoneSample, float, int, int, bool, bool, ZoneIdle | None, bool]] = []
         active_by_type: dict[str, int] = {}
         for sample in samples:

@@ -565,3 +565,19 @@ def test_groups_are_the_sums_of_their_processes_and_the_zones_attributed_energy_
         assert {k: v for k, v in by_process.items() if v} == {k: v for k, v in groups_mj.items() if v}
         attributed = sum(z.active_mj - z.unattributed_mj for z in proc.zone_totals.values())
         assert sum(s.energy_mj for s in proc.series.processes.values()) == attributed
+
+
+def test_idle_mode_keeps_each_zones_share_of_the_idle_when_another_zone_of_its_type_did_not_answer() -> None:
+    # idle_w is the node's, split over the zone type's zones: one socket missing from a tick (unreadable, its
+    # counter's file gone) does not hand its share of the idle to the other.
+    node = Node(zones={"intel-rapl:0": ("package", 0, 0, 0), "intel-rapl:1": ("package", 1, 0, 0)})
+    node.spawn(40)
+    proc = processor(mode="idle", idle_w={"package": 40.0})
+    step(proc, node)
+    del node.zones["intel-rapl:1"]
+    node.spend("intel-rapl:0", 130_000)  # 26 W; its idle 20 W
+    node.total_s += 10.0
+    node.active_s += 1.0
+    node.run(40, 1.0)
+    (power,) = step(proc, node).device_power
+    assert (power.idle_energy_mj, power.active_energy_mj) == (100_000, 30_000)
