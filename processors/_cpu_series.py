@@ -145,6 +145,7 @@ class CpuSeries:
         self._known: dict[tuple[int, int], _Identity] = {}
         self._members: dict[tuple[GroupScope, str], set[tuple[int, int]]] = {}
         self._order = Order(_process_columns)
+        self._restored = False  # groups restored whose members the next listing tells
 
     def _identity(self, pk: tuple[int, int], host: HostProcess, names: Names) -> _Identity:
         known = self._known.get(pk)
@@ -227,6 +228,8 @@ class CpuSeries:
             for group, members in self._members.items():
                 if any(pk not in hosts for pk in members):
                     self._members[group] = {pk for pk in members if pk in hosts}
+        if listed and self._restored:
+            self._adopt_restored(hosts)
         for gkey, gseries in self.groups.items():
             if gkey in group_mj:
                 continue
@@ -236,6 +239,25 @@ class CpuSeries:
         for gkey in prune(self.groups, wall_s, lambda _: self.retention_s, self.max_terminated):
             if not any(k[:2] == gkey[:2] for k in self.groups):
                 self._members.pop(gkey[:2], None)
+
+    def _adopt_restored(self, hosts: Mapping[tuple[int, int], HostProcess]) -> None:
+        """Groups restored from the state file know no members yet: their members are the listed processes
+        of their container, pod or VM (else a restored group whose processes idle would end, and be pruned)."""
+        self._restored = False
+        unknown = {gkey[:2] for gkey in self.groups} - self._members.keys()
+        if not unknown:
+            return
+        for member in unknown:
+            self._members[member] = set()
+        for pk, host in hosts.items():
+            ids: tuple[tuple[GroupScope, str | None], ...] = (
+                ("container", host.container_id),
+                ("pod", host.pod_uid),
+                ("vm", host.vm_id),
+            )
+            for scope, group in ids:
+                if group is not None and (scope, group) in unknown:
+                    self._members[(scope, group)].add(pk)
 
     @staticmethod
     def _idle_or_gone(series: Series, zone: str, tick: TickShares, gone: bool, wall_s: float) -> None:
@@ -286,3 +308,4 @@ class CpuSeries:
             scope = str(row["scope"])
             if scope in ("container", "pod", "vm"):
                 self.groups[(cast(GroupScope, scope), str(row["key"]), str(row["zone"]))] = restore(row)
+        self._restored = bool(self.groups)

@@ -42,6 +42,10 @@ from wattpipe.processors.attribution_math import apportion
 __all__ = ["CpuAttributionConfig", "CpuAttributionProcessor", "factory"]
 
 _UNKNOWN_START = -1
+# A start time read from /proc is whole clock ticks (10 ms) from a boot time off /proc/uptime (10 ms too): it can
+# read up to about 20 ms before the process truly started. One not in the last listing that reads as started this
+# close before it started after it (had it run then, the listing would have had it): its first tick counts.
+_START_SLACK_S = 0.02
 
 
 class CpuAttributionConfig(ComponentConfig):
@@ -156,7 +160,6 @@ class CpuAttributionProcessor:
             read_zones=frozenset(p.device_name or "" for p in powers),
         )
         self.series.update(now, tick, hosts, Names.of(batch.workloads), weights.listed)
-        self._last_wall_s = now.wall_s
         return batch.replace(
             device_power=batch.device_power + tuple(powers),
             device_totals=batch.device_totals + self._device_totals(now),
@@ -173,8 +176,9 @@ class CpuAttributionProcessor:
         return usage_ratio(node.active_s - previous.active_s, node.total_s - previous.total_s)
 
     def _weights(self, batch: Batch, hosts: Mapping[tuple[int, int], HostProcess]) -> _Weights:
-        """Each listed process's CPU-time delta over the tick (s): all of it for one started inside the tick,
-        none for one first seen that started before (its time before is not this tick's)."""
+        """Each listed process's CPU-time delta since the last listing (s): all of it for one started since,
+        none for one first seen that started before (its time before is not this tick's). After a failed listing
+        the deltas span the gap, and a process that started in it counts from its start."""
         if "host_processes" not in batch.present:
             return _Weights([], [], listed=False)  # keep the previous readings: the next delta spans the gap
         keys, cpu_s = [], []
@@ -185,7 +189,7 @@ class CpuAttributionProcessor:
             before = previous.get(key)
             if before is not None:
                 delta = now_s - before
-            elif since is not None and host.start_wall_s is not None and host.start_wall_s >= since:
+            elif since is not None and host.start_wall_s is not None and host.start_wall_s >= since - _START_SLACK_S:
                 delta = now_s  # its first tick counts
             else:
                 delta = 0.0
@@ -193,6 +197,7 @@ class CpuAttributionProcessor:
                 keys.append(key)
                 cpu_s.append(delta)
         self._cpu_s = {key: host.cpu_time_s or 0.0 for key, host in hosts.items()}
+        self._last_wall_s = batch.time.wall_s  # when the readings the next deltas start from were taken
         return _Weights(keys, cpu_s, listed=True)
 
     # --- the split ---------------------------------------------------------------------------------
@@ -204,9 +209,11 @@ class CpuAttributionProcessor:
         once, so a process's shares in one type are one apportioning; a zone's whole active energy is either
         attributed or unattributed (the weights are the same for every zone)."""
         samples = sorted(batch.cpu_zones, key=lambda z: z.path)
+        # Zones per type, every zone read so far: one that did not answer this tick keeps its share of idle_w.
+        zone_of = {path: z.zone for path, z in self._zones.items()} | {z.path: z.zone for z in samples}
         per_type: dict[str, int] = {}
-        for z in samples:
-            per_type[z.zone] = per_type.get(z.zone, 0) + 1
+        for zone in zone_of.values():
+            per_type[zone] = per_type.get(zone, 0) + 1
         parts: list[tuple[CpuZoneSample, float, int, int, bool, bool, ZoneIdle | None, bool]] = []
         active_by_type: dict[str, int] = {}
         for sample in samples:

@@ -3,7 +3,7 @@ containers / pods / VMs are sums of theirs; exact integer conservation per zone 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -446,3 +446,138 @@ def test_gpu_processors_after_it_leave_cpu_zones_alone() -> None:
     assert out.shares == ()
     assert [(d.device_id, d.energy_mj) for d in out.device_totals] == [("intel-rapl:0", 10_000)]  # cpu_attribution's
     assert [t.key for t in out.totals if t.scope == "process"] == ["99"]
+
+
+def test_after_a_restart_a_listed_idle_processs_pod_stays_running_and_keeps_its_total(tmp_path: Path) -> None:
+    # Restored groups know no members yet: the processes listed decide whether they are running. A pod whose
+    # process is listed but idle must not end (nor be pruned and start again from 0) after a restart.
+    node = Node(zones={"intel-rapl:0": ("package", 0, 0, 0)})
+    node.spawn(70, container_id="c7", pod_uid="p7", vm_id=None)
+    store = StateStore(tmp_path / "s.json", node.clock, "n")
+    proc = processor(store, terminated_retention=5.0)
+    step(proc, node)
+    node.spend("intel-rapl:0", 20_000)
+    node.total_s += 10.0
+    node.active_s += 5.0
+    node.run(70, 5.0)
+    step(proc, node)
+    store.put("metrics/cpu_attribution", proc.snapshot())
+    store.save()
+    reloaded = StateStore(tmp_path / "s.json", node.clock, "n")
+    reloaded.load()
+    again = processor(reloaded, terminated_retention=5.0)
+    out = step(again, node)  # a baseline: no shares this tick, the process still listed
+    assert {t.state for t in out.totals} == {"running"}
+    for _ in range(3):  # idle ticks, longer than the retention
+        node.total_s += 10.0
+        out = step(again, node)
+        assert totals(out, "pod")[("p7", "cpu:package")].state == "running"
+        assert totals(out, "container")[("c7", "cpu:package")].energy_mj == 10_000
+    node.spend("intel-rapl:0", 20_000)
+    node.total_s += 10.0
+    node.active_s += 5.0
+    node.run(70, 5.0)
+    out = step(again, node)
+    assert totals(out, "process")[("70", "cpu:package")].energy_mj == 20_000
+    assert totals(out, "pod")[("p7", "cpu:package")].energy_mj == 20_000
+    assert totals(out, "container")[("c7", "cpu:package")].energy_mj == 20_000
+
+
+def _started_at(node: Node, pid: int, seconds_ago: float) -> None:
+    node.procs[pid] = replace(node.procs[pid], start_wall_s=node.clock.now().wall_s - seconds_ago)
+
+
+def test_a_process_started_while_the_listing_failed_counts_from_its_start() -> None:
+    # The readings the next delta is taken from are the last listing's: a process that started after it (during
+    # a failed listing) counts all its CPU time, as the older processes count theirs since that listing.
+    node = Node(zones={"intel-rapl:0": ("package", 0, 0, 0)})
+    node.spawn(1)
+    proc = processor()
+    step(proc, node)  # t = 0: the last listing
+    node.spawn(2, cpu_s=2.0)
+    _started_at(node, 2, 2.0)  # started at 3 s, between that listing and the failed one
+    node.run(1, 2.0)
+    node.listed = False
+    node.spend("intel-rapl:0", 10_000)
+    node.total_s += 10.0
+    node.active_s += 5.0
+    step(proc, node)  # t = 5: /proc did not answer, the tick unattributed
+    node.listed = True
+    node.run(1, 2.0)
+    node.run(2, 2.0)
+    node.spend("intel-rapl:0", 10_000)
+    node.total_s += 10.0
+    node.active_s += 5.0
+    out = step(proc, node)  # t = 10: both used 4 s since the t = 0 listing
+    assert {k[0]: t.energy_mj for k, t in totals(out, "process").items()} == {"1": 2_500, "2": 2_500}
+
+
+def test_a_start_time_a_clock_tick_before_the_last_listing_still_counts_its_first_tick() -> None:
+    # start_time (clock ticks) and /proc/uptime are both truncated to 10 ms: a process that started just after
+    # the last listing can read up to ~10 ms before it. Not listed then, it is new: its first tick counts.
+    node = Node(zones={"intel-rapl:0": ("package", 0, 0, 0)})
+    node.spawn(1)
+    proc = processor()
+    step(proc, node)  # t = 0
+    node.spawn(2, cpu_s=2.0)
+    _started_at(node, 2, 5.01)  # 10 ms before the t = 0 listing
+    node.run(1, 2.0)
+    node.spend("intel-rapl:0", 8_000)
+    node.total_s += 10.0
+    node.active_s += 4.0
+    out = step(proc, node)
+    assert {k[0]: t.energy_mj for k, t in totals(out, "process").items()} == {"1": 1_600, "2": 1_600}
+
+
+@settings(max_examples=40, deadline=None)
+@given(ticks())
+def test_groups_are_the_sums_of_their_processes_and_the_zones_attributed_energy_with_churn(
+    plan: list[tuple[list[int], float, dict[int, float]]],
+) -> None:
+    # Every tick, nothing pruned: each container, pod and VM total is the sum of its processes' totals per zone
+    # type, and the processes' totals per zone type are the zones' attributed energy, to the millijoule. A pid
+    # that comes back is a new process (a new start time).
+    node = Node(zones={"intel-rapl:0": ("package", 0, 0, 0), "intel-rapl:1": ("package", 1, 0, 0)})
+    proc = processor(terminated_retention=1e9, max_terminated=10_000)
+    step(proc, node)
+    starts = iter(range(1000, 10_000))
+    for mj, ratio, live in plan:
+        for pid in list(node.procs):
+            if pid not in live:
+                del node.procs[pid]
+        for pid, cpu_s in live.items():
+            if pid in node.procs:
+                node.run(pid, cpu_s)
+                continue
+            node.spawn(pid, cpu_s=cpu_s, container_id=f"c{pid % 3}", pod_uid=f"p{pid % 2}", vm_id=f"v{pid % 4}")
+            node.procs[pid] = replace(node.procs[pid], start_time_ticks=next(starts))
+        for path, spend in zip(("intel-rapl:0", "intel-rapl:1"), mj, strict=True):
+            node.spend(path, max(spend, 0))
+        node.total_s += 100.0
+        node.active_s += 100.0 * ratio
+        step(proc, node)
+        by_process: dict[tuple[str, str, str], int] = {}
+        for (pid, _, zone), series in proc.series.processes.items():
+            groups = (("container", f"c{pid % 3}"), ("pod", f"p{pid % 2}"), ("vm", f"v{pid % 4}"))
+            for scope, key in groups:
+                by_process[(scope, key, zone)] = by_process.get((scope, key, zone), 0) + series.energy_mj
+        groups_mj = {key: s.energy_mj for key, s in proc.series.groups.items()}
+        assert {k: v for k, v in by_process.items() if v} == {k: v for k, v in groups_mj.items() if v}
+        attributed = sum(z.active_mj - z.unattributed_mj for z in proc.zone_totals.values())
+        assert sum(s.energy_mj for s in proc.series.processes.values()) == attributed
+
+
+def test_idle_mode_keeps_each_zones_share_of_the_idle_when_another_zone_of_its_type_did_not_answer() -> None:
+    # idle_w is the node's, split over the zone type's zones: one socket missing from a tick (unreadable, its
+    # counter's file gone) does not hand its share of the idle to the other.
+    node = Node(zones={"intel-rapl:0": ("package", 0, 0, 0), "intel-rapl:1": ("package", 1, 0, 0)})
+    node.spawn(40)
+    proc = processor(mode="idle", idle_w={"package": 40.0})
+    step(proc, node)
+    del node.zones["intel-rapl:1"]
+    node.spend("intel-rapl:0", 130_000)  # 26 W; its idle 20 W
+    node.total_s += 10.0
+    node.active_s += 1.0
+    node.run(40, 1.0)
+    (power,) = step(proc, node).device_power
+    assert (power.idle_energy_mj, power.active_energy_mj) == (100_000, 30_000)
