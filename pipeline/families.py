@@ -9,7 +9,7 @@ family's labelled values is :mod:`pipeline.labels`. Import both through :mod:`pi
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Literal
 
 from wattpipe.pipeline.records import (
@@ -204,44 +204,61 @@ def _energy(kepler: str, otel: str, value: str, help: str) -> Family:
     return Family(kepler, otel, DeviceTotals, value, "counter", "J", help, _DEVICE, where=_GPU, divisor=_MJ)
 
 
+def _consumer_families(
+    scope: str,
+    device: Literal["gpu", "cpu"],
+    kind: Literal["process", "container", "pod"],
+    key: str,
+    labels: tuple[str, ...],
+    optional: tuple[str, ...],
+    where: tuple[tuple[str, str], ...],
+    energy_help: str,
+    power_help: str,
+) -> tuple[Family, Family]:
+    """A consumer's energy counter and power gauge, from its Totals records (``key``: what a Totals ``key`` is
+    for this scope)."""
+    energy = Family(
+        f"kepler_{scope}_{device}_joules_total",
+        f"wattpipe.{scope}.{device}.energy",
+        Totals,
+        "energy_mj",
+        "counter",
+        "J",
+        energy_help,
+        labels,
+        optional=optional,
+        where=where,
+        aliases=(("key", key),),
+        divisor=_MJ,
+        kind=kind,
+    )
+    power = replace(
+        energy,
+        kepler=f"kepler_{scope}_{device}_watts",
+        otel=f"wattpipe.{scope}.{device}.power",
+        value="power_w",
+        instrument="gauge",
+        unit="W",
+        help=power_help,
+        divisor=1,
+    )
+    return energy, power
+
+
 def _consumer(
     scope: Literal["process", "container", "pod"], key: str, optional: tuple[str, ...]
 ) -> tuple[Family, Family]:
-    def family(kepler: str, otel: str, value: str, instrument: Instrument, unit: str, help: str) -> Family:
-        return Family(
-            kepler,
-            otel,
-            Totals,
-            value,
-            instrument,
-            unit,
-            help,
-            (key, "device_index", "device_id", "vendor", "state"),
-            optional=optional,
-            where=(("scope", scope), ("device_id", _NOT_CPU)),
-            aliases=(("key", key),),
-            divisor=_MJ if unit == "J" else 1,
-            kind=scope,
-        )
-
-    return (
-        family(
-            f"kepler_{scope}_gpu_joules_total",
-            f"wattpipe.{scope}.gpu.energy",
-            "energy_mj",
-            "counter",
-            "J",
-            f"GPU energy attributed to a {scope} on one GPU since its series began; terminated series stay for "
-            "the energy processor's retention.",
-        ),
-        family(
-            f"kepler_{scope}_gpu_watts",
-            f"wattpipe.{scope}.gpu.power",
-            "power_w",
-            "gauge",
-            "W",
-            f"GPU power attributed to a {scope} on one GPU over the last tick (0 once terminated; absent while its GPU does not answer).",
-        ),
+    return _consumer_families(
+        scope,
+        "gpu",
+        scope,
+        key,
+        (key, "device_index", "device_id", "vendor", "state"),
+        optional,
+        (("scope", scope), ("device_id", _NOT_CPU)),
+        f"GPU energy attributed to a {scope} on one GPU since its series began; terminated series stay for "
+        "the energy processor's retention.",
+        f"GPU power attributed to a {scope} on one GPU over the last tick (0 once terminated; absent while its GPU does not answer).",
     )
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from wattpipe.pipeline.families import _CPU, _CPU_TOTALS, _K8S, _MJ, Family, Instrument
-from wattpipe.pipeline.records import DevicePower, DeviceTotals, HostProcess, NodeCpuTime, Record, Totals
+from wattpipe.pipeline.families import _CPU, _CPU_TOTALS, _K8S, _MJ, Family, Instrument, _consumer_families
+from wattpipe.pipeline.records import DevicePower, DeviceTotals, HostProcess, NodeCpuTime, Record
 from wattpipe.pipeline.records_cpu import CpuInfo
 
 __all__ = ["CPU_FAMILIES"]
@@ -28,42 +28,17 @@ def _cpu_consumer(
     record_scope = "instance" if scope == "vm" else scope
     who = "VM" if scope == "vm" else scope
     kind: Literal["process", "container", "pod"] = "container" if scope == "vm" else scope
-
-    def family(kepler: str, otel: str, value: str, instrument: Instrument, unit: str, help: str) -> Family:
-        return Family(
-            kepler,
-            otel,
-            Totals,
-            value,
-            instrument,
-            unit,
-            help,
-            (key, "state"),
-            optional=("zone", *optional),
-            where=(("scope", record_scope), ("device_id", _CPU_TOTALS)),
-            aliases=(("key", key),),
-            divisor=_MJ if unit == "J" else 1,
-            kind=kind,
-        )
-
-    return (
-        family(
-            f"kepler_{scope}_cpu_joules_total",
-            f"wattpipe.{scope}.cpu.energy",
-            "energy_mj",
-            "counter",
-            "J",
-            f"CPU energy (a RAPL zone type's active energy) attributed to a {who} by CPU time since its series "
-            "began; terminated series stay for cpu_attribution's retention.",
-        ),
-        family(
-            f"kepler_{scope}_cpu_watts",
-            f"wattpipe.{scope}.cpu.power",
-            "power_w",
-            "gauge",
-            "W",
-            f"CPU power attributed to a {who} in one zone type over the last tick (0 once terminated).",
-        ),
+    return _consumer_families(
+        scope,
+        "cpu",
+        kind,
+        key,
+        (key, "state"),
+        ("zone", *optional),
+        (("scope", record_scope), ("device_id", _CPU_TOTALS)),
+        f"CPU energy (a RAPL zone type's active energy) attributed to a {who} by CPU time since its series "
+        "began; terminated series stay for cpu_attribution's retention.",
+        f"CPU power attributed to a {who} in one zone type over the last tick (0 once terminated).",
     )
 
 
