@@ -392,17 +392,6 @@ _TEXTS_KEEP = 4
 _NONES = itertools.repeat(None)
 
 
-def _matches(value: object, wanted: str) -> bool:
-    """``where``'s tests: ``"!None"`` present, ``"^x"`` text starts with x, ``"!^x"`` does not, else equal."""
-    if wanted == "!None":
-        return value is not None
-    if wanted.startswith("^"):
-        return value is not None and str(value).startswith(wanted[1:])
-    if wanted.startswith("!^"):
-        return value is None or not str(value).startswith(wanted[2:])
-    return str(value) == wanted
-
-
 # LabelEngine._token. Label actions and device attributes take part in every cache key; hashing them once per call, not once
 # per record, is what these tokens are for. A token is never reused for another value, so dropping the
 # table only costs cache misses. The count is shared by every engine.
