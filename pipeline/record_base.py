@@ -4,7 +4,7 @@ how a record describes itself (its kind, identifying attributes, measurements, J
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -16,20 +16,6 @@ Attrs = tuple[tuple[str, str], ...]
 """Extra attributes on a record: sorted (name, value) pairs, so a record stays hashable and frozen."""
 
 RecordKind = Literal["device", "process", "container", "pod", "instance"]
-
-
-def _fmt(value: object) -> str:
-    return str(value)
-
-
-def _base_attributes(record: Record, names: Iterable[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for name in names:
-        value = getattr(record, name)
-        if value is not None:
-            out[name] = _fmt(value)
-    out.update(record.extra)
-    return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,7 +30,9 @@ class Record:
 
     def attributes(self) -> dict[str, str]:
         """Identifying attributes under canonical names (absent ones left out), then ``extra``."""
-        return _base_attributes(self, self.IDENTITY)
+        out = {name: str(value) for name in self.IDENTITY if (value := getattr(self, name)) is not None}
+        out.update(self.extra)
+        return out
 
     def values(self) -> dict[str, Any]:
         """The record's measurements (every non-identity field), JSON-ready; absent values left out."""
