@@ -22,7 +22,6 @@ from wattpipe.pipeline.graph import build
 from wattpipe.pipeline.records import NodeCpuTime
 from wattpipe.pipeline.runtime import PipelineRunner
 from wattpipe.pipeline.telemetry import Telemetry
-from wattpipe.processors import cpu_attribution
 from wattpipe.processors.cpu_attribution import CpuAttributionConfig, CpuAttributionProcessor
 from wattpipe.simulator.fake_host import ProcfsWriter
 from wattpipe.simulator.node import SimulatedNode
@@ -56,8 +55,6 @@ def run(tmp_path: Path, naming: str, ticks: int = 14) -> tuple[list[Batch], Samp
     node = simulator.install(SCENARIO, clock)
     writer = ProcfsWriter(node, tmp_path)
     registry = Registry.from_entry_points()
-    if registry.get("processor", "cpu_attribution") is None:  # an install that predates its entry point
-        registry.add(cpu_attribution.factory, "tests/e2e/test_cpu_node_metrics.py")
     text = textwrap.dedent(PIPELINE).replace("ROOT", str(tmp_path)).replace("NAMING", naming)
     graph = build(
         load_config_text(text, "cpu.yaml", registry, {"NODE_NAME": "cpu-node"}), registry, clock, Telemetry(clock)

@@ -19,7 +19,6 @@ from wattpipe.pipeline.config import load_config_text
 from wattpipe.pipeline.graph import build
 from wattpipe.pipeline.runtime import PipelineRunner
 from wattpipe.pipeline.telemetry import Telemetry
-from wattpipe.processors import cpu_attribution
 from wattpipe.simulator.fake_host import ProcfsWriter
 
 SCENARIO = Path(__file__).resolve().parents[2] / "configs" / "scenarios" / "cpu.yaml"
@@ -48,8 +47,6 @@ def scrape(tmp_path: Path, naming: str) -> dict[str, list[tuple[dict[str, str], 
     node = simulator.install(SCENARIO, clock)
     writer = ProcfsWriter(node, tmp_path)
     registry = Registry.from_entry_points()
-    if registry.get("processor", "cpu_attribution") is None:  # an install that predates its entry point
-        registry.add(cpu_attribution.factory, "tests/e2e/test_cpu_scrape.py")
     text = textwrap.dedent(PIPELINE).replace("ROOT", str(tmp_path)).replace("NAMING", naming)
     graph = build(
         load_config_text(text, "cpu.yaml", registry, {"NODE_NAME": "cpu-node"}), registry, clock, Telemetry(clock)
