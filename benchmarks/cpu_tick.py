@@ -39,7 +39,6 @@ from wattpipe.pipeline.config import load_config_text
 from wattpipe.pipeline.graph import Graph, build
 from wattpipe.pipeline.runtime import PipelineRunner, settle_heap
 from wattpipe.pipeline.telemetry import Telemetry
-from wattpipe.processors import cpu_attribution
 from wattpipe.simulator.fake_host import ProcfsWriter
 from wattpipe.simulator.scale import scale_scenario
 
@@ -81,13 +80,6 @@ MODES = ("off", "on", "cgroup")  # the GPU path; + CPU attribution; + procfs's c
 LABELS = {"off": "off (GPU path)", "on": "on (CPU attribution)", "cgroup": "on, procfs cgroup_root"}
 
 
-def registry() -> Registry:
-    found = Registry.from_entry_points()
-    if found.get("processor", "cpu_attribution") is None:  # an install that predates its entry point
-        found.add(cpu_attribution.factory, "benchmarks/cpu_tick.py")
-    return found
-
-
 def make_graph(root: Path, mode: str, clock: SteppedClock, components: Registry) -> Graph:
     cgroups = str(root / "sys" / "fs" / "cgroup") if mode == "cgroup" else ""
     text = textwrap.dedent(GPU if mode == "off" else CPU).replace("CGROUP_ROOT", cgroups).replace("ROOT", str(root))
@@ -117,7 +109,7 @@ async def measure(ticks: int, host_processes: int, workdir: Path) -> dict[str, d
     driver = Meter()
     pynvml.nvmlLib = MeteredLibrary(pynvml.nvmlLib, driver)
     pynvml._nvmlGetFunctionPointer_cache = {}  # re-resolve every symbol through the metered library
-    components = registry()
+    components = Registry.from_entry_points()
     graphs = {mode: make_graph(workdir, mode, clock, components) for mode in MODES}
     runners = {mode: PipelineRunner(g, g.pipelines[0]) for mode, g in graphs.items()}
     parts = {mode: _meter_parts(g) for mode, g in graphs.items()}

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
-__all__ = ["LoopbackHttp"]
+__all__ = ["JsonApiHandler", "LoopbackHttp"]
 
 
 class LoopbackHttp:
@@ -36,3 +38,43 @@ class LoopbackHttp:
         if after_close is not None:
             after_close()
         self._thread.join(timeout=5)
+
+
+class JsonApiHandler(BaseHTTPRequestHandler):
+    """What the Kubernetes API faces answer with: JSON bodies, and watches as chunked JSON lines."""
+
+    protocol_version = "HTTP/1.1"  # keep-alive like the real server; watches need chunked encoding
+
+    def _json(self, code: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body, separators=(",", ":")).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self._write(data)
+
+    def _start_watch(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+    def _event(self, kind: str, obj: dict[str, Any]) -> bool:
+        """One watch event as a chunk; False once the client is gone."""
+        line = json.dumps({"type": kind, "object": obj}, separators=(",", ":")).encode() + b"\n"
+        return self._write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
+
+    def _end(self) -> None:
+        self._write(b"0\r\n\r\n")
+
+    def _write(self, data: bytes) -> bool:
+        try:
+            self.wfile.write(data)
+            self.wfile.flush()
+        except OSError:  # the client went away (BrokenPipe, ConnectionReset) or close() cut us off
+            self.close_connection = True
+            return False
+        return True
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return  # no access log on stderr

@@ -16,7 +16,6 @@ node at ``scheduled_s``, MODIFIED to Succeeded at ``finished_s``; each node is A
 from __future__ import annotations
 
 import bisect
-import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ import yaml
 
 from wattpipe.simulator._dra_objects import claim_object, pod_claims, pod_uid, slice_object
 from wattpipe.simulator._k8s_objects import BASE_RV, Json, rfc3339, status_object
-from wattpipe.simulator._loopback import LoopbackHttp
+from wattpipe.simulator._loopback import JsonApiHandler, LoopbackHttp
 from wattpipe.simulator.node import SimulatedNode
 from wattpipe.simulator.scenario import ClusterNode, ClusterPod
 
@@ -182,9 +181,8 @@ def _handler(api: K8sClusterApi) -> type[BaseHTTPRequestHandler]:
     return type("ClusterHandler", (_Handler,), {"api": api})
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JsonApiHandler):
     api: K8sClusterApi
-    protocol_version = "HTTP/1.1"
 
     def do_GET(self) -> None:
         url = urlsplit(self.path)
@@ -202,51 +200,24 @@ class _Handler(BaseHTTPRequestHandler):
             self.api.requests["list"] += 1
             self._json(200, self.api.listing(kind))
 
-    def _json(self, code: int, body: Json) -> None:
-        data = json.dumps(body, separators=(",", ":")).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
     def _watch(self, kind: Kind, query: Mapping[str, str]) -> None:
         api = self.api
         since = query.get("resourceVersion", "")
         sent = int(since) - BASE_RV if since not in ("", "0") else api.happened()
         timeout_s = float(query.get("timeoutSeconds") or 300)
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
+        self._start_watch()
         end_t_s, end_real_s = api.node.t_s() + timeout_s, time.monotonic() + timeout_s
         while not api.closing:
             t_s = api.node.t_s()
             upto = api.happened(min(t_s, end_t_s))
             for event in api.events[sent:upto]:
-                if event.kind == kind and not self._chunk({"type": event.type, "object": event.object}):
+                if event.kind == kind and not self._event(event.type, event.object):
                     return
             sent = max(sent, upto)
             if t_s >= end_t_s or time.monotonic() >= end_real_s:
                 break
             time.sleep(api.watch_poll_s)
-        self._write(b"0\r\n\r\n")
-
-    def _chunk(self, event: Json) -> bool:
-        line = json.dumps(event, separators=(",", ":")).encode() + b"\n"
-        return self._write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
-
-    def _write(self, data: bytes) -> bool:
-        try:
-            self.wfile.write(data)
-            self.wfile.flush()
-        except OSError:
-            self.close_connection = True
-            return False
-        return True
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return
+        self._end()
 
 
 def start_k8s_cluster_api(node: SimulatedNode, watch_poll_s: float = 0.02, dra: bool = True) -> K8sClusterApi:

@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 from urllib.parse import parse_qs, urlsplit
 
 import yaml
@@ -58,7 +58,7 @@ from wattpipe.simulator._k8s_objects import (
     rfc3339,
     status_object,
 )
-from wattpipe.simulator._loopback import LoopbackHttp
+from wattpipe.simulator._loopback import JsonApiHandler, LoopbackHttp
 from wattpipe.simulator.node import SimulatedNode
 from wattpipe.simulator.scenario import Container, Pod
 
@@ -296,11 +296,10 @@ def _handler(api: K8sApiServer) -> type[BaseHTTPRequestHandler]:
     return type("Handler", (_Handler,), {"api": api})
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JsonApiHandler):
     """The API server's pod endpoints; ``api`` is set on the subclass :func:`_handler` makes."""
 
     api: ClassVar[K8sApiServer]
-    protocol_version = "HTTP/1.1"  # keep-alive like the real server; watches need chunked encoding
 
     def setup(self) -> None:
         super().setup()
@@ -351,14 +350,6 @@ class _Handler(BaseHTTPRequestHandler):
         except BadRequest as err:
             self._json(400, status_object(400, "BadRequest", str(err)))
 
-    def _json(self, code: int, body: Json) -> None:
-        data = json.dumps(body, separators=(",", ":")).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self._write(data)
-
     def _watch(self, query: Mapping[str, str], selected: Callable[[Pod], bool]) -> None:
         api = self.api
         timeline, options = api._timeline, api.options
@@ -368,10 +359,7 @@ class _Handler(BaseHTTPRequestHandler):
             from_count = int(since) - BASE_RV if since not in ("", "0") else None
         except ValueError:
             raise BadRequest(f"resourceVersion and timeoutSeconds must be numbers: {query}") from None
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
+        self._start_watch()
         end_t_s, end_real_s = api.node.t_s() + timeout_s, time.monotonic() + timeout_s
         sent = timeline.happened(api.node.t_s())
         if from_count is None:  # "most recent": synthetic ADDED for the current state, then changes
@@ -407,25 +395,6 @@ class _Handler(BaseHTTPRequestHandler):
                 self._end()
                 return
             api._stopping.wait(options.watch_poll_s)
-
-    def _event(self, kind: str, obj: Json) -> bool:
-        line = json.dumps({"type": kind, "object": obj}, separators=(",", ":")).encode() + b"\n"
-        return self._write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
-
-    def _end(self) -> None:
-        self._write(b"0\r\n\r\n")
-
-    def _write(self, data: bytes) -> bool:
-        try:
-            self.wfile.write(data)
-            self.wfile.flush()
-        except OSError:  # the client went away (BrokenPipe, ConnectionReset) or close() cut us off
-            self.close_connection = True
-            return False
-        return True
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return  # no access log on stderr
 
 
 def start_k8s_api(node: SimulatedNode, options: K8sApiOptions | None = None) -> K8sApiServer:

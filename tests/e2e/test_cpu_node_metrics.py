@@ -4,25 +4,17 @@ tree, ``kepler_process_cpu_seconds_total`` against each process's true CPU time;
 
 from __future__ import annotations
 
-import asyncio
 import textwrap
-import urllib.request
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers.context import make_context
+from tests.helpers.scrape import Samples, run_and_scrape
 from wattpipe import simulator
 from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.clock import SteppedClock
-from wattpipe.pipeline.components import Registry, call_optional
-from wattpipe.pipeline.config import load_config_text
-from wattpipe.pipeline.graph import build
 from wattpipe.pipeline.records import NodeCpuTime
-from wattpipe.pipeline.runtime import PipelineRunner
-from wattpipe.pipeline.telemetry import Telemetry
-from wattpipe.processors import cpu_attribution
 from wattpipe.processors.cpu_attribution import CpuAttributionConfig, CpuAttributionProcessor
 from wattpipe.simulator.fake_host import ProcfsWriter
 from wattpipe.simulator.node import SimulatedNode
@@ -46,7 +38,6 @@ CPUINFO = "".join(
     f"core id\t\t: {n % 32}\n\n"
     for n in range(64)
 )
-Samples = dict[str, list[tuple[dict[str, str], float]]]
 
 
 def run(tmp_path: Path, naming: str, ticks: int = 14) -> tuple[list[Batch], Samples, SimulatedNode]:
@@ -55,40 +46,11 @@ def run(tmp_path: Path, naming: str, ticks: int = 14) -> tuple[list[Batch], Samp
     clock = SteppedClock()
     node = simulator.install(SCENARIO, clock)
     writer = ProcfsWriter(node, tmp_path)
-    registry = Registry.from_entry_points()
-    if registry.get("processor", "cpu_attribution") is None:  # an install that predates its entry point
-        registry.add(cpu_attribution.factory, "tests/e2e/test_cpu_node_metrics.py")
     text = textwrap.dedent(PIPELINE).replace("ROOT", str(tmp_path)).replace("NAMING", naming)
-    graph = build(
-        load_config_text(text, "cpu.yaml", registry, {"NODE_NAME": "cpu-node"}), registry, clock, Telemetry(clock)
-    )
-    runner = PipelineRunner(graph, graph.pipelines[0])
-    exporter = graph.exporters["prometheus"]
-    batches: list[Batch] = []
-
-    async def go() -> str:
-        components = [*graph.exporters.values(), *graph.receivers.values()]
-        for component in components:
-            await call_optional(component, "start")
-        try:
-            for _ in range(ticks):  # 0 … 65 s: pid 3002 (61–73 s) starts inside the last tick
-                writer.refresh()
-                batches.append(await runner.tick())
-                clock.advance(5.0)
-            url = f"{exporter.url}/metrics"  # type: ignore[attr-defined]
-            return await asyncio.to_thread(lambda: urllib.request.urlopen(url).read().decode())
-        finally:
-            for component in reversed(components):
-                await call_optional(component, "shutdown")
-
-    try:
-        text_out = asyncio.run(go())
+    try:  # 0 … 65 s: pid 3002 (61–73 s) starts inside the last tick
+        batches, out = run_and_scrape(text, clock, ticks, writer.refresh)
     finally:
         simulator.uninstall()
-    out: Samples = {}
-    for family in text_string_to_metric_families(text_out):
-        for sample in family.samples:
-            out.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
     return batches, out, node
 
 

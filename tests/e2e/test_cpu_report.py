@@ -11,29 +11,12 @@ from typing import Any
 
 import pytest
 
-from wattpipe import steps
 from wattpipe.cli import main
-from wattpipe.pipeline.components import Registry
-from wattpipe.processors import cpu_attribution
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "tests" / "e2e" / "configs" / "cpu.yaml"
 SCENARIO = ROOT / "configs" / "scenarios" / "cpu.yaml"
 LONG_LIVED = (900, 950, 2101, 2201, 7001)  # alive over the whole window
-
-
-@pytest.fixture(autouse=True)
-def _cpu_attribution_registered(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The processor's entry point lives in pyproject.toml; until an install has it, register it here."""
-    load = steps.load_registry
-
-    def with_cpu(err: Any) -> Registry:
-        registry = load(err)
-        if registry.get("processor", "cpu_attribution") is None:
-            registry.add(cpu_attribution.factory, "tests/e2e/test_cpu_report.py")
-        return registry
-
-    monkeypatch.setattr(steps, "load_registry", with_cpu)
 
 
 def simulate(

@@ -4,22 +4,14 @@ loopback in both namings. CPU series come out under Kepler's CPU names and label
 
 from __future__ import annotations
 
-import asyncio
 import textwrap
-import urllib.request
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
+from tests.helpers.scrape import Samples, run_and_scrape
 from wattpipe import simulator
 from wattpipe.pipeline.clock import SteppedClock
-from wattpipe.pipeline.components import Registry, call_optional
-from wattpipe.pipeline.config import load_config_text
-from wattpipe.pipeline.graph import build
-from wattpipe.pipeline.runtime import PipelineRunner
-from wattpipe.pipeline.telemetry import Telemetry
-from wattpipe.processors import cpu_attribution
 from wattpipe.simulator.fake_host import ProcfsWriter
 
 SCENARIO = Path(__file__).resolve().parents[2] / "configs" / "scenarios" / "cpu.yaml"
@@ -43,40 +35,15 @@ service:
 """
 
 
-def scrape(tmp_path: Path, naming: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+def scrape(tmp_path: Path, naming: str) -> Samples:
     clock = SteppedClock()
     node = simulator.install(SCENARIO, clock)
     writer = ProcfsWriter(node, tmp_path)
-    registry = Registry.from_entry_points()
-    if registry.get("processor", "cpu_attribution") is None:  # an install that predates its entry point
-        registry.add(cpu_attribution.factory, "tests/e2e/test_cpu_scrape.py")
     text = textwrap.dedent(PIPELINE).replace("ROOT", str(tmp_path)).replace("NAMING", naming)
-    graph = build(
-        load_config_text(text, "cpu.yaml", registry, {"NODE_NAME": "cpu-node"}), registry, clock, Telemetry(clock)
-    )
-    runner = PipelineRunner(graph, graph.pipelines[0])
-    exporter = graph.exporters["prometheus"]
-
-    async def run() -> str:
-        components = [*graph.exporters.values(), *graph.receivers.values()]
-        for component in components:
-            await call_optional(component, "start")
-        try:
-            for _ in range(14):  # 0 … 65 s: pid 3002 (61–73 s) is running at the end
-                writer.refresh()
-                await runner.tick()
-                clock.advance(5.0)
-            url = f"{exporter.url}/metrics"  # type: ignore[attr-defined]
-            return await asyncio.to_thread(lambda: urllib.request.urlopen(url).read().decode())
-        finally:
-            for component in reversed(components):
-                await call_optional(component, "shutdown")
-            simulator.uninstall()
-
-    out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for family in text_string_to_metric_families(asyncio.run(run())):
-        for sample in family.samples:
-            out.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
+    try:
+        _, out = run_and_scrape(text, clock, 14, writer.refresh)  # 0 … 65 s: pid 3002 (61–73 s) is running at the end
+    finally:
+        simulator.uninstall()
     return out
 
 

@@ -90,6 +90,12 @@ class Node:
         zone, socket, uj, epoch = self.zones[path]
         self.zones[path] = (zone, socket, uj + mj * 1000, epoch)
 
+    def half_busy(self, path: str, mj: int) -> None:
+        """A tick's ``mj`` on ``path`` while 5 of the node's 10 CPU seconds were active (usage ratio 0.5)."""
+        self.spend(path, mj)
+        self.total_s += 10.0
+        self.active_s += 5.0
+
 
 def processor(state: StateStore | None = None, **options: object) -> CpuAttributionProcessor:
     ctx = make_context("cpu_attribution", clock=SteppedClock(), pipeline="metrics", state=state)
@@ -102,6 +108,15 @@ def step(proc: CpuAttributionProcessor, node: Node) -> Batch:
     out = proc.process(node.batch())
     node.clock.advance(5.0)
     return out
+
+
+def restarted(proc: CpuAttributionProcessor, store: StateStore, **options: object) -> CpuAttributionProcessor:
+    """``proc``'s state saved and read back by a new processor, as across a restart."""
+    store.put("metrics/cpu_attribution", proc.snapshot())
+    store.save()
+    reloaded = StateStore(store.path, store.clock, store.node_name)
+    reloaded.load()
+    return processor(reloaded, **options)
 
 
 def totals(b: Batch, scope: str) -> dict[tuple[str, str], Totals]:
@@ -242,9 +257,7 @@ def test_cpu_totals_render_only_in_cpu_families() -> None:
     node.spawn(50, comm="nginx", container_id="c5")
     proc = processor()
     step(proc, node)
-    node.spend("intel-rapl:0", 10_000)
-    node.total_s += 10.0
-    node.active_s += 5.0
+    node.half_busy("intel-rapl:0", 10_000)
     node.run(50, 1.0)
     out = step(proc, node)
     by_name = {f.kepler: f for f in FAMILIES}
@@ -350,20 +363,12 @@ def test_totals_go_on_across_a_restart(tmp_path: Path) -> None:
     store = StateStore(tmp_path / "s.json", node.clock, "n")
     proc = processor(store)
     step(proc, node)
-    node.spend("intel-rapl:0", 20_000)
-    node.total_s += 10.0
-    node.active_s += 5.0
+    node.half_busy("intel-rapl:0", 20_000)
     node.run(60, 5.0)
     step(proc, node)
-    store.put("metrics/cpu_attribution", proc.snapshot())
-    store.save()
-    reloaded = StateStore(tmp_path / "s.json", node.clock, "n")
-    reloaded.load()
-    again = processor(reloaded)
+    again = restarted(proc, store)
     step(again, node)  # a baseline: the counters' first reading since the restart
-    node.spend("intel-rapl:0", 20_000)
-    node.total_s += 10.0
-    node.active_s += 5.0
+    node.half_busy("intel-rapl:0", 20_000)
     node.run(60, 5.0)
     out = step(again, node)
     assert totals(out, "process")[("60", "cpu:package")].energy_mj == 20_000
@@ -384,9 +389,7 @@ def test_processes_without_cpu_time_leave_the_energy_unattributed() -> None:
     node.procs[70] = HostProcess(time=node.clock.now(), pid=70, start_time_ticks=70)  # cpu_time: false
     proc = processor()
     step(proc, node)
-    node.spend("intel-rapl:0", 10_000)
-    node.total_s += 10.0
-    node.active_s += 5.0
+    node.half_busy("intel-rapl:0", 10_000)
     out = step(proc, node)
     assert [t for t in out.totals if t.scope == "process"] == []
     assert proc.zone_totals["intel-rapl:0"].unattributed_mj == 5_000
@@ -418,9 +421,7 @@ def test_cpu_only_containers_and_pods_are_named_from_the_k8s_roster() -> None:
     )  # fmt: skip
     proc.process(node.batch().replace(workloads=roster))
     node.clock.advance(5.0)
-    node.spend("intel-rapl:0", 10_000)
-    node.total_s += 10.0
-    node.active_s += 5.0
+    node.half_busy("intel-rapl:0", 10_000)
     node.run(95, 1.0)
     out = proc.process(node.batch().replace(workloads=roster))
     container = totals(out, "container")[("c9", "cpu:package")]
@@ -438,9 +439,7 @@ def test_gpu_processors_after_it_leave_cpu_zones_alone() -> None:
     attribution = AttributionProcessor(AttributionConfig(), make_context("attribution", clock=node.clock))
     energy = EnergyProcessor(EnergyConfig(), make_context("energy", clock=node.clock))
     step(proc, node)
-    node.spend("intel-rapl:0", 10_000)
-    node.total_s += 10.0
-    node.active_s += 5.0
+    node.half_busy("intel-rapl:0", 10_000)
     node.run(99, 1.0)
     out = energy.process(attribution.process(proc.process(node.batch().replace(gpu_processes=()))))
     assert out.shares == ()
@@ -456,16 +455,10 @@ def test_after_a_restart_a_listed_idle_processs_pod_stays_running_and_keeps_its_
     store = StateStore(tmp_path / "s.json", node.clock, "n")
     proc = processor(store, terminated_retention=5.0)
     step(proc, node)
-    node.spend("intel-rapl:0", 20_000)
-    node.total_s += 10.0
-    node.active_s += 5.0
+    node.half_busy("intel-rapl:0", 20_000)
     node.run(70, 5.0)
     step(proc, node)
-    store.put("metrics/cpu_attribution", proc.snapshot())
-    store.save()
-    reloaded = StateStore(tmp_path / "s.json", node.clock, "n")
-    reloaded.load()
-    again = processor(reloaded, terminated_retention=5.0)
+    again = restarted(proc, store, terminated_retention=5.0)
     out = step(again, node)  # a baseline: no shares this tick, the process still listed
     assert {t.state for t in out.totals} == {"running"}
     for _ in range(3):  # idle ticks, longer than the retention
@@ -473,9 +466,7 @@ def test_after_a_restart_a_listed_idle_processs_pod_stays_running_and_keeps_its_
         out = step(again, node)
         assert totals(out, "pod")[("p7", "cpu:package")].state == "running"
         assert totals(out, "container")[("c7", "cpu:package")].energy_mj == 10_000
-    node.spend("intel-rapl:0", 20_000)
-    node.total_s += 10.0
-    node.active_s += 5.0
+    node.half_busy("intel-rapl:0", 20_000)
     node.run(70, 5.0)
     out = step(again, node)
     assert totals(out, "process")[("70", "cpu:package")].energy_mj == 20_000
@@ -498,16 +489,12 @@ def test_a_process_started_while_the_listing_failed_counts_from_its_start() -> N
     _started_at(node, 2, 2.0)  # started at 3 s, between that listing and the failed one
     node.run(1, 2.0)
     node.listed = False
-    node.spend("intel-rapl:0", 10_000)
-    node.total_s += 10.0
-    node.active_s += 5.0
+    node.half_busy("intel-rapl:0", 10_000)
     step(proc, node)  # t = 5: /proc did not answer, the tick unattributed
     node.listed = True
     node.run(1, 2.0)
     node.run(2, 2.0)
-    node.spend("intel-rapl:0", 10_000)
-    node.total_s += 10.0
-    node.active_s += 5.0
+    node.half_busy("intel-rapl:0", 10_000)
     out = step(proc, node)  # t = 10: both used 4 s since the t = 0 listing
     assert {k[0]: t.energy_mj for k, t in totals(out, "process").items()} == {"1": 2_500, "2": 2_500}
 
