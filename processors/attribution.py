@@ -177,13 +177,12 @@ class AttributionProcessor:
             if holdable:
                 hold.give_up(dev, f"not learned within idle_wait {self.config.idle_wait:g} s")
             released = hold.take(dev, None)
+        elif not power.idle_pending:
+            released = hold.take(dev, None)
         else:
             # Idle pending still, but this tick is not held (unattributable, free, or idle no longer learnable):
             # what was held waits on.
-            if not power.idle_pending:
-                released = hold.take(dev, None)
-            else:
-                return tick, dataclasses.replace(power, held_energy_mj=hold.held_mj(dev))
+            return tick, dataclasses.replace(power, held_energy_mj=hold.held_mj(dev))
         return _merged(tick, released, power), dataclasses.replace(
             power,
             idle_energy_mj=power.idle_energy_mj + released.idle_mj,

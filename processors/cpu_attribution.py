@@ -227,9 +227,9 @@ class CpuAttributionProcessor:
             zone_idle = self._zone_idle(sample, per_type[sample.zone], energy_mj, interval_s, ratio)
             idle_mj = None if zone_idle is None else round(zone_idle.idle_w * interval_s * 1000)
             idle, active = idle_active(energy_mj, ratio, idle_mj)
-            known = weights.listed and (ratio is not None or idle_mj is not None)
-            split = splittable(weights.cpu_s, ratio, idle_mj, weights.listed)
             idle_known = ratio is not None or idle_mj is not None
+            known = weights.listed and idle_known
+            split = splittable(weights.cpu_s, ratio, idle_mj, weights.listed)
             parts.append((sample, interval_s, idle, active, split, known, zone_idle, idle_known))
             if split:
                 active_by_type[sample.zone] = active_by_type.get(sample.zone, 0) + active

@@ -22,7 +22,7 @@ from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
 from wattpipe.pipeline.config import Duration
 from wattpipe.pipeline.kube import api_client, kube_env
 from wattpipe.pipeline.records import Record
-from wattpipe.receivers._list_watch import Watcher, wait_synced
+from wattpipe.receivers._list_watch import Watcher, stop_all, wait_synced
 from wattpipe.receivers.dra._join import DraStore, allocations
 
 __all__ = ["DraConfig", "DraReceiver", "DraStore", "allocations", "factory"]
@@ -98,8 +98,7 @@ class DraReceiver:
         return True
 
     async def shutdown(self) -> None:
-        for watcher in self.watchers:
-            watcher.stop()
+        await stop_all(self.watchers)
         self.watchers = []
 
     async def collect(self) -> Sequence[Record]:

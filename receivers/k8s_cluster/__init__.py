@@ -26,7 +26,7 @@ from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
 from wattpipe.pipeline.config import Duration
 from wattpipe.pipeline.kube import api_client, kube_env
 from wattpipe.pipeline.records import ClusterGpu, Record
-from wattpipe.receivers._list_watch import Watcher, wait_synced
+from wattpipe.receivers._list_watch import Watcher, stop_all, wait_synced
 from wattpipe.receivers.k8s_cluster._state import ClusterState, Gauge, pod_requests
 
 __all__ = ["ClusterState", "Gauge", "K8sClusterConfig", "K8sClusterReceiver", "factory", "pod_requests"]
@@ -105,8 +105,7 @@ class K8sClusterReceiver:
         await wait_synced(self.state.synced, {"pods", "nodes"}, self.config.initial_sync_timeout)
 
     async def shutdown(self) -> None:
-        for watcher in self.watchers:
-            watcher.stop()
+        await stop_all(self.watchers)
         self.watchers = []
 
     async def collect(self) -> Sequence[Record]:

@@ -61,7 +61,7 @@ class ClusterState:
     def __init__(self, wanted: re.Pattern[str]) -> None:
         self.wanted = wanted
         self._lock = threading.Lock()
-        self._pods: dict[str, _Pod] = {}
+        self._pods: dict[str, _Pod] = {}  # only pods that ask for a matching resource: the others count nowhere
         self._nodes: dict[str, dict[str, int]] = {}
         self.synced: set[str] = set()  # "pods", "nodes": listed at least once
 
@@ -83,7 +83,8 @@ class ClusterState:
         """A fresh list: everything of ``kind`` is what it says."""
         with self._lock:
             if kind == "pods":
-                self._pods = {self._key(o): self._pod(o) for o in items}
+                pods = ((self._key(o), self._pod(o)) for o in items)
+                self._pods = {key: pod for key, pod in pods if pod.requests}
             else:
                 self._nodes = {self._key(o): self._node(o) for o in items}
             self.synced.add(kind)
@@ -95,7 +96,12 @@ class ClusterState:
             if event_type == "DELETED":
                 table.pop(key, None)
             elif event_type in ("ADDED", "MODIFIED"):
-                table[key] = self._pod(obj) if kind == "pods" else self._node(obj)
+                if kind != "pods":
+                    table[key] = self._node(obj)
+                elif (pod := self._pod(obj)).requests:
+                    table[key] = pod
+                else:
+                    table.pop(key, None)  # asks for no matching resource: counts nowhere
 
     def gauges(self) -> list[Gauge]:
         with self._lock:

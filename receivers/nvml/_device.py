@@ -3,23 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import pynvml
 
 from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.constructors import new_process_sample
 from wattpipe.pipeline.records import DeviceSample, DeviceSignals, GpuProcessSample, MigInstance
-from wattpipe.receivers.nvml._errors import DeviceLost, NotFound, NotSupported, NvmlFailure, nvml_call
+from wattpipe.receivers.nvml._errors import DeviceLost, NotFound, NotSupported, NvmlFailure, nvml_call, nvml_optional
 from wattpipe.receivers.nvml._mig import MigLayout
 from wattpipe.receivers.nvml._raw import ProcessEntry, ProcessList, UtilisationSamples
 from wattpipe.receivers.nvml._saturation import read_saturation
 
 __all__ = ["COMPUTE_MODES", "DeviceReader", "Reading", "integrate_utilisation"]
 
-T = TypeVar("T")
 
 COMPUTE_MODES = {
     pynvml.NVML_COMPUTEMODE_DEFAULT: "default",
@@ -103,20 +101,6 @@ class Reading:
     signals: list[DeviceSignals] = field(default_factory=list)  # saturation fields (``saturation: true``)
 
 
-def _optional(problems: list[str], fn: Callable[..., T], *args: Any) -> T | None:
-    """``fn(*args)`` through NVML's error mapping, ``None`` where the device does not support it or the
-    call failed (the failure noted in ``problems``); a lost device still raises."""
-    try:
-        return nvml_call(fn, *args)
-    except NotSupported:
-        return None
-    except DeviceLost:
-        raise
-    except NvmlFailure as exc:
-        problems.append(str(exc))
-        return None
-
-
 @dataclass
 class DeviceReader:
     """One GPU's handle and the state its reads carry from tick to tick."""
@@ -141,7 +125,7 @@ class DeviceReader:
         device = self._device_sample(now, problems)
         signals = read_saturation(self.handle, self.uuid, now, problems) if self.read_saturation else None
         saturation = [signals] if signals is not None else []
-        procs = _optional(problems, self.list_processes, self.handle)
+        procs = nvml_optional(problems, self.list_processes, self.handle)
         if procs is None:
             # Unknown, not empty: "nobody on it" would let idle learn busy power and bill no one.
             return Reading(dataclasses.replace(device, processes_known=False), [], problems, signals=saturation)
@@ -158,14 +142,14 @@ class DeviceReader:
         """The device's own readings: power, energy counter, compute and MIG mode, utilisation."""
         # Power first: if the GPU is gone, this is where we learn it (DeviceLost propagates).
         power_mw = nvml_call(pynvml.nvmlDeviceGetPowerUsage, self.handle)
-        energy_mj = _optional(problems, pynvml.nvmlDeviceGetTotalEnergyConsumption, self.handle)
-        mode = _optional(problems, pynvml.nvmlDeviceGetComputeMode, self.handle)
-        mig = _optional(problems, pynvml.nvmlDeviceGetMigMode, self.handle)
+        energy_mj = nvml_optional(problems, pynvml.nvmlDeviceGetTotalEnergyConsumption, self.handle)
+        mode = nvml_optional(problems, pynvml.nvmlDeviceGetComputeMode, self.handle)
+        mig = nvml_optional(problems, pynvml.nvmlDeviceGetMigMode, self.handle)
         mig_enabled = bool(mig[0] == pynvml.NVML_DEVICE_MIG_ENABLE) if mig is not None else False
         # The device's own utilisation: lets the idle processor tell a quiet tick from one whose work the
         # process listing cannot see. Not on MIG (NVML does not support it there).
         rates = (
-            _optional(problems, pynvml.nvmlDeviceGetUtilizationRates, self.handle)
+            nvml_optional(problems, pynvml.nvmlDeviceGetUtilizationRates, self.handle)
             if self.read_utilisation and not mig_enabled
             else None
         )

@@ -15,6 +15,7 @@ __all__ = [
     "NotSupported",
     "NvmlFailure",
     "nvml_call",
+    "nvml_optional",
 ]
 
 T = TypeVar("T")
@@ -70,3 +71,17 @@ def nvml_call(fn: Callable[..., T], *args: Any) -> T:
         raise klass(getattr(fn, "__name__", "nvml"), code, str(exc)) from None
     except pynvml.NVMLLibraryMismatchError as exc:  # a symbol this driver lacks: not an NVMLError
         raise NotSupported(getattr(fn, "__name__", "nvml"), None, f"this driver lacks the symbol ({exc})") from None
+
+
+def nvml_optional(problems: list[str], fn: Callable[..., T], *args: Any) -> T | None:
+    """``fn(*args)`` through NVML's error mapping, ``None`` where the device does not support it or the
+    call failed (the failure noted in ``problems``); a lost device still raises."""
+    try:
+        return nvml_call(fn, *args)
+    except NotSupported:
+        return None
+    except DeviceLost:
+        raise
+    except NvmlFailure as exc:
+        problems.append(str(exc))
+        return None

@@ -19,7 +19,7 @@ import pynvml
 
 from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.records import DeviceSignals
-from wattpipe.receivers.nvml._errors import DeviceLost, NotSupported, NvmlFailure, nvml_call
+from wattpipe.receivers.nvml._errors import DeviceLost, NotSupported, NvmlFailure, nvml_call, nvml_optional
 
 __all__ = ["VIOLATION_POLICIES", "read_saturation"]
 
@@ -29,18 +29,6 @@ VIOLATION_POLICIES: dict[str, int] = {
     "sync_boost_violation_s": pynvml.NVML_PERF_POLICY_SYNC_BOOST,
     "board_limit_violation_s": pynvml.NVML_PERF_POLICY_BOARD_LIMIT,
 }
-
-
-def _try(problems: list[str], fn: Any, *args: Any) -> Any:
-    try:
-        return nvml_call(fn, *args)
-    except NotSupported:
-        return None
-    except DeviceLost:
-        raise
-    except NvmlFailure as exc:
-        problems.append(str(exc))
-        return None
 
 
 def _clock_reasons(handle: Any, problems: list[str]) -> int | None:
@@ -66,13 +54,13 @@ def read_saturation(handle: Any, uuid: str, now: Timestamp, problems: list[str])
     """One GPU's saturation fields (None when the GPU gives none of them)."""
     fields: dict[str, float] = {}
     for name, policy in VIOLATION_POLICIES.items():
-        violation = _try(problems, pynvml.nvmlDeviceGetViolationStatus, handle, policy)
+        violation = nvml_optional(problems, pynvml.nvmlDeviceGetViolationStatus, handle, policy)
         if violation is not None:
             fields[name] = violation.violationTime * 1e-9
     reasons = _clock_reasons(handle, problems)
     if reasons is not None:
         fields["clocks_event_reasons"] = float(reasons)
-    memory = _try(problems, pynvml.nvmlDeviceGetMemoryInfo, handle)
+    memory = nvml_optional(problems, pynvml.nvmlDeviceGetMemoryInfo, handle)
     if memory is not None:
         fields["fb_used_bytes"] = float(memory.used)
         fields["fb_free_bytes"] = float(memory.free)

@@ -354,7 +354,7 @@ class ProcessTable:
         cpu_ticks, start_ticks = cpu_and_start(line)
         identity = self._cache.get(pid)
         if identity is None or identity.start_time_ticks != start_ticks:
-            identity = self._read_identity(f"{self._root}/{pid}", parse_stat(line.decode("utf-8", errors="replace")))
+            identity = self._read_identity(f"{self._root}/{pid}", start_ticks)
         cg, vm = identity.cgroup, identity.vm
         hz = self.clock_ticks_per_s
         record = new_host_process(
@@ -375,7 +375,7 @@ class ProcessTable:
         )
         return record, identity
 
-    def _read_identity(self, directory: str, stat: ProcStat) -> _Identity:
+    def _read_identity(self, directory: str, start_time_ticks: int) -> _Identity:
         comm = _read(f"{directory}/comm").rstrip("\n")
         cgroup_text = _read(f"{directory}/cgroup")
         cgroup = parse_cgroup(cgroup_text)
@@ -387,10 +387,10 @@ class ProcessTable:
         vm = self._read_vm(directory) if looks_like_qemu(comm, exe) else None
         # The pid may have ended and been reused between the stat read and these: make sure the files
         # just read belong to the process whose start time the cache will file them under.
-        if parse_stat(_read(f"{directory}/stat")).start_time_ticks != stat.start_time_ticks:
+        if parse_stat(_read(f"{directory}/stat")).start_time_ticks != start_time_ticks:
             raise _Gone
         return _Identity(
-            start_time_ticks=stat.start_time_ticks,
+            start_time_ticks=start_time_ticks,
             comm=comm,
             exe=exe,
             cgroup=cgroup,

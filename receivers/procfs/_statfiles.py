@@ -61,12 +61,7 @@ class StatFiles:
             self._close(pid)  # ended: its pid may name a new process now, read by path below
         if len(self._fds) >= self.budget:
             return self._read_once(pid)
-        try:
-            fd = os.open(f"{self.root}/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as exc:
-            if exc.errno in _GONE:
-                raise Gone from None
-            raise
+        fd = self._open(pid)
         data = self._pread(fd)
         if data is None:
             os.close(fd)
@@ -122,12 +117,7 @@ class StatFiles:
         return data
 
     def _read_once(self, pid: int) -> bytes:
-        try:
-            fd = os.open(f"{self.root}/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as exc:
-            if exc.errno in _GONE:
-                raise Gone from None
-            raise
+        fd = self._open(pid)
         try:
             data = self._pread(fd)
         finally:
@@ -135,6 +125,15 @@ class StatFiles:
         if data is None:
             raise Gone
         return data
+
+    def _open(self, pid: int) -> int:
+        """A new descriptor on ``pid``'s stat file; raises Gone, or OSError for anything else."""
+        try:
+            return os.open(f"{self.root}/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            if exc.errno in _GONE:
+                raise Gone from None
+            raise
 
     def _close(self, pid: int) -> None:
         fd = self._fds.pop(pid)

@@ -108,7 +108,7 @@ class RaplReceiver:
         return ZoneCounter(max_power_w=self.config.max_power_w)
 
     def _sample(self, zone: Zone, raw_uj: int, now: Timestamp) -> CpuZoneSample:
-        counter = self._counters.setdefault(zone.path, self._new_counter())
+        counter = self._counters[zone.path]  # every discovered zone has one (collect makes them)
         before_uj = counter.last_raw_uj
         if counter.update(raw_uj, zone.max_energy_range_uj, now.monotonic_s) == "reset":
             self.resets.inc(path=zone.path)
