@@ -6,7 +6,8 @@ processor reads what the receivers already make:
 - ``DeviceSignals`` per GPU from the ``dcgm`` receiver (``source="dcgm"``), or from the ``nvml`` receiver's
   ``saturation: true`` (``source="nvml"``: NVML's violation counters, clock event reasons, memory info and
   XID events, for nodes without dcgm-exporter). Both present: dcgm's fields win, nvml fills the rest, and
-  nvml's exact XID count is used over dcgm's last-code field;
+  nvml's exact XID count and its per-tick readings of framebuffer use and the clock-event bitmask are used
+  over dcgm's last-code field and once-per-collection readings;
 - ``MigActivity.fields`` per MIG instance (framebuffer and profiling ratios of the instance itself);
 and produces :class:`~pipeline.records.Saturation` records, one per signal that has a source: per GPU
 (``gpu_instance_id`` absent), per MIG instance, and per pod container through the kubelet's allocations
@@ -31,7 +32,7 @@ from wattpipe.pipeline.config import Duration
 from wattpipe.pipeline.records import DeviceSignals, MigActivity, Saturation
 from wattpipe.processors._saturation_attribution import attribute
 from wattpipe.processors._saturation_dating import CollectionDating
-from wattpipe.processors._saturation_signals import SIGNALS
+from wattpipe.processors._saturation_signals import CLOCK_EVENT_BITS, MEMORY, SIGNALS
 from wattpipe.processors._saturation_window import SaturationWindow
 
 __all__ = ["SIGNALS", "SaturationConfig", "SaturationProcessor", "factory"]
@@ -65,6 +66,10 @@ class SaturationConfig(ComponentConfig):
         return value
 
 
+_NVML_FIRST = frozenset({"xid_count", *MEMORY, *CLOCK_EVENT_BITS})
+"""Signals where nvml's value wins when both sources give one: its exact XID count (dcgm's field is the last
+code), and the readings of an instant (framebuffer use, the clock-event bitmask), which nvml takes every tick and
+dcgm once per collection, so nvml's cover the window at least as finely."""
 _Key = tuple[str, int | None, str]  # (GPU UUID, MIG instance or None, source): one window each
 
 
@@ -135,12 +140,13 @@ class SaturationProcessor:
         return list(places)
 
     def _values(self, uuid: str, gi: int | None) -> dict[str, tuple[float, _Key]]:
-        """Each signal's value and the window it comes from: dcgm's over nvml's, but nvml's exact XID count."""
+        """Each signal's value and the window it comes from: dcgm's over nvml's, except where nvml's is finer
+        (:data:`_NVML_FIRST`)."""
         out: dict[str, tuple[float, _Key]] = {}
         for source in ("nvml", "dcgm"):
             key = (uuid, gi, source)
             for signal, value in self.window.values(key).items():
-                if signal != "xid_count" or "xid_count" not in out:
+                if source == "nvml" or signal not in _NVML_FIRST or signal not in out:
                     out[signal] = (value, key)
         return out
 

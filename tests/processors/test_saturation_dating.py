@@ -88,3 +88,40 @@ def test_nvml_values_keep_the_tick_and_dcgm_values_their_collection() -> None:
     assert got["xid_count"].value == 10.0  # nvml's exact count wins over dcgm's last code
     assert got["xid_count"].window_end_s == 10.0  # the tick's
     assert got["sm_active_avg"].window_end_s == 9.0  # the collection's (seen by 9 s: no energy to place it)
+
+
+def test_signals_read_at_an_instant_come_from_nvml_every_tick_not_dcgm_every_collection() -> None:
+    # Framebuffer use and the clock-event bitmask are readings of an instant: NVML reads them every tick, dcgm
+    # once per collection (30 s here), so NVML's readings cover the window more finely. Memory is 50 % until
+    # 20 s, then 100 %; the bitmask says sw_power_cap from 20 s. dcgm's two collections (at 0 and 30 s, seen by
+    # the scrapes after them) see 50 % and 100 %; NVML's ticks every 5 s see the change when it happens.
+    processor = SaturationProcessor(SaturationConfig(window=60.0))
+    got: dict[str, Saturation] = {}
+    for t in (0.0, 5.0, 10.0, 15.0, 20.0, 25.0, 30.0, 35.0, 40.0):
+        used = 50.0 if t < 20.0 else 100.0
+        nvml = DeviceSignals(
+            time=_ts(t),
+            device_id=GPU,
+            fields=(
+                ("clocks_event_reasons", 0x4 if t >= 20.0 else 0.0),
+                ("fb_total_bytes", 100.0),
+                ("fb_used_bytes", used),
+            ),
+            source="nvml",
+        )
+        collection = 30.0 if t >= 30.0 else 0.0
+        dcgm_used = 50.0 if collection < 20.0 else 100.0
+        dcgm = _dcgm(
+            t,
+            {
+                "fb_total_bytes": 100.0,
+                "fb_used_bytes": dcgm_used,
+                "clocks_event_reasons": 0x4 if collection >= 20.0 else 0,
+            },
+            (collection - 1.0, collection) if t in (5.0, 35.0) else None,
+        )
+        got = _process(processor, t, [nvml, dcgm])
+    # NVML's nine ticks: 4 at 50 %, 5 at 100 %.
+    assert got["memory_used_avg"].value == pytest.approx((4 * 0.5 + 5 * 1.0) / 9)
+    assert got["memory_used_avg"].window_end_s == 40.0  # the tick's window, not the collection's
+    assert got["clock_event_sw_power_cap"].value == pytest.approx(5 / 9)
