@@ -42,8 +42,14 @@ SATURATION_SIGNALS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+def _metric_stem(signal: str) -> str:
+    """The signal's name in metric names: ``xid_count`` is written ``xid_errors``, because Prometheus reads a
+    name ending in ``_count`` as a histogram's or summary's count (promtool rejects it on a gauge)."""
+    return "xid_errors" if signal == "xid_count" else signal
+
+
 def _saturation_kepler(consumer: str, signal: str, unit: str) -> str:
-    stem = signal.removesuffix("_bytes_per_s")
+    stem = _metric_stem(signal).removesuffix("_bytes_per_s")
     suffix = {_SAT_RATIO: "_ratio", _SAT_RATE: "_bytes_per_second", _SAT_COUNT: ""}[unit]
     return f"wattpipe_{consumer}gpu_{stem}{suffix}"
 
@@ -55,7 +61,7 @@ def _saturation_families() -> tuple[Family, ...]:
             out.append(
                 Family(
                     _saturation_kepler("pod_" if pod else "", signal, unit),
-                    f"wattpipe.{'pod.' if pod else ''}gpu.saturation.{signal}",
+                    f"wattpipe.{'pod.' if pod else ''}gpu.saturation.{_metric_stem(signal)}",
                     Saturation,
                     "value",
                     "gauge",

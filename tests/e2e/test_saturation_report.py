@@ -138,8 +138,14 @@ def test_pods_get_their_gpus_saturation_with_the_right_scope(
 
 
 def test_existing_configs_get_no_saturation_section(tmp_path: Path) -> None:
+    # A pipeline without the saturation processor: the demo's, less it.
+    config = yaml.safe_load((ROOT / "configs" / "demo.yaml").read_text())
+    del config["processors"]["saturation"]
+    config["service"]["pipelines"]["metrics"]["processors"].remove("saturation")
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(config))
     path = tmp_path / "r.json"
-    args = ["simulate", "--scenario", str(SCENARIO), "--duration", "30s", "--report", str(path), "--log-level", "error"]
+    args = ["simulate", "--scenario", str(SCENARIO), "-c", str(tmp_path / "c.yaml"), "--duration", "30s"]
+    args += ["--report", str(path), "--log-level", "error"]
     assert main(args, io.StringIO(), io.StringIO()) == 0
     assert "saturation" not in json.loads(path.read_text())
 

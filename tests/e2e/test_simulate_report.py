@@ -43,8 +43,12 @@ def test_demo_scenario_processes_within_2_percent_and_idle_within_1_watt(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     report = simulate(tmp_path, "demo.yaml", "5m", monkeypatch)
-    # The demo runs the CPU side too (configs/demo.yaml): its section beside the GPU's.
-    assert set(report) == {"ticks", "simulated_s", "devices", "processes", "containers", "pods", "pipeline", "cpu"}
+    # The demo runs the CPU side and saturation too (configs/demo.yaml): their sections beside the GPU's.
+    assert set(report) == {
+        "ticks", "simulated_s", "devices", "processes", "containers", "pods", "pipeline", "cpu", "saturation"
+    }  # fmt: skip
+    assert report["saturation"]  # every ratio of the last complete window within 0.01 of the simulator's truth
+    assert max(abs(r["value"] - r["true_value"]) for r in report["saturation"]) <= 0.01
     assert [(z["zone"], z["residual_j"]) for z in report["cpu"]["zones"]] == [("package", 0.0)]
     assert report["simulated_s"] == pytest.approx(300.0)
     for d in report["devices"]:
