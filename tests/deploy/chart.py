@@ -47,6 +47,13 @@ def render_config(v: dict[str, Any]) -> dict[str, Any]:
         if not on:
             del cfg["receivers"][name]
             metrics["receivers"] = [r for r in metrics["receivers"] if r != name]
+    if not (v["cpu"]["enabled"] and v["hostSys"]["enabled"] and v["procfs"]["enabled"]):
+        del cfg["receivers"]["rapl"]
+        metrics["receivers"] = [r for r in metrics["receivers"] if r != "rapl"]
+        del cfg["processors"]["cpu_attribution"]
+        metrics["processors"] = [p for p in metrics["processors"] if p != "cpu_attribution"]
+        if v["procfs"]["enabled"]:
+            cfg["receivers"]["procfs"]["cpu_time"] = False
     if v["dcgm"]["enabled"]:
         cfg["receivers"]["dcgm"] = v["dcgm"]["config"]
         metrics["receivers"] = [*metrics["receivers"], "dcgm"]

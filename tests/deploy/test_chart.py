@@ -103,7 +103,7 @@ def test_every_value_a_template_reads_is_defined_in_values_yaml() -> None:
 def test_chart_config_file_validates(monkeypatch: pytest.MonkeyPatch) -> None:
     code, out, err = validate(CHART / "files" / "config.yaml", monkeypatch)
     assert (code, err) == (0, "")
-    assert "metrics (3 receivers, 3 processors, 1 exporters)" in out
+    assert "metrics (4 receivers, 4 processors, 1 exporters)" in out
 
 
 def test_chart_config_matches_the_daemonset_mounts_and_ports() -> None:
@@ -111,6 +111,8 @@ def test_chart_config_matches_the_daemonset_mounts_and_ports() -> None:
     daemonset = (TEMPLATES / "daemonset.yaml").read_text()
     assert cfg["receivers"]["procfs"]["root"] == "${env:WATTPIPE_PROC_ROOT:-/host/proc}"
     assert "mountPath: /host/proc" in daemonset
+    assert cfg["receivers"]["rapl"]["root"] == "${env:WATTPIPE_SYS_ROOT:-/host/sys}"
+    assert "mountPath: /host/sys" in daemonset
     endpoint = cfg["receivers"]["podresources"]["endpoint"]
     assert endpoint == "unix:///var/lib/kubelet/pod-resources/kubelet.sock"
     assert "mountPath: /var/lib/kubelet/pod-resources\n" in daemonset
@@ -129,7 +131,17 @@ def test_chart_config_matches_the_daemonset_mounts_and_ports() -> None:
 def test_default_config_uses_only_installed_component_types() -> None:
     cfg = render_config(values())
     used = {cid.split("/")[0] for kind in ("receivers", "processors", "exporters") for cid in cfg[kind]}
-    assert used == {"nvml", "procfs", "podresources", "idle", "attribution", "energy", "prometheus"}
+    assert used == {
+        "nvml",
+        "procfs",
+        "podresources",
+        "rapl",
+        "idle",
+        "attribution",
+        "energy",
+        "cpu_attribution",
+        "prometheus",
+    }
     assert used <= INSTALLED
     assert "otlp" not in (CHART / "files" / "config.yaml").read_text()
 
@@ -137,16 +149,22 @@ def test_default_config_uses_only_installed_component_types() -> None:
 @pytest.mark.parametrize(
     ("overrides", "receivers"),
     [
-        ({}, ["nvml", "procfs", "podresources"]),
-        ({"dcgm": {"enabled": True}}, ["nvml", "procfs", "podresources", "dcgm"]),
+        ({"cpu": {"enabled": False}}, ["nvml", "procfs", "podresources"]),
+        ({"cpu": {"enabled": False}, "dcgm": {"enabled": True}}, ["nvml", "procfs", "podresources", "dcgm"]),
         (
-            {"dcgm": {"enabled": True, "config": {"endpoint": "http://10.0.3.7:9400/metrics", "timeout": "1s"}}},
+            {
+                "cpu": {"enabled": False},
+                "dcgm": {"enabled": True, "config": {"endpoint": "http://10.0.3.7:9400/metrics", "timeout": "1s"}},
+            },
             ["nvml", "procfs", "podresources", "dcgm"],
         ),
         ({"procfs": {"enabled": False}, "podResources": {"enabled": False}}, ["nvml"]),
-        ({"podResources": {"enabled": False}, "dcgm": {"enabled": True}}, ["nvml", "procfs", "dcgm"]),
+        (
+            {"podResources": {"enabled": False}, "dcgm": {"enabled": True}, "hostSys": {"enabled": False}},
+            ["nvml", "procfs", "dcgm"],
+        ),
     ],
-    ids=["default", "dcgm-discovered", "dcgm-endpoint", "nvml-only", "no-kubelet"],
+    ids=["gpu-only", "dcgm-discovered", "dcgm-endpoint", "nvml-only", "no-kubelet-no-sys"],
 )
 def test_each_receiver_switch_renders_a_valid_pipeline(
     overrides: dict[str, Any], receivers: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -158,17 +176,36 @@ def test_each_receiver_switch_renders_a_valid_pipeline(
     code, out, err = validate(write(tmp_path, cfg), monkeypatch)
     assert (code, err) == (0, "")
     assert f"metrics ({len(receivers)} receivers, 3 processors, 1 exporters)" in out
+    if "procfs" in receivers:  # without CPU attribution, procfs reads only new processes (the GPU path's mode)
+        assert cfg["receivers"]["procfs"]["cpu_time"] is False
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"k8s": {"enabled": True}}, {"dcgm": {"enabled": True}, "topology": {"enabled": True}}],
+    ids=["default", "k8s", "dcgm-topology"],
+)
+def test_cpu_is_on_by_default_after_the_gpu_processors(
+    overrides: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = render_config(values(**overrides))
+    assert "rapl" in pipeline(cfg)["receivers"]
+    assert cfg["receivers"]["procfs"]["cpu_time"] is True
+    processors = pipeline(cfg)["processors"]
+    assert processors.index("cpu_attribution") > processors.index("energy")
+    code, _, err = validate(write(tmp_path, cfg), monkeypatch)
+    assert (code, err) == (0, "") or ("k8s" not in INSTALLED and "k8s" in err)
 
 
 def test_k8s_switch_puts_the_processor_between_attribution_and_energy(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cfg = render_config(values(k8s={"enabled": True}))
-    assert pipeline(cfg)["processors"] == ["idle", "attribution", "k8s", "energy"]
+    assert pipeline(cfg)["processors"] == ["idle", "attribution", "k8s", "energy", "cpu_attribution"]
     code, out, err = validate(write(tmp_path, cfg), monkeypatch)
     if "k8s" in INSTALLED:
         assert (code, err) == (0, "")
-        assert "4 processors" in out
+        assert "5 processors" in out
     else:  # not released yet: the reason the switch defaults to off
         assert code == 2
         assert "k8s" in err

@@ -72,6 +72,15 @@ off. tests/deploy mirrors these steps to validate each combination without helm.
 {{- $_ := set $metrics "receivers" (without $metrics.receivers $name) }}
 {{- end }}
 {{- end }}
+{{- if or (not .Values.cpu.enabled) (not .Values.hostSys.enabled) (not .Values.procfs.enabled) }}
+{{- $_ := unset $cfg.receivers "rapl" }}
+{{- $_ := set $metrics "receivers" (without $metrics.receivers "rapl") }}
+{{- $_ := unset $cfg.processors "cpu_attribution" }}
+{{- $_ := set $metrics "processors" (without $metrics.processors "cpu_attribution") }}
+{{- if .Values.procfs.enabled }}
+{{- $_ := set $cfg.receivers.procfs "cpu_time" false }}
+{{- end }}
+{{- end }}
 {{- if .Values.dcgm.enabled }}
 {{- $_ := set $cfg.receivers "dcgm" .Values.dcgm.config }}
 {{- $_ := set $metrics "receivers" (append $metrics.receivers "dcgm") }}
