@@ -69,7 +69,12 @@ class Receiver(Protocol):
 
 @runtime_checkable
 class Processor(Protocol):
-    """Pure logic over a Batch; ``needs`` must be filled by a receiver or an earlier processor."""
+    """Pure logic over a Batch; ``needs`` must be filled by a receiver or an earlier processor.
+
+    Optional: ``wants``, details its receivers read only on request (``process_cpu_time``: every process's
+    CPU time every tick). The graph hands each receiver the union of the ``wants`` of the processors of the
+    pipelines it feeds through its optional ``asked(wants)``, once, after building and before ``start``.
+    """
 
     needs: frozenset[str]
     provides: frozenset[str]

@@ -9,6 +9,7 @@ Building does no I/O, so ``wattpipe validate`` builds everything and starts noth
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -131,6 +132,7 @@ def build(config: Config, registry: Registry, clock: Clock, telemetry: Telemetry
     ]
     if builder.errors:
         raise ConfigError(builder.errors)
+    _ask_receivers(receivers, pipelines)
     for p in pipelines:
         telemetry.register_pipeline(p.name, p.config.interval)
     return Graph(
@@ -141,6 +143,20 @@ def build(config: Config, registry: Registry, clock: Clock, telemetry: Telemetry
         pipelines=tuple(pipelines),
         state=state,
     )
+
+
+def _ask_receivers(receivers: Mapping[str, Receiver], pipelines: list[BuiltPipeline]) -> None:
+    """Tell each receiver (that listens: ``asked``) what the processors downstream of it want read."""
+    for cid, receiver in receivers.items():
+        asked = getattr(receiver, "asked", None)
+        if asked is None:
+            continue
+        wants: set[str] = set()
+        for p in pipelines:
+            if any(rid == cid for rid, _ in p.receivers):
+                for _, processor in p.processors:
+                    wants |= _fields(processor, "wants")
+        asked(frozenset(wants))
 
 
 class _Builder:

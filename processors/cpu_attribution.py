@@ -98,6 +98,7 @@ class _Weights:
 class CpuAttributionProcessor:
     needs = frozenset({"cpu_zones", "node_cpu", "host_processes"})
     provides = frozenset({"device_power", "device_totals", "totals"})
+    wants = frozenset({"process_cpu_time"})  # procfs cpu_time: auto reads every process's CPU time for it
 
     def __init__(self, config: CpuAttributionConfig, ctx: CreateContext) -> None:
         self.config = config

@@ -7,10 +7,12 @@ time from /proc/stat (:class:`NodeCpuTime`), every tick; the node's logical CPUs
 It lists *every* process, not only those on a GPU: receivers run concurrently within a tick, so this one
 cannot see which pids the ``nvml`` receiver is about to list. The join happens downstream, by pid (and
 ``start_time_ticks`` where a processor keeps state across ticks). A process's identity (comm, exe, cgroup,
-VM) is read once per (pid, start time). With ``cpu_time: true`` (the default; CPU attribution needs it)
-later ticks read each process's ``stat`` for its CPU time (kept open, one ``pread`` each:
-``_statfiles.py``), which also tells a reused pid by its start time. With ``cpu_time: false`` (the GPU path needs no CPU time) a process seen in the previous tick is not
-read again: the tick costs a listing of /proc and the reads of new processes (docs/cpu.md, "Cost").
+VM) is read once per (pid, start time). With ``cpu_time: true`` (CPU attribution needs it) later ticks read
+each process's ``stat`` for its CPU time (kept open, one ``pread`` each: ``_statfiles.py``), which also
+tells a reused pid by its start time. With ``cpu_time: false`` (the GPU path needs no CPU time) a process
+seen in the previous tick is not read again: the tick costs a listing of /proc and the reads of new
+processes (docs/cpu.md, "Cost"). The default, ``auto``, is true exactly where a processor of a pipeline
+this receiver feeds asks for CPU time (``cpu_attribution``: the graph calls :meth:`ProcfsReceiver.asked`).
 ``max_processes`` bounds a tick's work on a node with runaway pids.
 
 Failure modes, each degrading rather than stopping:
@@ -32,6 +34,7 @@ import os
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 
@@ -63,9 +66,11 @@ class ProcfsConfig(ComponentConfig):
     """The host's /proc: ``/host/proc`` when wattpipe runs in a container with it mounted there."""
     max_processes: int = Field(default=10_000, ge=1)
     """Read at most this many processes a tick (the lowest pids), warning when there are more."""
-    cpu_time: bool = True
-    """Read every process's CPU time every tick (CPU attribution needs it). False: a process is read once,
-    when first seen; its records carry no ``cpu_time_s``. Enough for the GPU path, at a fraction of the cost."""
+    cpu_time: bool | Literal["auto"] = "auto"
+    """True: read every process's CPU time every tick (CPU attribution needs it). False: a process is read once,
+    when first seen; its records carry no ``cpu_time_s``. Enough for the GPU path, at a fraction of the cost.
+    ``auto``: true where a processor of a pipeline this receiver feeds asks for it (``cpu_attribution``), false
+    otherwise."""
     cgroup_root: str = ""
     """With cpu_time: the host's cgroup v2 mount (``/sys/fs/cgroup``; ``/host/sys/fs/cgroup`` in a container).
     A process whose cgroup's ``cpu.stat`` usage has not moved since the last tick ran nothing: its record is
@@ -91,18 +96,28 @@ class ProcfsReceiver:
         self.component_id = ctx.component_id
         self.clock = ctx.clock
         self.rl: ComponentTelemetry = ctx.telemetry
-        self.table = ProcessTable(
-            Path(config.root),
-            max_processes=config.max_processes,
-            clock_ticks_per_s=ticks_per_s or clock_ticks_per_s(),
-            cpu_time=config.cpu_time,
-            cgroup_root=config.cgroup_root,
-        )
+        self._ticks_per_s = ticks_per_s or clock_ticks_per_s()
+        # auto: on until the graph says what the pipelines want (asked); a receiver built alone reads it all
+        self.table = self._table(config.cpu_time is not False)
         # One worker that owns the table: a scan left running by a tick's timeout is never joined by a
         # second one racing it over the cache. No thread starts until the first collect().
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="procfs")
         self._pending: Future[Scan] | None = None
         self._cpu_info: list[CpuInfo] | None = None  # None: not read yet; [] missing or unreadable
+
+    def _table(self, cpu_time: bool) -> ProcessTable:
+        return ProcessTable(
+            Path(self.config.root),
+            max_processes=self.config.max_processes,
+            clock_ticks_per_s=self._ticks_per_s,
+            cpu_time=cpu_time,
+            cgroup_root=self.config.cgroup_root,
+        )
+
+    def asked(self, wants: frozenset[str]) -> None:
+        """``cpu_time: auto``: every process's CPU time every tick only if a processor downstream wants it."""
+        if self.config.cpu_time == "auto" and ("process_cpu_time" in wants) != self.table.cpu_time:
+            self.table = self._table("process_cpu_time" in wants)
 
     async def collect(self) -> Sequence[Record]:
         now = self.clock.now()
