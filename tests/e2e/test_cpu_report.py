@@ -70,9 +70,11 @@ def test_seed_model_shares_by_cpu_time_and_groups_are_sums(tmp_path: Path, monke
     # Processes of 30 s or more that did not live the whole window: the seed's model bills a CPU-second at the
     # node's power per core *of that tick*, so one running only in busier ticks pays more per CPU-second
     # (3001, from 40 s: 15.05 % of the energy for 14.84 % of the CPU time). Per tick the split is exact.
+    # Read as percentage points, the 1 % holds for them too (0.21 points for 3001).
     for pid in (2102, 3001):
         p = processes[pid]
         assert p["attributed_j"] / attributed == pytest.approx(p["cpu_s"] / cpu_s, rel=0.015), p
+        assert p["attributed_j"] / attributed == pytest.approx(p["cpu_s"] / cpu_s, abs=0.01), p
     pods = {(p["namespace"], p["name"]): p["attributed_j"] for p in cpu["pods"]}
     containers = {(c["namespace"], c["pod"], c["name"]): c["attributed_j"] for c in cpu["containers"]}
     assert pods[("shop", "shop-web")] == pytest.approx(processes[2101]["attributed_j"] + processes[2102]["attributed_j"] + processes[2201]["attributed_j"], abs=1e-9)  # fmt: skip

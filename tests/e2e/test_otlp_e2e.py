@@ -78,7 +78,7 @@ PIPELINE = """
 receivers:
   nvml: {required: true}
   podresources: {endpoint: "@KUBELET@", extra_resources: [nvidia.com/gpu.shared]}
-  procfs: {root: "@PROC@"}
+  procfs: {root: "@PROC@", cpu_time: true}  # no cpu_attribution here: asked outright for process.cpu.time
 processors:
   idle:
   attribution:
@@ -281,7 +281,7 @@ UNITS = {
     "wattpipe.device.up": ("", "gauge"),
     "wattpipe.gpu.info": ("", "gauge"),
     "wattpipe.gpu.attribution": ("", "gauge"),
-    "process.cpu.time": ("s", "sum"),  # procfs reads every process's CPU time (cpu_time: true, its default)
+    "process.cpu.time": ("s", "sum"),  # procfs reads every process's CPU time (cpu_time: true, set above)
 }
 
 

@@ -296,3 +296,32 @@ def test_a_counter_that_goes_back_with_no_time_passed_is_a_reset() -> None:
     assert (counter.total_uj, counter.epoch) == (900, 1)
     assert counter.update(150, 1_000, 11.0) == "rise"
     assert counter.total_uj == 950
+
+
+def test_an_amd_zen_tree_reads_through_the_same_code(tmp_path: Path) -> None:
+    # AMD Zen parts appear under the same intel-rapl control type (the kernel's intel_rapl_msr driver):
+    # package-N per socket and a core sub-zone, no dram, and a 32-bit counter in 2^-16 J units, so
+    # max_energy_range_uj is ~65.5 kJ: at 280 W it wraps every ~4 minutes, so wraps are routine there.
+    amd_range_uj = 65_532_610_987
+    clock = SteppedClock()
+    for socket in (0, 1):
+        write_zone(tmp_path, f"intel-rapl:{socket}", f"package-{socket}", amd_range_uj - 500_000_000, amd_range_uj)
+        write_zone(tmp_path, f"intel-rapl:{socket}:0", "core", 1_000_000, amd_range_uj)
+    receiver = make(tmp_path, clock)
+    first = poll(receiver)
+    assert {p: (z.zone, z.socket) for p, z in first.items()} == {
+        "intel-rapl:0": ("package", 0),
+        "intel-rapl:0:0": ("core", 0),
+        "intel-rapl:1": ("package", 1),
+        "intel-rapl:1:0": ("core", 1),
+    }
+    clock.advance(5.0)
+    for socket in (0, 1):  # 1,400 J in 5 s: the packages wrap, the cores do not
+        write_zone(tmp_path, f"intel-rapl:{socket}", f"package-{socket}", 900_000_000 - 1, amd_range_uj)
+        write_zone(tmp_path, f"intel-rapl:{socket}:0", "core", 1_001_000_000, amd_range_uj)
+    after = poll(receiver)
+    for socket in (0, 1):
+        package, core = f"intel-rapl:{socket}", f"intel-rapl:{socket}:0"
+        assert after[package].energy_uj - first[package].energy_uj == 1_400_000_000
+        assert after[core].energy_uj - first[core].energy_uj == 1_000_000_000
+        assert after[package].counter_epoch == after[core].counter_epoch == 0

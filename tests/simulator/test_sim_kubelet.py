@@ -124,7 +124,9 @@ def node(clock: SteppedClock) -> Iterator[simulator.SimulatedNode]:
 
 @contextmanager
 def _stub(kubelet: KubeletServer) -> Iterator[api_pb2_grpc.PodResourcesListerStub]:
-    with grpc.insecure_channel(kubelet.endpoint) as channel:
+    # Its own subchannels: gRPC's global pool would hand a new channel the failure (and reconnect backoff) a
+    # channel to the same address met while the socket was down (a flake under load).
+    with grpc.insecure_channel(kubelet.endpoint, options=[("grpc.use_local_subchannel_pool", 1)]) as channel:
         yield api_pb2_grpc.PodResourcesListerStub(channel)
 
 
