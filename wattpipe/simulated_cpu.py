@@ -3,7 +3,8 @@
 Collected from every tick as it happens (``CpuCollector.observe``, called by the simulate command's truth
 exporter), so processes that exited long ago are still in it. ``true_j`` is the workload's own dynamic CPU
 energy (``simulator/cpu_truth.py``) over the window wattpipe attributed (from its first CPU tick's start to
-its last tick); ``cpu_s`` is the CPU time wattpipe saw in /proc over that window, ``true_cpu_s`` the truth's.
+its last tick); ``cpu_s`` is the CPU time wattpipe saw in /proc over that window (null for a process it never
+read), ``true_cpu_s`` the truth's.
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ def cpu_report(collector: CpuCollector, node: simulator.SimulatedNode) -> dict[s
                 "pid": pid,
                 "true_j": truth.process_energy_j(pid, t0, t1) if pid in node.truth.plans else None,
                 "attributed_j": by_pid.get(str(pid), 0) / 1000,
-                "cpu_s": seen.last_cpu_s - seen.baseline_cpu_s if seen is not None else 0.0,
+                "cpu_s": seen.last_cpu_s - seen.baseline_cpu_s if seen is not None else None,  # never read: unknown
                 "true_cpu_s": truth.process_cpu_s(pid, t0, t1) if pid in node.truth.plans else None,
             }
         )
