@@ -409,7 +409,7 @@ _EXTRA_VALUES = st.sampled_from([(), (("comm", "python"),), (("comm", "trainer")
 def _ticks(draw: st.DrawFn) -> list[Batch]:
     """Batches a node might give tick after tick: mostly the same processes, sometimes a change (a process
     starts, exits or is renamed, the GPU is renamed, a label action appears, records come in another order,
-    a value goes absent)."""
+    a value goes absent); their totals of processes and containers, on GPUs and a CPU zone type, mixed."""
     batches = []
     pids = draw(st.lists(st.integers(1, 6), min_size=1, max_size=5, unique=True))
     for _ in range(draw(st.integers(2, 6))):
@@ -430,9 +430,9 @@ def _ticks(draw: st.DrawFn) -> list[Batch]:
         totals = tuple(
             Totals(
                 time=T,
-                scope="process",
+                scope=draw(st.sampled_from(["process", "process", "container"])),
                 key=str(pid),
-                device_id=f"GPU-{pid % 2}",
+                device_id=draw(st.sampled_from([f"GPU-{pid % 2}", f"GPU-{pid % 2}", "cpu:package"])),
                 energy_mj=draw(st.integers(0, 10**6)),
                 power_w=draw(st.none() | st.floats(0, 500)),
                 state=draw(st.sampled_from(["running", "terminated"])),
@@ -458,6 +458,9 @@ _CACHED_FAMILIES = [
     in (
         "kepler_process_gpu_joules_total",
         "kepler_process_gpu_watts",
+        "kepler_process_cpu_joules_total",  # each selects a scope and a kind of device among mixed totals
+        "kepler_container_gpu_watts",
+        "kepler_container_cpu_joules_total",
         "wattpipe_attribution_mode",
         "wattpipe_node_gpu_unattributed_watts",
         "wattpipe_device_up",  # before the info family: the same records, keyed by fewer fields
