@@ -117,7 +117,10 @@ def labelled_values(
 
 
 class Columns(NamedTuple):
-    """A family's points as three parallel sequences (what :func:`labelled_values` zips into triples)."""
+    """A family's points as three parallel sequences (what :func:`labelled_values` zips into triples).
+
+    Never changed once handed out: a family whose records are keyed as in the last call gets that call's
+    very ``labels`` list again (where no two records shared a series), which a renderer may compare by identity."""
 
     labels: Sequence[SeriesLabels]
     values: Sequence[float]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import operator
 import re
 import shutil
 from collections.abc import Mapping
@@ -499,6 +500,25 @@ def test_a_where_value_absent_from_the_batch_selects_nothing_and_a_present_one_s
     mixed = batch.with_records([total("container", "c1")])
     assert keys("kepler_container_gpu_joules_total", mixed) == ["c1"]
     assert keys("kepler_process_gpu_joules_total", mixed) == ["1", "2"]
+
+
+def test_a_steady_family_gets_the_last_calls_very_label_list_and_a_changed_one_a_new_list() -> None:
+    # The Prometheus renderer compares the list by identity before comparing an id per series: the same list
+    # must mean the same mappings, in the same order.
+    family = FAMILY["kepler_process_gpu_joules_total"]
+    device = DeviceSample(time=T, device_id="GPU-x", device_index=0)
+    engine = LabelEngine()
+    batch = Batch(time=T, interval_s=5.0, node="n").with_records([device, _process(61, 1_000), _process(62, 1_000)])
+    first = labelled_columns(family, batch, "kepler", engine=engine).labels
+    steady = batch.replace(totals=(_process(61, 2_000), _process(62, 3_000)))
+    assert labelled_columns(family, steady, "kepler", engine=engine).labels is first
+    before = list(first)
+    changed = batch.replace(totals=(_process(62, 4_000), _process(63, 1_000)))
+    labels = labelled_columns(family, changed, "kepler", engine=engine).labels
+    assert labels is not first
+    assert [dict(m)["pid"] for m in labels] == ["62", "63"]
+    assert len(first) == len(before)  # the old list was not changed
+    assert all(map(operator.is_, first, before))
 
 
 def test_a_steady_call_picks_the_same_series_positions_as_the_call_before() -> None:
