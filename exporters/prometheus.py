@@ -36,7 +36,7 @@ import operator
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from prometheus_client import generate_latest
@@ -155,12 +155,16 @@ class _FastRenderer:
                     part_values.append(values)
             if not part_labels:
                 continue
-            ids = [list(map(id, labels)) for labels in part_labels]
             last = previous.get(sample_name)
             # The very mappings of the last rendering (by identity: two mappings equal as dicts may still
             # order their labels differently, and where two names clash once escaped, the first one wins).
-            if last is None or last.ids != ids:
-                last = self._prefixes(sample_name, part_labels, ids, last)
+            # A steady family's columns hold the very label list of the last call (labelled_columns hands
+            # out the list it keeps, never changed once made): that settles it without an id per series.
+            if last is None or not _same_objects(last.labels, part_labels):
+                ids = [list(map(id, labels)) for labels in part_labels]
+                if last is None or last.ids != ids:
+                    last = self._prefixes(sample_name, part_labels, ids, last)
+                last.labels = part_labels
             self._families[sample_name] = last
             out.append(_header(family, scheme))
             if last.distinct:  # one part, no two series with one prefix: the lines as they are
@@ -220,6 +224,12 @@ class _RenderedFamily:
     distinct: bool = False
     """One part whose prefixes are all different: its lines need no dict to drop repeated series (labels
     that differ only in characters Prometheus escapes alike, where the first one wins)."""
+    labels: list[Sequence[SeriesLabels]] = field(default_factory=list)
+    """The label sequences of the last rendering, per part (held, so their identities stay theirs)."""
+
+
+def _same_objects(a: Sequence[object], b: Sequence[object]) -> bool:
+    return len(a) == len(b) and all(map(operator.is_, a, b))
 
 
 def _lines(prefixes: Sequence[str], values: Sequence[float]) -> str:
@@ -232,7 +242,11 @@ def _lines(prefixes: Sequence[str], values: Sequence[float]) -> str:
         texts = list(map(repr, values))
     else:
         texts = list(map(_value_text, values))
-    return "\n".join(map(operator.add, prefixes, texts)) + "\n"
+    # Joined once, as [prefix, value, "\n", …]: adding each prefix to its value first would copy every line twice.
+    pieces = ["\n"] * (3 * len(texts))
+    pieces[0::3] = prefixes
+    pieces[1::3] = texts
+    return "".join(pieces)
 
 
 def _value_text(value: float) -> str:

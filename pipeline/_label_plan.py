@@ -73,6 +73,10 @@ class Plan:
     """The fields that ``family.where`` tests."""
     wanted: tuple[str, ...]
     """The values ``family.where`` wants in them, as text."""
+    text_where: tuple[str, ...]
+    """The fields of ``where`` tested by their text (a value or a prefix), not for being absent or present."""
+    text_wanted: tuple[str, ...]
+    """What ``where`` wants in each of ``text_where``."""
     labels_from: tuple[tuple[str, str, Literal["attribute", "field", "device"]], ...]  # attribute, name, source
     aliases: Mapping[str, str]
     identity: frozenset[str]
@@ -87,8 +91,8 @@ class Plan:
     """The fields ``identify_plain`` reads."""
     get_value: Callable[[Record], Any] | None
     """The family's value field (``None``: an info family, always 1)."""
-    device_of: Callable[[Record], str]
-    """The record's ``device_id`` (``""`` for a record type without one)."""
+    device_of: Callable[[Record], str] | None
+    """The record's ``device_id`` (``None``: a record type without one, whose records all have ``""``)."""
     cache: LabelCache
 
     def labels(self, record: Record, batch: Batch, device: Mapping[str, str]) -> SeriesLabels:
@@ -128,8 +132,7 @@ def _nothing(_: Record) -> object:
     return ()
 
 
-def _no_device(_: Record) -> str:
-    return ""
+_PRESENCE = ("None", "!None")  # where tests for a field being absent or present, not for its text
 
 
 def new_plan(family: Family, scheme: Scheme) -> Plan:
@@ -163,6 +166,8 @@ def new_plan(family: Family, scheme: Scheme) -> Plan:
         field=Batch.field_for(family.record),
         where=tuple(name for name, _ in family.where),
         wanted=tuple(value for _, value in family.where),
+        text_where=tuple(name for name, value in family.where if value not in _PRESENCE),
+        text_wanted=tuple(value for _, value in family.where if value not in _PRESENCE),
         labels_from=tuple(labels_from),
         aliases=aliases,
         identity=frozenset(aliases.get(k, k) for k in family.record.IDENTITY),
@@ -171,6 +176,6 @@ def new_plan(family: Family, scheme: Scheme) -> Plan:
         key_names=tuple(key_fields),
         plain_names=tuple(plain_fields),
         get_value=operator.attrgetter(family.value) if family.value is not None else None,
-        device_of=operator.attrgetter("device_id") if "device_id" in has else _no_device,
+        device_of=operator.attrgetter("device_id") if "device_id" in has else None,
         cache=LabelCache(),
     )

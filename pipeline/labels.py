@@ -117,7 +117,10 @@ def labelled_values(
 
 
 class Columns(NamedTuple):
-    """A family's points as three parallel sequences (what :func:`labelled_values` zips into triples)."""
+    """A family's points as three parallel sequences (what :func:`labelled_values` zips into triples).
+
+    Never changed once handed out: a family whose records are keyed as in the last call gets that call's
+    very ``labels`` list again (where no two records shared a series), which a renderer may compare by identity."""
 
     labels: Sequence[SeriesLabels]
     values: Sequence[float]
@@ -151,8 +154,8 @@ class LabelEngine:
       :class:`LabelCache` (pipeline/_label_plan.py), which keeps :class:`SeriesLabels`' identity promise);
     - per (batch field, where test, key fields, pipeline), the last batch's selected records and their keys
       (:meth:`_shared_columns`);
-    - per (batch field, tested field), the tested values as text for a few recent record tuples
-      (:meth:`_selected`);
+    - per (batch field, tested fields), each record's combination of the tested values as text, numbered, for
+      a few recent record tuples (:meth:`_text_mask`);
     - tokens for label actions and device attributes (:meth:`_token`).
     """
 
@@ -167,7 +170,7 @@ class LabelEngine:
         from it, the records a family selects and their devices, identities and extras (see
         labelled_columns). A Batch's fields are tuples, so the same object is the same records; the entry
         holds it, so its identity is not reused."""
-        self._texts: dict[tuple[str, str], tuple[tuple[tuple[Record, ...], list[str], frozenset[str]], ...]] = {}
+        self._texts: dict[tuple[str, tuple[str, ...]], tuple[tuple[tuple[Record, ...], list[int], list[Any]], ...]] = {}
         self._tokens: dict[tuple[object, ...], int] = {}
 
     def plan(self, family: Family, scheme: Scheme) -> Plan:
@@ -259,7 +262,7 @@ class LabelEngine:
             return shared[1:]
         identify = plan.identify_plain if plain and plan.identify_plain is not None else plan.identify
         records = self._selected(plan, batch)
-        device_ids = list(map(plan.device_of, records))
+        device_ids = [""] * len(records) if plan.device_of is None else list(map(plan.device_of, records))
         identities = list(map(identify, records))
         extras = list(map(_EXTRA, records))
         if len(self._columns) >= _COLUMNS_MAX:
@@ -273,46 +276,46 @@ class LabelEngine:
         records: tuple[Record, ...] = getattr(batch, plan.field)
         if not plan.where or not records:
             return records
-        masks = []
-        for name, wanted in zip(plan.where, plan.wanted, strict=True):
-            mask = self._mask(plan.field, records, name, wanted)
+        masks: list[Sequence[bool]] = []
+        if plan.text_where:
+            mask = self._text_mask(plan, records)
             if mask is False:
                 return ()
             if mask is not True:
                 masks.append(mask)
+        for name, wanted in zip(plan.where, plan.wanted, strict=True):
+            # Absent or present: tested as such, no text made for every value.
+            if wanted == "None":
+                masks.append(list(map(operator.is_, map(operator.attrgetter(name), records), _NONES)))
+            elif wanted == "!None":
+                masks.append(list(map(operator.is_not, map(operator.attrgetter(name), records), _NONES)))
         if not masks:
             return records
         if len(masks) == 1:
             return list(itertools.compress(records, masks[0]))
         return list(itertools.compress(records, map(all, zip(*masks, strict=True))))
 
-    def _mask(self, field: str, records: tuple[Record, ...], name: str, wanted: str) -> bool | Sequence[bool]:
-        """Which records pass one ``where`` test (True: all of them, False: none)."""
-        if wanted == "None":  # absent: tested as such, no text made for every value that is not
-            return list(map(operator.is_, map(operator.attrgetter(name), records), _NONES))
-        if wanted == "!None":
-            return list(map(operator.is_not, map(operator.attrgetter(name), records), _NONES))
-        key = (field, name)
+    def _text_mask(self, plan: Plan, records: tuple[Record, ...]) -> bool | Sequence[bool]:
+        """Which records pass the ``where`` tests on the text of fields (True: all of them, False: none).
+
+        The tested fields' texts take few distinct combinations (a scope and a device): each record's
+        combination is numbered once per record tuple and tested fields, shared by every family that tests
+        those fields (eight test a Totals' scope and device), and each family tests the few combinations,
+        then picks its records by number (a loop in C)."""
+        key = (plan.field, plan.text_where)
         recent = self._texts.get(key, ())
-        found = next(((t, distinct) for r, t, distinct in recent if r is records), None)
+        found = next(((c, t) for r, c, t in recent if r is records), None)
         if found is None:
-            texts = list(map(str, map(operator.attrgetter(name), records)))
-            found = texts, frozenset(texts)
+            texts = [list(map(str, map(operator.attrgetter(name), records))) for name in plan.text_where]
+            combos: list[Any] = texts[0] if len(texts) == 1 else list(zip(*texts, strict=True))
+            number = {combo: i for i, combo in enumerate(dict.fromkeys(combos))}
+            found = list(map(number.__getitem__, combos)), [combo if len(texts) > 1 else (combo,) for combo in number]
             self._texts[key] = ((records, *found), *recent[: _TEXTS_KEEP - 1])  # one assignment: safe across threads
-        texts, distinct = found
-        if wanted.startswith(("^", "!^")):
-            # A prefix test (``^cpu:``: a CPU zone type's totals; ``!^cpu:``: every other). The distinct values
-            # are few (one per device): most ticks settle it for all records at once.
-            negate, prefix = wanted.startswith("!"), wanted.lstrip("!")[1:]
-            starting = {t for t in distinct if t.startswith(prefix)}
-            if not starting or len(starting) == len(distinct):
-                return bool(starting) != negate
-            return [(t in starting) != negate for t in texts]
-        if wanted not in distinct:
-            return False
-        if len(distinct) == 1:
-            return True
-        return list(map(wanted.__eq__, texts))
+        codes, distinct = found
+        passing = {i for i, combo in enumerate(distinct) if all(map(_passes, combo, plan.text_wanted))}
+        if not passing or len(passing) == len(distinct):
+            return bool(passing)
+        return list(map(passing.__contains__, codes))
 
     def _token(self, value: tuple[object, ...]) -> int:
         token = self._tokens.get(value)
@@ -372,6 +375,16 @@ def _find(
     return found  # type: ignore[return-value]  # every None was replaced
 
 
+def _passes(text: str, wanted: str) -> bool:
+    """A ``where`` test on a field's text: ``^cpu:`` a prefix (a CPU zone type's totals), ``!^cpu:`` not it,
+    anything else the very text."""
+    if wanted.startswith("^"):
+        return text.startswith(wanted[1:])
+    if wanted.startswith("!^"):
+        return not text.startswith(wanted[2:])
+    return text == wanted
+
+
 _EXTRA = operator.attrgetter("extra")
 _COLUMNS_MAX = 512  # a few dozen per pipeline; past this (many pipeline names over time) it starts over
 _SERIES = operator.attrgetter("series")
@@ -382,12 +395,13 @@ def _plan(family: Family, scheme: Scheme) -> Plan:
     return DEFAULT_ENGINE.plan(family, scheme)
 
 
-# LabelEngine._selected. Which records a family selects depends only on the record tuple, which is immutable. The tested field's
-# values, as text, are read once per tuple and field (six families test the Totals' scope) and kept for a
-# few recent tuples, so pipelines that render in turn do not redo each other's; each family then picks its
-# records with ``compress`` over them (a loop in C, where grouping was a Python loop per record). The set of
-# the texts is kept with them: a family whose value is not among them (the container, pod and MIG instance
-# families on a node without them) selects nothing at once.
+# LabelEngine._text_mask. Which records a family selects depends only on the record tuple, which is immutable. The tested
+# fields' values, as text, are read once per tuple and tested fields (sixteen families test a Totals' scope and
+# device), and each record's combination of them numbered; kept for a few recent tuples, so pipelines that
+# render in turn do not redo each other's. Each family then tests the few distinct combinations and picks
+# its records with ``compress`` over their numbers (a loop in C, where testing every record's texts for every
+# family was one list per test and family): a family no combination passes (the container, pod and MIG
+# instance families on a node without them) selects nothing at once.
 _TEXTS_KEEP = 4
 _NONES = itertools.repeat(None)
 

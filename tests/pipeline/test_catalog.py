@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import operator
 import re
 import shutil
 from collections.abc import Mapping
@@ -409,7 +410,7 @@ _EXTRA_VALUES = st.sampled_from([(), (("comm", "python"),), (("comm", "trainer")
 def _ticks(draw: st.DrawFn) -> list[Batch]:
     """Batches a node might give tick after tick: mostly the same processes, sometimes a change (a process
     starts, exits or is renamed, the GPU is renamed, a label action appears, records come in another order,
-    a value goes absent)."""
+    a value goes absent); their totals of processes and containers, on GPUs and a CPU zone type, mixed."""
     batches = []
     pids = draw(st.lists(st.integers(1, 6), min_size=1, max_size=5, unique=True))
     for _ in range(draw(st.integers(2, 6))):
@@ -430,9 +431,9 @@ def _ticks(draw: st.DrawFn) -> list[Batch]:
         totals = tuple(
             Totals(
                 time=T,
-                scope="process",
+                scope=draw(st.sampled_from(["process", "process", "container"])),
                 key=str(pid),
-                device_id=f"GPU-{pid % 2}",
+                device_id=draw(st.sampled_from([f"GPU-{pid % 2}", f"GPU-{pid % 2}", "cpu:package"])),
                 energy_mj=draw(st.integers(0, 10**6)),
                 power_w=draw(st.none() | st.floats(0, 500)),
                 state=draw(st.sampled_from(["running", "terminated"])),
@@ -458,6 +459,9 @@ _CACHED_FAMILIES = [
     in (
         "kepler_process_gpu_joules_total",
         "kepler_process_gpu_watts",
+        "kepler_process_cpu_joules_total",  # each selects a scope and a kind of device among mixed totals
+        "kepler_container_gpu_watts",
+        "kepler_container_cpu_joules_total",
         "wattpipe_attribution_mode",
         "wattpipe_node_gpu_unattributed_watts",
         "wattpipe_device_up",  # before the info family: the same records, keyed by fewer fields
@@ -496,6 +500,25 @@ def test_a_where_value_absent_from_the_batch_selects_nothing_and_a_present_one_s
     mixed = batch.with_records([total("container", "c1")])
     assert keys("kepler_container_gpu_joules_total", mixed) == ["c1"]
     assert keys("kepler_process_gpu_joules_total", mixed) == ["1", "2"]
+
+
+def test_a_steady_family_gets_the_last_calls_very_label_list_and_a_changed_one_a_new_list() -> None:
+    # The Prometheus renderer compares the list by identity before comparing an id per series: the same list
+    # must mean the same mappings, in the same order.
+    family = FAMILY["kepler_process_gpu_joules_total"]
+    device = DeviceSample(time=T, device_id="GPU-x", device_index=0)
+    engine = LabelEngine()
+    batch = Batch(time=T, interval_s=5.0, node="n").with_records([device, _process(61, 1_000), _process(62, 1_000)])
+    first = labelled_columns(family, batch, "kepler", engine=engine).labels
+    steady = batch.replace(totals=(_process(61, 2_000), _process(62, 3_000)))
+    assert labelled_columns(family, steady, "kepler", engine=engine).labels is first
+    before = list(first)
+    changed = batch.replace(totals=(_process(62, 4_000), _process(63, 1_000)))
+    labels = labelled_columns(family, changed, "kepler", engine=engine).labels
+    assert labels is not first
+    assert [dict(m)["pid"] for m in labels] == ["62", "63"]
+    assert len(first) == len(before)  # the old list was not changed
+    assert all(map(operator.is_, first, before))
 
 
 def test_a_steady_call_picks_the_same_series_positions_as_the_call_before() -> None:
