@@ -10,6 +10,7 @@ processes' shares and ends when none of its processes is listed.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
@@ -40,6 +41,7 @@ class TickShares:
     keys: Sequence[tuple[int, int]]  # the processes that used CPU time this tick: (pid, start time)
     hosts: Sequence[HostProcess]  # their listings, in the same order
     by_zone: Mapping[str, Sequence[int]]  # zone type → each process's mJ, in the keys' order
+    exited: AbstractSet[tuple[int, int]]  # the processes in the last listing and not in this one
     split_zones: frozenset[str]  # zone types whose active energy went to processes this tick (or could have)
     read_zones: frozenset[str]  # zone types that answered this tick (split or not)
 
@@ -146,7 +148,6 @@ class CpuSeries:
         # are worked out once (again when the k8s processor names its pod later), not every tick.
         self._known: dict[tuple[int, int], _Identity] = {}
         self._members: dict[tuple[GroupScope, str], set[tuple[int, int]]] = {}
-        self._listed: Mapping[tuple[int, int], HostProcess] = {}  # the last listing: the members are among it
         self._tick = 0  # ticks so far: a series whose ``seen`` is the tick's had a share in it
         self._rows: list[tuple[Series, Scope, str, str]] | None = None  # the Totals' order; None: tables changed
         self._restored = False  # groups restored whose members the next listing tells
@@ -182,6 +183,7 @@ class CpuSeries:
         per_mj = 1 / 1000.0 / tick.interval_s if tick.interval_s > 0 else None
         group_mj: dict[GroupKey, int] = {}
         processes, known_by_pk = self.processes, self._known
+        nameable = bool(names.by_pid or names.by_container or names.by_pod)  # else no pod gets named this tick
         for zone, shares in tick.by_zone.items():
             for pk, host, mj in zip(tick.keys, tick.hosts, shares, strict=True):
                 known = known_by_pk.get(pk)
@@ -199,7 +201,7 @@ class CpuSeries:
                     if series.attrs is not attrs:
                         _label(series, attrs)  # a new identity (the pod named since): its series' labels follow
                     known.series[zone] = series
-                elif not known.named and (host.container_id is not None or host.pod_uid is not None):
+                elif nameable and not known.named and (host.container_id is not None or host.pod_uid is not None):
                     known = self._identity(pk, host, names)  # its pod may have been named since
                     if known.series.get(zone) is not series:  # it was: labelled as the new identity says
                         _label(series, known.zone_attrs(zone))
@@ -231,25 +233,25 @@ class CpuSeries:
         """The series without a share this tick: idle (0 W), not known (their zone did not answer), or ended
         (their process is gone); then the ended ones past their retention dropped."""
         tick_no = self._tick
+        ended = False  # (a series with a share this tick is running)
         for (pid, start, zone), series in self.processes.items():
             if series.seen != tick_no:
                 self._idle_or_gone(series, zone, tick, listed and (pid, start) not in hosts, wall_s)
+                ended = ended or series.ended_wall_s is not None
         if listed:
             # The identities and members are all of the last listing: the ones gone from it are the exited.
-            exited = self._listed.keys() - hosts.keys()
-            self._listed = hosts
-            for pk in exited:
+            for pk in tick.exited:
                 self._known.pop(pk, None)  # exited: their identities go (their series stay)
-            if exited:
+            if tick.exited:
                 for members in self._members.values():
-                    members -= exited
+                    members -= tick.exited
         if listed and self._restored:
             self._adopt_restored(hosts)
         for gkey, gseries in self.groups.items():
             if gseries.seen != tick_no:
                 remaining = self._members.get(gkey[:2])
                 self._idle_or_gone(gseries, gkey[2], tick, listed and not remaining, wall_s)
-        if prune(self.processes, wall_s, lambda _: self.retention_s, self.max_terminated):
+        if ended and prune(self.processes, wall_s, lambda _: self.retention_s, self.max_terminated):
             self._rows = None
         for gkey in prune(self.groups, wall_s, lambda _: self.retention_s, self.max_terminated):
             self._rows = None

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
@@ -94,6 +95,7 @@ class _Weights:
     hosts: list[HostProcess]  # the keys' listings
     cpu_s: list[float]
     listed: bool  # /proc answered this tick
+    exited: AbstractSet[tuple[int, int]] = frozenset()  # in the last listing, not in this one
 
 
 class CpuAttributionProcessor:
@@ -163,6 +165,7 @@ class CpuAttributionProcessor:
             keys=weights.keys,
             hosts=weights.hosts,
             by_zone=by_zone,
+            exited=weights.exited,
             split_zones=frozenset(split_zones),
             read_zones=frozenset(p.device_name or "" for p in powers),
         )
@@ -191,10 +194,12 @@ class CpuAttributionProcessor:
         keys, listings, cpu_s = [], [], []
         previous = self._hosts
         since = self._last_wall_s
+        carried = 0  # how many of the last listing are listed again
         for key, host in hosts.items():
             now_s = host.cpu_time_s or 0.0
             before = previous.get(key)
             if before is not None:
+                carried += 1
                 delta = now_s - (before.cpu_time_s or 0.0)
             elif since is not None and host.start_wall_s is not None and host.start_wall_s >= since - _START_SLACK_S:
                 delta = now_s  # its first tick counts
@@ -204,9 +209,10 @@ class CpuAttributionProcessor:
                 keys.append(key)
                 listings.append(host)
                 cpu_s.append(delta)
+        exited = previous.keys() - hosts.keys() if carried < len(previous) else frozenset()
         self._hosts = hosts
         self._last_wall_s = batch.time.wall_s  # when the readings the next deltas start from were taken
-        return _Weights(keys, listings, cpu_s, listed=True)
+        return _Weights(keys, listings, cpu_s, listed=True, exited=exited)
 
     # --- the split ---------------------------------------------------------------------------------
 
