@@ -9,13 +9,15 @@ processes' shares and ends when none of its processes is listed.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from wattpipe.pipeline.clock import Timestamp
+from wattpipe.pipeline.constructors import new_totals
 from wattpipe.pipeline.records import HostProcess, Totals, Workload
-from wattpipe.processors._energy_series import Order, Series, prune, restore, saved, to_totals
+from wattpipe.processors._energy_series import Scope, Series, prune, restore, saved, start_at
 
 __all__ = ["CPU_DEVICE_PREFIX", "CpuSeries", "GroupScope", "Names", "ProcessKey", "TickShares", "device_id_of"]
 
@@ -36,7 +38,10 @@ class TickShares:
     """One tick's split, summed per zone type: each process's mJ, and which zone types were split."""
 
     interval_s: float
-    by_process: Mapping[ProcessKey, int]
+    keys: Sequence[tuple[int, int]]  # the processes that used CPU time this tick: (pid, start time)
+    hosts: Sequence[HostProcess]  # their listings, in the same order
+    by_zone: Mapping[str, Sequence[int]]  # zone type → each process's mJ, in the keys' order
+    exited: AbstractSet[tuple[int, int]]  # the processes in the last listing and not in this one
     split_zones: frozenset[str]  # zone types whose active energy went to processes this tick (or could have)
     read_zones: frozenset[str]  # zone types that answered this tick (split or not)
 
@@ -83,16 +88,15 @@ class _Identity:
     groups: list[tuple[GroupScope, str, dict[str, str]]]
     named: bool  # its pod's names were known (from the k8s processor's Workloads)
     by_zone: dict[str, dict[str, str]] = field(default_factory=dict)  # attrs with the zone: one object per zone
+    # Its series per zone type, each labelled with this identity's zone_attrs (a new identity starts empty: its
+    # series are found in CpuSeries.processes again, and labelled anew).
+    series: dict[str, Series] = field(default_factory=dict)
 
     def zone_attrs(self, zone: str) -> dict[str, str]:
         found = self.by_zone.get(zone)
         if found is None:
             found = self.by_zone[zone] = {**self.attrs, "zone": zone}
         return found
-
-
-def _process_columns(order: list[ProcessKey]) -> tuple[list[str], list[str]]:
-    return [str(pid) for pid, _, _ in order], [device_id_of(zone) for _, _, zone in order]
 
 
 def _process_attrs(host: HostProcess, workload: Workload | None) -> dict[str, str]:
@@ -144,7 +148,8 @@ class CpuSeries:
         # are worked out once (again when the k8s processor names its pod later), not every tick.
         self._known: dict[tuple[int, int], _Identity] = {}
         self._members: dict[tuple[GroupScope, str], set[tuple[int, int]]] = {}
-        self._order = Order(_process_columns)
+        self._tick = 0  # ticks so far: a series whose ``seen`` is the tick's had a share in it
+        self._rows: list[tuple[Series, Scope, str, str]] | None = None  # the Totals' order; None: tables changed
         self._restored = False  # groups restored whose members the next listing tells
 
     def _identity(self, pk: tuple[int, int], host: HostProcess, names: Names) -> _Identity:
@@ -172,71 +177,84 @@ class CpuSeries:
         listed: bool,
     ) -> None:
         """Add a tick's shares; end the series whose processes /proc no longer lists (``listed``: it answered)."""
+        self._tick += 1
+        tick_no = self._tick
         tick_start_s = now.wall_s - tick.interval_s
         per_mj = 1 / 1000.0 / tick.interval_s if tick.interval_s > 0 else None
         group_mj: dict[GroupKey, int] = {}
-        processes = self.processes
-        for key, mj in tick.by_process.items():
-            pk = key[:2]
-            host = hosts.get(pk)
-            series = processes.get(key)
-            if series is None:
-                if mj == 0 or host is None:
-                    continue  # a series begins with the process's first CPU energy
-                begun = host.start_wall_s if host.start_wall_s is not None else tick_start_s
-                series = processes[key] = Series(energy_mj=0, start_wall_s=max(tick_start_s, begun))
-            series.energy_mj += mj
-            series.power_w = None if per_mj is None else mj * per_mj
-            series.ended_wall_s = None
-            if host is None:
-                continue
-            zone = key[2]
-            known = self._identity(pk, host, names)
-            attrs = known.zone_attrs(zone)
-            if series.attrs is not attrs:
-                series.attrs = attrs  # a new identity (the pod named since): its series' labels follow
-            for scope, group, group_attrs in known.groups:
-                gkey = (scope, group, zone)
-                group_mj[gkey] = group_mj.get(gkey, 0) + mj
-                gseries = self.groups.get(gkey)
-                if gseries is None:
-                    gseries = self.groups[gkey] = Series(energy_mj=0, start_wall_s=series.start_wall_s)
-                if gseries.attrs.get("zone") != zone or len(gseries.attrs) != len(group_attrs) + 1:
-                    gseries.attrs = {**group_attrs, "zone": zone}
+        processes, known_by_pk = self.processes, self._known
+        nameable = bool(names.by_pid or names.by_container or names.by_pod)  # else no pod gets named this tick
+        for zone, shares in tick.by_zone.items():
+            for pk, host, mj in zip(tick.keys, tick.hosts, shares, strict=True):
+                known = known_by_pk.get(pk)
+                series = known.series.get(zone) if known is not None else None
+                if known is None or series is None:  # its first share in this zone type, or a new identity
+                    series = processes.get((pk[0], pk[1], zone))
+                    if series is None:
+                        if mj == 0:
+                            continue  # a series begins with the process's first CPU energy
+                        begun = host.start_wall_s if host.start_wall_s is not None else tick_start_s
+                        series = processes[(pk[0], pk[1], zone)] = Series(0, max(tick_start_s, begun))
+                        self._rows = None
+                    known = self._identity(pk, host, names)
+                    attrs = known.zone_attrs(zone)
+                    if series.attrs is not attrs:
+                        _label(series, attrs)  # a new identity (the pod named since): its series' labels follow
+                    known.series[zone] = series
+                elif nameable and not known.named and (host.container_id is not None or host.pod_uid is not None):
+                    known = self._identity(pk, host, names)  # its pod may have been named since
+                    if known.series.get(zone) is not series:  # it was: labelled as the new identity says
+                        _label(series, known.zone_attrs(zone))
+                        known.series[zone] = series
+                series.energy_mj += mj
+                series.power_w = None if per_mj is None else mj * per_mj
+                series.ended_wall_s = None
+                series.seen = tick_no
+                for scope, group, group_attrs in known.groups:
+                    gkey = (scope, group, zone)
+                    group_mj[gkey] = group_mj.get(gkey, 0) + mj
+                    gseries = self.groups.get(gkey)
+                    if gseries is None:
+                        gseries = self.groups[gkey] = Series(energy_mj=0, start_wall_s=series.start_wall_s)
+                        self._rows = None
+                    if gseries.attrs.get("zone") != zone or len(gseries.attrs) != len(group_attrs) + 1:
+                        _label(gseries, {**group_attrs, "zone": zone})
         for gkey, mj in group_mj.items():
             gseries = self.groups[gkey]
             gseries.energy_mj += mj
             gseries.power_w = None if per_mj is None else mj * per_mj
             gseries.ended_wall_s = None
-        self._settle(now.wall_s, tick, hosts, group_mj, listed)
+            gseries.seen = tick_no
+        self._settle(now.wall_s, tick, hosts, listed)
 
     def _settle(
-        self,
-        wall_s: float,
-        tick: TickShares,
-        hosts: Mapping[tuple[int, int], HostProcess],
-        group_mj: Mapping[GroupKey, int],
-        listed: bool,
+        self, wall_s: float, tick: TickShares, hosts: Mapping[tuple[int, int], HostProcess], listed: bool
     ) -> None:
+        """The series without a share this tick: idle (0 W), not known (their zone did not answer), or ended
+        (their process is gone); then the ended ones past their retention dropped."""
+        tick_no = self._tick
+        ended = False  # (a series with a share this tick is running)
         for (pid, start, zone), series in self.processes.items():
-            if (pid, start, zone) in tick.by_process:
-                continue
-            self._idle_or_gone(series, zone, tick, listed and (pid, start) not in hosts, wall_s)
+            if series.seen != tick_no:
+                self._idle_or_gone(series, zone, tick, listed and (pid, start) not in hosts, wall_s)
+                ended = ended or series.ended_wall_s is not None
         if listed:
-            for pk in self._known.keys() - hosts.keys():  # exited: their identities go (their series stay)
-                del self._known[pk]
-            for group, members in self._members.items():
-                if any(pk not in hosts for pk in members):
-                    self._members[group] = {pk for pk in members if pk in hosts}
+            # The identities and members are all of the last listing: the ones gone from it are the exited.
+            for pk in tick.exited:
+                self._known.pop(pk, None)  # exited: their identities go (their series stay)
+            if tick.exited:
+                for members in self._members.values():
+                    members -= tick.exited
         if listed and self._restored:
             self._adopt_restored(hosts)
         for gkey, gseries in self.groups.items():
-            if gkey in group_mj:
-                continue
-            remaining = self._members.get(gkey[:2])
-            self._idle_or_gone(gseries, gkey[2], tick, listed and not remaining, wall_s)
-        prune(self.processes, wall_s, lambda _: self.retention_s, self.max_terminated)
+            if gseries.seen != tick_no:
+                remaining = self._members.get(gkey[:2])
+                self._idle_or_gone(gseries, gkey[2], tick, listed and not remaining, wall_s)
+        if ended and prune(self.processes, wall_s, lambda _: self.retention_s, self.max_terminated):
+            self._rows = None
         for gkey in prune(self.groups, wall_s, lambda _: self.retention_s, self.max_terminated):
+            self._rows = None
             if not any(k[:2] == gkey[:2] for k in self.groups):
                 self._members.pop(gkey[:2], None)
 
@@ -271,19 +289,40 @@ class CpuSeries:
             series.power_w = None  # its zone did not answer: how much it drew is not known
 
     def totals(self, now: Timestamp) -> list[Totals]:
-        order, (pids, devices) = self._order.of(self.processes)
-        series = self.processes
-        out = [
-            to_totals(now, "process", pid, device, series[key])
-            for key, pid, device in zip(order, pids, devices, strict=True)
+        """A Totals record per series: the processes', then the containers', pods' and VMs', each in key order
+        (sorted again only when a series came or went). Each is ``to_totals``'s record, made from what the
+        series keeps: its labels (``_label``) and start, set once."""
+        if self._rows is None:
+            self._rows = self._ordered(now)
+        return [
+            new_totals(
+                now,
+                s.extra[1],
+                scope,
+                key,
+                device,
+                s.energy_mj,
+                s.power_w,
+                "running" if s.ended_wall_s is None else "terminated",
+                s.start,
+            )
+            for s, scope, key, device in self._rows
+        ]
+
+    def _ordered(self, now: Timestamp) -> list[tuple[Series, Scope, str, str]]:
+        rows: list[tuple[Series, Scope, str, str]] = [
+            (s, "process", str(pid), device_id_of(zone)) for (pid, _, zone), s in sorted(self.processes.items())
         ]
         # A VM travels as scope "instance" (Totals has no "vm" scope; a virtual machine is an instance): the
         # catalog's kepler_vm_cpu_* select instance totals of a CPU zone type, the MIG families the others.
-        out += [
-            to_totals(now, "instance" if scope == "vm" else scope, key, device_id_of(zone), s)
+        rows += [
+            (s, "instance" if scope == "vm" else scope, key, device_id_of(zone))
             for (scope, key, zone), s in sorted(self.groups.items())
         ]
-        return out
+        for s, *_ in rows:
+            if s.start is None:  # a series new this tick (or restored): when it began, once
+                s.start = start_at(now, s.start_wall_s)
+        return rows
 
     # --- state (the state file: totals go on across a restart) -------------------------------------------
 
@@ -303,9 +342,24 @@ class CpuSeries:
         """Series from :meth:`snapshot`. A restored running series ends at the first tick /proc does not list
         its process (a group: none of its processes' shares that tick)."""
         for row in state.get("processes", []):
-            self.processes[(int(row["pid"]), int(row["start_ticks"]), str(row["zone"]))] = restore(row)
+            self.processes[(int(row["pid"]), int(row["start_ticks"]), str(row["zone"]))] = _restored(row)
         for row in state.get("groups", []):
             scope = str(row["scope"])
             if scope in ("container", "pod", "vm"):
-                self.groups[(cast(GroupScope, scope), str(row["key"]), str(row["zone"]))] = restore(row)
+                self.groups[(cast(GroupScope, scope), str(row["key"]), str(row["zone"]))] = _restored(row)
         self._restored = bool(self.groups)
+        self._rows = None
+
+
+def _restored(row: Mapping[str, Any]) -> Series:
+    series = restore(row)
+    _label(series, series.attrs)
+    return series
+
+
+def _label(series: Series, attrs: dict[str, str]) -> None:
+    """Give a series its attributes, and the labels its Totals records carry (sorted, as ``to_totals`` makes
+    them), made once here: a series' attributes are only ever replaced, by a new dict, through this."""
+    series.attrs = attrs
+    items = tuple(attrs.items())
+    series.extra = (items, tuple(sorted(items)))

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
@@ -34,7 +35,7 @@ from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
 from wattpipe.pipeline.config import Duration
 from wattpipe.pipeline.records import CpuZoneSample, DevicePower, DeviceTotals, HostProcess, NodeCpuTime
 from wattpipe.processors._cpu_idle import ZoneIdle, ZoneIdles
-from wattpipe.processors._cpu_series import CpuSeries, Names, ProcessKey, TickShares
+from wattpipe.processors._cpu_series import CpuSeries, Names, TickShares
 from wattpipe.processors._cpu_split import idle_active, splittable, usage_ratio
 from wattpipe.processors._energy_series import start_at
 from wattpipe.processors.attribution_math import apportion
@@ -91,8 +92,10 @@ class _ZoneTotals:
 @dataclass(frozen=True, slots=True)
 class _Weights:
     keys: list[tuple[int, int]]
+    hosts: list[HostProcess]  # the keys' listings
     cpu_s: list[float]
     listed: bool  # /proc answered this tick
+    exited: AbstractSet[tuple[int, int]] = frozenset()  # in the last listing, not in this one
 
 
 class CpuAttributionProcessor:
@@ -105,7 +108,7 @@ class CpuAttributionProcessor:
         self.ctx = ctx
         self._zones: dict[str, CpuZoneSample] = {}
         self._node: NodeCpuTime | None = None
-        self._cpu_s: dict[tuple[int, int], float] = {}
+        self._hosts: Mapping[tuple[int, int], HostProcess] = {}  # the last listing: the deltas start from it
         self._last_wall_s: float | None = None
         self.zone_totals: dict[str, _ZoneTotals] = {}
         self.series = CpuSeries(config.terminated_retention, config.max_terminated)
@@ -144,7 +147,11 @@ class CpuAttributionProcessor:
         if "cpu_zones" not in batch.present and not self.zone_totals:
             return batch  # no RAPL on this node (or not yet): the GPU side alone
         now = batch.time
-        hosts = {(h.pid, _start(h)): h for h in batch.host_processes if h.cpu_time_s is not None}
+        hosts = {
+            (h.pid, _UNKNOWN_START if h.start_time_ticks is None else h.start_time_ticks): h
+            for h in batch.host_processes
+            if h.cpu_time_s is not None
+        }
         if batch.host_processes and not hosts:
             self.ctx.telemetry.log.log(
                 logging.WARNING,
@@ -153,10 +160,13 @@ class CpuAttributionProcessor:
                 "CPU energy stays unattributed; set cpu_time: true on the procfs receiver",
             )
         weights = self._weights(batch, hosts)
-        powers, by_process, split_zones = self._split(batch, ratio, weights)
+        powers, by_zone, split_zones = self._split(batch, ratio, weights)
         tick = TickShares(
             interval_s=powers[0].interval_s if powers else batch.interval_s,
-            by_process=by_process,
+            keys=weights.keys,
+            hosts=weights.hosts,
+            by_zone=by_zone,
+            exited=weights.exited,
             split_zones=frozenset(split_zones),
             read_zones=frozenset(p.device_name or "" for p in powers),
         )
@@ -181,31 +191,35 @@ class CpuAttributionProcessor:
         none for one first seen that started before (its time before is not this tick's). After a failed listing
         the deltas span the gap, and a process that started in it counts from its start."""
         if "host_processes" not in batch.present:
-            return _Weights([], [], listed=False)  # keep the previous readings: the next delta spans the gap
-        keys, cpu_s = [], []
-        previous = self._cpu_s
+            return _Weights([], [], [], listed=False)  # keep the previous readings: the next delta spans the gap
+        keys, listings, cpu_s = [], [], []
+        previous = self._hosts
         since = self._last_wall_s
+        carried = 0  # how many of the last listing are listed again
         for key, host in hosts.items():
             now_s = host.cpu_time_s or 0.0
             before = previous.get(key)
             if before is not None:
-                delta = now_s - before
+                carried += 1
+                delta = now_s - (before.cpu_time_s or 0.0)
             elif since is not None and host.start_wall_s is not None and host.start_wall_s >= since - _START_SLACK_S:
                 delta = now_s  # its first tick counts
             else:
                 delta = 0.0
             if delta > 0:  # a process that used no CPU time has no share (its series, if any, runs at 0 W)
                 keys.append(key)
+                listings.append(host)
                 cpu_s.append(delta)
-        self._cpu_s = {key: host.cpu_time_s or 0.0 for key, host in hosts.items()}
+        exited = previous.keys() - hosts.keys() if carried < len(previous) else frozenset()
+        self._hosts = hosts
         self._last_wall_s = batch.time.wall_s  # when the readings the next deltas start from were taken
-        return _Weights(keys, cpu_s, listed=True)
+        return _Weights(keys, listings, cpu_s, listed=True, exited=exited)
 
     # --- the split ---------------------------------------------------------------------------------
 
     def _split(
         self, batch: Batch, ratio: float | None, weights: _Weights
-    ) -> tuple[list[DevicePower], dict[ProcessKey, int], set[str]]:
+    ) -> tuple[list[DevicePower], dict[str, list[int]], set[str]]:
         """Each zone's idle and active; each zone type's active (its sockets' zones summed) shared by CPU time
         once, so a process's shares in one type are one apportioning; a zone's whole active energy is either
         attributed or unattributed (the weights are the same for every zone)."""
@@ -234,13 +248,10 @@ class CpuAttributionProcessor:
             parts.append((sample, interval_s, idle, active, split, known, zone_idle, idle_known))
             if split:
                 active_by_type[sample.zone] = active_by_type.get(sample.zone, 0) + active
-        by_process: dict[ProcessKey, int] = {}
-        for zone, active in active_by_type.items():
-            for (pid, start), mj in zip(weights.keys, apportion(active, weights.cpu_s), strict=True):
-                by_process[(pid, start, zone)] = mj
+        by_zone = {zone: apportion(active, weights.cpu_s) for zone, active in active_by_type.items()}
         powers = [self._power(batch.time, *part) for part in parts]
         split_zones = {p.device_name or "" for p in powers if p.unattributable is None}
-        return powers, by_process, split_zones
+        return powers, by_zone, split_zones
 
     def _zone_idle(
         self, sample: CpuZoneSample, zones_of_type: int, energy_mj: int, interval_s: float, ratio: float | None
@@ -317,10 +328,6 @@ class CpuAttributionProcessor:
             )
             for path, t in sorted(self.zone_totals.items())
         )
-
-
-def _start(host: HostProcess) -> int:
-    return host.start_time_ticks if host.start_time_ticks is not None else _UNKNOWN_START
 
 
 factory = Factory.of(

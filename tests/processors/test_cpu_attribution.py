@@ -568,3 +568,47 @@ def test_idle_mode_keeps_each_zones_share_of_the_idle_when_another_zone_of_its_t
     node.run(40, 1.0)
     (power,) = step(proc, node).device_power
     assert (power.idle_energy_mj, power.active_energy_mj) == (100_000, 30_000)
+
+
+def test_a_pod_named_later_relabels_the_process_series_of_every_zone_type() -> None:
+    # A process's series are kept with its identity; when the k8s roster names its pod, a new identity is made
+    # and each of its series (package and dram) takes the new labels at its next share.
+    node = Node(zones={"intel-rapl:0": ("package", 0, 0, 0), "intel-rapl:0:0": ("dram", 0, 0, 0)})
+    node.spawn(60, container_id="c6", pod_uid="p6")
+    proc = processor()
+    step(proc, node)
+    for named in (False, True):
+        node.half_busy("intel-rapl:0", 10_000)
+        node.spend("intel-rapl:0:0", 2_000)
+        node.run(60, 1.0)
+        roster = (
+            Workload(time=node.clock.now(), pid=None, container_id="c6", container_name="web", pod_uid="p6",
+                     pod_name="shop", pod_namespace="prod", listed="api"),
+        ) if named else ()  # fmt: skip
+        out = proc.process(node.batch().replace(workloads=roster))
+        node.clock.advance(5.0)
+        for zone in ("package", "dram"):
+            assert dict(totals(out, "process")[("60", f"cpu:{zone}")].extra).get("pod_name") == (
+                "shop" if named else None
+            ), zone
+            assert dict(totals(out, "container")[("c6", f"cpu:{zone}")].extra).get("container_name") == (
+                "web" if named else None
+            ), zone
+
+
+def test_a_container_ends_when_its_last_process_exits_not_before() -> None:
+    node = Node(zones={"intel-rapl:0": ("package", 0, 0, 0)})
+    node.spawn(80, container_id="c8")
+    node.spawn(81, container_id="c8")
+    proc = processor()
+    step(proc, node)
+    node.half_busy("intel-rapl:0", 10_000)
+    node.run(80, 1.0)
+    node.run(81, 1.0)
+    step(proc, node)
+    for gone, state in ((80, "running"), (81, "terminated")):
+        del node.procs[gone]
+        node.total_s += 10.0  # idle ticks: no shares, so only the members say whether it runs
+        out = step(proc, node)
+        assert totals(out, "container")[("c8", "cpu:package")].state == state
+        assert totals(out, "process")[(str(gone), "cpu:package")].state == "terminated"
