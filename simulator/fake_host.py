@@ -4,11 +4,13 @@
 time ``node.t_s()``: a directory per live process (``stat``, ``comm``, ``cmdline``, ``cgroup``),
 ``/proc/stat`` and ``/proc/uptime``, and RAPL zones under ``/sys/class/powercap`` whose ``energy_uj``
 wraps at ``max_energy_range_uj`` like the MSR-backed counter. Files are replaced atomically, so a
-reader never sees half a file. Processes that have ended lose their directory.
+reader never sees half a file. Processes that have ended lose their directory, their ``stat`` emptied first
+(a kept file of an ended process reads nothing, as on a kernel's procfs); ``self`` is a link, as there.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
@@ -77,6 +79,14 @@ def _overwrite(path: Path, text: str) -> None:
         os.close(fd)
 
 
+def _remove_process(directory: Path) -> None:
+    """A process ended: its ``stat`` is emptied before its directory goes, so that a reader holding the file
+    open reads nothing, as the kernel answers a kept file of an ended process (ESRCH, or an empty read)."""
+    with contextlib.suppress(OSError):
+        os.truncate(directory / "stat", 0)
+    shutil.rmtree(directory, ignore_errors=True)
+
+
 class ProcfsWriter:
     """Writes a node's /proc and /sys under ``root``; call :meth:`refresh` whenever time has moved."""
 
@@ -103,9 +113,11 @@ class ProcfsWriter:
 
     def _write(self, t_s: float) -> None:
         self.proc.mkdir(parents=True, exist_ok=True)
+        if not os.path.islink(self.proc / "self"):
+            os.symlink(str(os.getpid()), self.proc / "self")  # as a procfs has: the reader's own pid
         alive = {pid for pid, plan in self.node.truth.plans.items() if plan.alive(t_s)}
         for pid in self._written - alive:
-            shutil.rmtree(self.proc / str(pid), ignore_errors=True)
+            _remove_process(self.proc / str(pid))
         for pid in sorted(alive):
             self._write_process(pid, t_s, new=pid not in self._written)
         self._written = alive
@@ -141,7 +153,7 @@ class ProcfsWriter:
             (staging / "cmdline").write_text("\0".join(spec.cmdline or [spec.comm]) + "\0")
             (staging / "cgroup").write_text(cgroup_text(self.node.scenario, spec))
             (staging / "stat").write_text(self._stat_line(pid, t_s))
-            shutil.rmtree(directory, ignore_errors=True)
+            _remove_process(directory)  # one left by an earlier writer, if any
             os.replace(staging, directory)
             return
         _overwrite(directory / "stat", self._stat_line(pid, t_s))
