@@ -169,6 +169,7 @@ class ProcessTable:
         self._names: list[bytes] | None = None  # cpu_time off: the last listing of root, and its problems
         self._name_set: set[bytes] = set()  # the names in it whose processes were read
         self._listing_problems: list[tuple[str, str]] = []
+        self._listed: tuple[list[bytes], list[int]] = ([], [])  # cpu_time on: the last listing, and its pids
 
     def cached(self) -> int:
         return len(self._cache)
@@ -383,7 +384,12 @@ class ProcessTable:
         return None
 
     def _pids(self) -> list[int]:
-        return self._pids_of(os.listdir(self._root))
+        """The pids under root, sorted: the last scan's list again while root lists the very same names (as
+        bytes, in the same order), which spares converting and sorting 2,500 names a tick."""
+        names = os.listdir(os.fsencode(self._root))
+        if names != self._listed[0]:
+            self._listed = names, self._pids_of(names)
+        return self._listed[1]
 
     @staticmethod
     def _pids_of(names: list[str] | list[bytes]) -> list[int]:
