@@ -115,6 +115,8 @@ class ProcfsWriter:
         self.proc.mkdir(parents=True, exist_ok=True)
         if not os.path.islink(self.proc / "self"):
             os.symlink(str(os.getpid()), self.proc / "self")  # as a procfs has: the reader's own pid
+        if not (self.proc / "cpuinfo").exists():  # one already there (a test's own) is kept
+            _write(self.proc / "cpuinfo", self._cpuinfo())
         alive = {pid for pid, plan in self.node.truth.plans.items() if plan.alive(t_s)}
         for pid in self._written - alive:
             _remove_process(self.proc / str(pid))
@@ -174,6 +176,20 @@ class ProcfsWriter:
             *(["0"] * 28),
         ]  # fmt: skip
         return " ".join(fields[:52]) + "\n"
+
+    def _cpuinfo(self) -> str:
+        """``/proc/cpuinfo``: the scenario's logical CPUs in contiguous blocks, one per package (x86's keys;
+        no hyperthreads modelled: each CPU its own core)."""
+        cpu = self.node.scenario.cpu
+        packages = [n * cpu.packages // cpu.cores for n in range(cpu.cores)]
+        blocks = []
+        for n, package in enumerate(packages):
+            blocks.append(
+                f"processor\t: {n}\nvendor_id\t: GenuineIntel\nmodel name\t: wattpipe simulated CPU\n"
+                f"physical id\t: {package}\ncore id\t\t: {n - packages.index(package)}\n"
+                f"cpu cores\t: {packages.count(package)}\n"
+            )
+        return "\n".join(blocks) + "\n"
 
     def _write_proc_stat(self, t_s: float, running: int) -> None:
         cpu = self.node.scenario.cpu
