@@ -90,13 +90,15 @@ def _remove_process(directory: Path) -> None:
 class ProcfsWriter:
     """Writes a node's /proc and /sys under ``root``; call :meth:`refresh` whenever time has moved."""
 
-    def __init__(self, node: SimulatedNode, root: str | Path, cgroups: bool = False) -> None:
+    def __init__(self, node: SimulatedNode, root: str | Path, cgroups: bool = False, cpuinfo: bool = False) -> None:
         self.node = node
         self.root = Path(root)
         self.proc = self.root / "proc"
         self.powercap = self.root / "sys" / "class" / "powercap"
         # Opt-in: each cgroup's cpu.stat under root/sys/fs/cgroup (v2), for a procfs receiver's cgroup_root.
         self.cgroup_root = self.root / "sys" / "fs" / "cgroup" if cgroups else None
+        # Opt-in: /proc/cpuinfo from the scenario's cpu section, for the receiver's CpuInfo (kepler_node_cpu_info)
+        self.cpuinfo = cpuinfo
         self._written: set[int] = set()
         self._written_at: float | None = None
         # Every pipeline of a simulated node refreshes before its tick, on a worker thread, maybe at once.
@@ -115,7 +117,7 @@ class ProcfsWriter:
         self.proc.mkdir(parents=True, exist_ok=True)
         if not os.path.islink(self.proc / "self"):
             os.symlink(str(os.getpid()), self.proc / "self")  # as a procfs has: the reader's own pid
-        if not (self.proc / "cpuinfo").exists():  # one already there (a test's own) is kept
+        if self.cpuinfo and not (self.proc / "cpuinfo").exists():  # one already there (a test's own) is kept
             _write(self.proc / "cpuinfo", self._cpuinfo())
         alive = {pid for pid, plan in self.node.truth.plans.items() if plan.alive(t_s)}
         for pid in self._written - alive:

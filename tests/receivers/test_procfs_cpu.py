@@ -83,7 +83,7 @@ def test_node_cpu_time_follows_the_simulators_truth(tmp_path: Path) -> None:
     truth_s = sim.node.truth.cpu_busy_core_s(10.0) - sim.node.truth.cpu_busy_core_s(0.0)
     assert second.active_s - first.active_s == pytest.approx(truth_s, abs=2 / TICKS)
     assert second.cpu_count == cores
-    assert sim.receiver.provides == frozenset({"host_processes", "node_cpu", "cpu_info"})  # cpuinfo: simulated
+    assert sim.receiver.provides == frozenset({"host_processes", "node_cpu"})
 
 
 def test_an_unparsable_proc_stat_is_a_warning_and_node_cpu_absent(

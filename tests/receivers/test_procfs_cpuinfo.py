@@ -162,6 +162,7 @@ def test_the_simulators_proc_has_a_cpuinfo_of_its_scenarios_cpus(tmp_path: Path)
     data = scenario_data()
     data["cpu"] = {"packages": 2, "cores": 32}
     sim = Sim(tmp_path, data)
+    sim.writer.cpuinfo = True  # opt-in
     sim.poll(advance_s=5.0)
     cpus = asyncio.run(sim.receiver.collect())
     info = [c for c in cpus if isinstance(c, CpuInfo)]
@@ -175,6 +176,7 @@ def test_the_simulator_keeps_a_cpuinfo_already_in_its_proc(tmp_path: Path) -> No
     (tmp_path / "proc").mkdir()
     (tmp_path / "proc" / "cpuinfo").write_text("processor\t: 0\nmodel name\t: a test's own\n\n")
     sim = Sim(tmp_path, scenario_data())
+    sim.writer.cpuinfo = True
     sim.poll(advance_s=5.0)
     info = [c for c in asyncio.run(sim.receiver.collect()) if isinstance(c, CpuInfo)]
     assert [(c.processor, c.model_name) for c in info] == [("0", "a test's own")]
