@@ -4,8 +4,10 @@ Reading a process's CPU time every tick by path costs an open, two reads and a c
 walked; a kept file costs one ``pread`` at offset 0, which makes procfs write the line afresh. An open
 stat file belongs to its process, not to its pid: once the process has ended, procfs answers ESRCH (or
 nothing), so a pid that was handed to a new process is never read through its predecessor's file. A tree
-of plain files (the simulator's, a test's) would keep a removed file readable instead: where the root is
-not a procfs (it has no ``self`` link), a kept file is also checked to be still linked.
+of plain files (a test's) would keep a removed file readable instead: where the root is not a procfs (it
+has no ``self`` link), a kept file is also checked to be still linked (an ``fstat`` per read). The
+simulator's tree has the link, and answers as procfs does: it empties an ended process's ``stat`` before
+removing its directory.
 
 At most ``budget`` files are kept (half the soft limit on open files, less a margin, by default); other
 processes are read by path, as before.
