@@ -4,11 +4,13 @@
 time ``node.t_s()``: a directory per live process (``stat``, ``comm``, ``cmdline``, ``cgroup``),
 ``/proc/stat`` and ``/proc/uptime``, and RAPL zones under ``/sys/class/powercap`` whose ``energy_uj``
 wraps at ``max_energy_range_uj`` like the MSR-backed counter. Files are replaced atomically, so a
-reader never sees half a file. Processes that have ended lose their directory.
+reader never sees half a file. Processes that have ended lose their directory, their ``stat`` emptied first
+(a kept file of an ended process reads nothing, as on a kernel's procfs); ``self`` is a link, as there.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
@@ -77,16 +79,26 @@ def _overwrite(path: Path, text: str) -> None:
         os.close(fd)
 
 
+def _remove_process(directory: Path) -> None:
+    """A process ended: its ``stat`` is emptied before its directory goes, so that a reader holding the file
+    open reads nothing, as the kernel answers a kept file of an ended process (ESRCH, or an empty read)."""
+    with contextlib.suppress(OSError):
+        os.truncate(directory / "stat", 0)
+    shutil.rmtree(directory, ignore_errors=True)
+
+
 class ProcfsWriter:
     """Writes a node's /proc and /sys under ``root``; call :meth:`refresh` whenever time has moved."""
 
-    def __init__(self, node: SimulatedNode, root: str | Path, cgroups: bool = False) -> None:
+    def __init__(self, node: SimulatedNode, root: str | Path, cgroups: bool = False, cpuinfo: bool = False) -> None:
         self.node = node
         self.root = Path(root)
         self.proc = self.root / "proc"
         self.powercap = self.root / "sys" / "class" / "powercap"
         # Opt-in: each cgroup's cpu.stat under root/sys/fs/cgroup (v2), for a procfs receiver's cgroup_root.
         self.cgroup_root = self.root / "sys" / "fs" / "cgroup" if cgroups else None
+        # Opt-in: /proc/cpuinfo from the scenario's cpu section, for the receiver's CpuInfo (kepler_node_cpu_info)
+        self.cpuinfo = cpuinfo
         self._written: set[int] = set()
         self._written_at: float | None = None
         # Every pipeline of a simulated node refreshes before its tick, on a worker thread, maybe at once.
@@ -103,9 +115,13 @@ class ProcfsWriter:
 
     def _write(self, t_s: float) -> None:
         self.proc.mkdir(parents=True, exist_ok=True)
+        if not os.path.islink(self.proc / "self"):
+            os.symlink(str(os.getpid()), self.proc / "self")  # as a procfs has: the reader's own pid
+        if self.cpuinfo and not (self.proc / "cpuinfo").exists():  # one already there (a test's own) is kept
+            _write(self.proc / "cpuinfo", self._cpuinfo())
         alive = {pid for pid, plan in self.node.truth.plans.items() if plan.alive(t_s)}
         for pid in self._written - alive:
-            shutil.rmtree(self.proc / str(pid), ignore_errors=True)
+            _remove_process(self.proc / str(pid))
         for pid in sorted(alive):
             self._write_process(pid, t_s, new=pid not in self._written)
         self._written = alive
@@ -141,7 +157,7 @@ class ProcfsWriter:
             (staging / "cmdline").write_text("\0".join(spec.cmdline or [spec.comm]) + "\0")
             (staging / "cgroup").write_text(cgroup_text(self.node.scenario, spec))
             (staging / "stat").write_text(self._stat_line(pid, t_s))
-            shutil.rmtree(directory, ignore_errors=True)
+            _remove_process(directory)  # one left by an earlier writer, if any
             os.replace(staging, directory)
             return
         _overwrite(directory / "stat", self._stat_line(pid, t_s))
@@ -162,6 +178,20 @@ class ProcfsWriter:
             *(["0"] * 28),
         ]  # fmt: skip
         return " ".join(fields[:52]) + "\n"
+
+    def _cpuinfo(self) -> str:
+        """``/proc/cpuinfo``: the scenario's logical CPUs in contiguous blocks, one per package (x86's keys;
+        no hyperthreads modelled: each CPU its own core)."""
+        cpu = self.node.scenario.cpu
+        packages = [n * cpu.packages // cpu.cores for n in range(cpu.cores)]
+        blocks = []
+        for n, package in enumerate(packages):
+            blocks.append(
+                f"processor\t: {n}\nvendor_id\t: GenuineIntel\nmodel name\t: wattpipe simulated CPU\n"
+                f"physical id\t: {package}\ncore id\t\t: {n - packages.index(package)}\n"
+                f"cpu cores\t: {packages.count(package)}\n"
+            )
+        return "\n".join(blocks) + "\n"
 
     def _write_proc_stat(self, t_s: float, running: int) -> None:
         cpu = self.node.scenario.cpu

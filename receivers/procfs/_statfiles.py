@@ -4,8 +4,10 @@ Reading a process's CPU time every tick by path costs an open, two reads and a c
 walked; a kept file costs one ``pread`` at offset 0, which makes procfs write the line afresh. An open
 stat file belongs to its process, not to its pid: once the process has ended, procfs answers ESRCH (or
 nothing), so a pid that was handed to a new process is never read through its predecessor's file. A tree
-of plain files (the simulator's, a test's) would keep a removed file readable instead: where the root is
-not a procfs (it has no ``self`` link), a kept file is also checked to be still linked.
+of plain files (a test's) would keep a removed file readable instead: where the root is not a procfs (it
+has no ``self`` link), a kept file is also checked to be still linked (an ``fstat`` per read). The
+simulator's tree has the link, and answers as procfs does: it empties an ended process's ``stat`` before
+removing its directory.
 
 At most ``budget`` files are kept (half the soft limit on open files, less a margin, by default); other
 processes are read by path, as before.
@@ -17,7 +19,7 @@ import contextlib
 import errno
 import os
 import resource
-from collections.abc import Container, Iterable
+from collections.abc import Container
 
 __all__ = ["StatFiles", "default_budget"]
 
@@ -45,63 +47,44 @@ class StatFiles:
     def __init__(self, root: str, budget: int) -> None:
         self.root = root
         self.budget = budget
-        self.check_links = not os.path.islink(f"{root}/self")  # a real procfs has /proc/self
-        self._fds: dict[int, int] = {}
+        # A real procfs has /proc/self. Decided at the first read (the root may not be there yet at start).
+        self.check_links: bool | None = None
+        self.fds: dict[int, int] = {}
+
+    def checks_links(self) -> bool:
+        """Whether a kept file must also be checked to be still linked: where the root is not a procfs."""
+        if self.check_links is None:
+            self.check_links = not os.path.islink(f"{self.root}/self")
+        return self.check_links
 
     def __len__(self) -> int:
-        return len(self._fds)
+        return len(self.fds)
 
     def read(self, pid: int) -> bytes:
         """The stat line of ``pid``'s current process; raises Gone, or OSError for anything else."""
-        fd = self._fds.get(pid)
+        fd = self.fds.get(pid)
         if fd is not None:
             data = self._pread(fd)
             if data is not None:
                 return data
             self._close(pid)  # ended: its pid may name a new process now, read by path below
-        if len(self._fds) >= self.budget:
+        if len(self.fds) >= self.budget:
             return self._read_once(pid)
         fd = self._open(pid)
         data = self._pread(fd)
         if data is None:
             os.close(fd)
             raise Gone
-        self._fds[pid] = fd
+        self.fds[pid] = fd
         return data
-
-    def read_all(self, pids: Iterable[int], errors: list[tuple[int, OSError]]) -> list[tuple[int, bytes]]:
-        """(pid, line) for every pid whose process could be read; the gone left out, other failures in
-        ``errors``. The loop every process goes through every tick with cpu_time on: kept files inline."""
-        out: list[tuple[int, bytes]] = []
-        fds, pread, fstat, check = self._fds, os.pread, os.fstat, self.check_links
-        for pid in pids:
-            fd = fds.get(pid)
-            try:
-                if fd is not None:
-                    try:
-                        data = pread(fd, _MAX_BYTES, 0)
-                    except OSError as exc:
-                        if exc.errno not in _GONE:
-                            raise
-                        data = b""
-                    if data and not (check and fstat(fd).st_nlink == 0):
-                        out.append((pid, data))
-                        continue
-                    self._close(pid)  # ended: its pid may name a new process now
-                out.append((pid, self.read(pid)))
-            except Gone:
-                continue
-            except OSError as exc:
-                errors.append((pid, exc))
-        return out
 
     def keep_only(self, pids: Container[int]) -> None:
         """Close the files of every pid not in ``pids`` (processes gone, or no longer read)."""
-        for pid in [p for p in self._fds if p not in pids]:
+        for pid in [p for p in self.fds if p not in pids]:
             self._close(pid)
 
     def close(self) -> None:
-        for pid in list(self._fds):
+        for pid in list(self.fds):
             self._close(pid)
 
     def _pread(self, fd: int) -> bytes | None:
@@ -112,7 +95,7 @@ class StatFiles:
             if exc.errno in _GONE:
                 return None
             raise
-        if not data or (self.check_links and os.fstat(fd).st_nlink == 0):
+        if not data or (self.checks_links() and os.fstat(fd).st_nlink == 0):
             return None
         return data
 
@@ -136,6 +119,6 @@ class StatFiles:
             raise
 
     def _close(self, pid: int) -> None:
-        fd = self._fds.pop(pid)
+        fd = self.fds.pop(pid)
         with contextlib.suppress(OSError):
             os.close(fd)

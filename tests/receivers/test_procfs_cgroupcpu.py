@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from tests.receivers.test_procfs import make_receiver, poll, stat_line, write_process
 from wattpipe.receivers.procfs._cgroupcpu import CgroupUsage, unified_path
-from wattpipe.receivers.procfs._statfiles import StatFiles
 
 
 def usage(cgroups: Path, path: str, usec: int) -> None:
@@ -44,13 +44,14 @@ def test_a_process_in_an_idle_cgroup_keeps_its_record_and_is_not_read(
     poll(receiver)  # the processes' cgroups become known
     first = poll(receiver)  # and their usage: the baseline the next tick compares with
     read: list[int] = []
-    real = StatFiles.read_all
+    real = os.pread
 
-    def counting(files: StatFiles, pids: list[int], errors: list[tuple[int, OSError]]) -> list[tuple[int, bytes]]:
-        read.extend(pids)
-        return real(files, pids, errors)
+    def counting(fd: int, size: int, offset: int) -> bytes:  # every stat read, named by the pid it starts with
+        data = real(fd, size, offset)
+        read.append(int(data.split(b" ", 1)[0]))
+        return data
 
-    monkeypatch.setattr(StatFiles, "read_all", counting)
+    monkeypatch.setattr(os, "pread", counting)
     # /b ran (its usage moved) and so did 12; /a did not. 10's stat is changed too, which a kernel never
     # does without /a's usage moving: it shows that 10 is not read at all.
     (proc / "12" / "stat").write_text(stat_line(12, "busy", utime=300))

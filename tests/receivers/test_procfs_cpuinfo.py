@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.receivers.test_procfs import make_receiver, write_process
+from tests.receivers.test_procfs import Sim, make_receiver, scenario_data, write_process
 from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.records_cpu import CpuInfo
 from wattpipe.receivers.procfs import ProcfsReceiver, parse_cpuinfo
@@ -155,3 +155,28 @@ def test_an_unparsable_cpuinfo_is_one_warning_naming_the_path(tmp_path: Path, ca
         "no kepler_node_cpu_info"
     ]
     assert "cpu_info" not in receiver.provides
+
+
+def test_the_simulators_proc_has_a_cpuinfo_of_its_scenarios_cpus(tmp_path: Path) -> None:
+    # configs/scenarios/cpu.yaml's shape: 2 packages, 32 logical CPUs, 16 on each.
+    data = scenario_data()
+    data["cpu"] = {"packages": 2, "cores": 32}
+    sim = Sim(tmp_path, data)
+    sim.writer.cpuinfo = True  # opt-in
+    sim.poll(advance_s=5.0)
+    cpus = asyncio.run(sim.receiver.collect())
+    info = [c for c in cpus if isinstance(c, CpuInfo)]
+    assert [c.processor for c in info] == [str(n) for n in range(32)]
+    assert [(c.physical_id, c.core_id) for c in info] == [(str(n // 16), str(n % 16)) for n in range(32)]
+    assert {(c.vendor_id, c.model_name) for c in info} == {("GenuineIntel", "wattpipe simulated CPU")}
+    assert "cpu_info" in sim.receiver.provides
+
+
+def test_the_simulator_keeps_a_cpuinfo_already_in_its_proc(tmp_path: Path) -> None:
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "cpuinfo").write_text("processor\t: 0\nmodel name\t: a test's own\n\n")
+    sim = Sim(tmp_path, scenario_data())
+    sim.writer.cpuinfo = True
+    sim.poll(advance_s=5.0)
+    info = [c for c in asyncio.run(sim.receiver.collect()) if isinstance(c, CpuInfo)]
+    assert [(c.processor, c.model_name) for c in info] == [("0", "a test's own")]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.receivers.test_procfs import make_receiver, poll, stat_line, write_process
+from tests.receivers.test_procfs import Sim, make_receiver, poll, scenario_data, stat_line, write_process
 from wattpipe.receivers.procfs import parse_stat
 from wattpipe.receivers.procfs._proc import cpu_and_start
 from wattpipe.receivers.procfs._statfiles import Gone, StatFiles, default_budget
@@ -75,7 +76,7 @@ def test_on_the_real_proc_an_ended_process_is_gone_through_its_kept_file() -> No
     try:
         line = files.read(child.pid)
         assert line.startswith(f"{child.pid} (".encode())
-        assert files.check_links is False  # a real procfs: an ended process answers ESRCH
+        assert files.checks_links() is False  # a real procfs: an ended process answers ESRCH
         assert files.read(child.pid).split(b")")[0] == line.split(b")")[0]  # the same file, read again
     finally:
         child.kill()
@@ -128,3 +129,25 @@ def test_shutdown_closes_the_kept_files_on_the_scanning_thread(tmp_path: Path) -
     asyncio.run(receiver.shutdown())
     receiver._executor.shutdown(wait=True)  # the close was queued behind any scan still running
     assert len(receiver.table.stat_files) == 0
+
+
+def test_the_simulators_proc_answers_a_kept_file_of_an_ended_process_as_the_kernel_does(tmp_path: Path) -> None:
+    # As a procfs, it has a self link (so the receiver checks no link per read), and a process that ends
+    # leaves its kept stat file empty: the receiver's ``Gone``, as the kernel's ESRCH or empty read.
+    sim = Sim(tmp_path, scenario_data())
+    assert sorted(sim.poll(advance_s=10.0)) == [812, 4242, 5100, 6000]
+    files = sim.receiver.table.stat_files
+    assert files.checks_links() is False
+    kept = os.open(tmp_path / "proc" / "6000" / "stat", os.O_RDONLY)
+    try:
+        assert os.pread(kept, 4096, 0).startswith(b"6000 (worker)")
+        assert sorted(sim.poll(advance_s=15.0)) == [812, 4242, 5100]  # worker ended at 20 s
+        assert os.pread(kept, 4096, 0) == b""
+    finally:
+        os.close(kept)
+    assert 6000 not in files.fds
+
+
+def test_a_plain_tree_without_a_self_link_checks_links(tmp_path: Path) -> None:
+    write_process(tmp_path, 10, "a")
+    assert StatFiles(str(tmp_path), budget=4).checks_links() is True
