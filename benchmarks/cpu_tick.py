@@ -1,6 +1,6 @@
 """Benchmark: what CPU attribution adds to a tick (issue 17's target: a tick with it on ≤ 2× the tick without).
 
-    .venv/bin/python benchmarks/cpu_tick.py [--ticks 60] [--host-processes 2000]
+    .venv/bin/python benchmarks/cpu_tick.py [--ticks 60] [--host-processes 2000] [--busy-services 50]
 
 A simulated node, 8 GPUs × 64 time-sliced processes plus ``--host-processes`` CPU-only ones (2 sockets),
 its /proc and /sys written as files by the simulator in a temporary directory. Three pipelines run against the
@@ -100,10 +100,19 @@ def _meter_parts(graph: Graph) -> dict[str, Meter]:
     return meters
 
 
-async def measure(ticks: int, host_processes: int, workdir: Path) -> dict[str, dict[str, list[float]]]:
+async def measure(
+    ticks: int, host_processes: int, busy_services: int, workdir: Path
+) -> dict[str, dict[str, list[float]]]:
     clock = SteppedClock()
     node = simulator.install(
-        scale_scenario(mig_gpus=0, timesliced_gpus=8, processes_per_gpu=64, host_processes=host_processes), clock
+        scale_scenario(
+            mig_gpus=0,
+            timesliced_gpus=8,
+            processes_per_gpu=64,
+            host_processes=host_processes,
+            busy_services=busy_services,
+        ),
+        clock,
     )
     writer = ProcfsWriter(node, workdir, cgroups=True)  # each cgroup's cpu.stat too, for the cgroup mode
     driver = Meter()
@@ -143,12 +152,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ticks", type=int, default=60)
     parser.add_argument("--host-processes", type=int, default=2000)
+    parser.add_argument(
+        "--busy-services",
+        type=int,
+        default=50,
+        help="how many of the 50 host services (svcN, a cgroup each) run; the others sleep throughout (default 50: all)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="cpu-tick-") as workdir:
-        raw = asyncio.run(measure(args.ticks, args.host_processes, Path(workdir)))
+        raw = asyncio.run(measure(args.ticks, args.host_processes, args.busy_services, Path(workdir)))
     med = {mode: {name: statistics.median(v) * 1000 for name, v in values.items()} for mode, values in raw.items()}
     print(
-        f"8 GPUs × 64 processes + {args.host_processes} host processes, {args.ticks} interleaved ticks per mode; "
+        f"8 GPUs × 64 processes + {args.host_processes} host processes ({args.busy_services} of 50 services busy), "
+        f"{args.ticks} interleaved ticks per mode; "
         "medians per tick of wattpipe's own CPU (the simulated driver's excluded)"
     )
     for mode in MODES:

@@ -15,10 +15,14 @@ def scale_scenario(
     processes_per_gpu: int = 64,
     host_processes: int = 2000,
     duration_s: float = 3600.0,
+    busy_services: int = 50,
 ) -> Scenario:
     """A node with ``mig_gpus`` H100s split into seven 1g instances (one pod and process each),
     ``timesliced_gpus`` H100s shared by ``processes_per_gpu`` processes with changing utilisation, and
-    ``host_processes`` CPU-only processes. Deterministic: the same arguments give the same node."""
+    ``host_processes`` CPU-only processes, process ``n`` named ``svc{n % 50}`` (one service, and one cgroup, per
+    name) using ``0.01 · (n % 5)`` of a core: 4 in 5 run all the time. ``busy_services`` < 50: only the
+    services ``svc0`` … below it run at all, the others sleep throughout (a node of mostly idle services).
+    Deterministic: the same arguments give the same node."""
     gpus: list[dict[str, Any]] = []
     pods: list[dict[str, Any]] = []
     processes: list[dict[str, Any]] = []
@@ -47,7 +51,8 @@ def scale_scenario(
                               "cpu_cores": 0.1, "memory_mib": 512})  # fmt: skip
             pid += 1
     for n in range(host_processes):
-        processes.append({"pid": pid, "comm": f"svc{n % 50}", "cpu_cores": 0.01 * (n % 5), "start_s": n % 100})
+        cores = 0.01 * (n % 5) if n % 50 < busy_services else 0.0
+        processes.append({"pid": pid, "comm": f"svc{n % 50}", "cpu_cores": cores, "start_s": n % 100})
         pid += 1
     data = {"node": {"name": "bench-node"}, "gpus": gpus, "pods": pods, "processes": processes,
             "cpu": {"packages": 2, "cores": 128}}  # fmt: skip

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
 import pytest
 
 from tests.receivers.test_procfs import make_receiver, poll, stat_line, write_process
+from wattpipe.pipeline.clock import SteppedClock
 from wattpipe.receivers.procfs._cgroupcpu import CgroupUsage, unified_path
 
 
@@ -57,16 +59,23 @@ def test_a_process_in_an_idle_cgroup_keeps_its_record_and_is_not_read(
     (proc / "12" / "stat").write_text(stat_line(12, "busy", utime=300))
     (proc / "10" / "stat").write_text(stat_line(10, "idle", utime=999))
     usage(cgroups, "/b", 3_000_000)
+    clock = receiver.clock
+    assert isinstance(clock, SteppedClock)
+    clock.advance(5.0)
     second = poll(receiver)
     assert read == [12]
-    assert second[10] is first[10]
+    # 10's record is the last one's, stamped with this tick: its CPU time is known unchanged *now* (an OTLP
+    # point keeps its record's time; an old one every tick would leave the series stale in the backend).
+    assert second[10].time == receiver.clock.now() != first[10].time
+    assert dataclasses.replace(second[10], time=first[10].time) == first[10]
     assert second[12].cpu_time_s == 3.0
     write_process(proc, 11, "new", utime=5, cgroup="0::/a\n")  # new in an idle cgroup: read, as any new one
     read.clear()
+    clock.advance(5.0)
     third = poll(receiver)
     assert third[11].cpu_time_s == 0.05
     assert read == [11]  # /b has not moved since the last tick either: 12 keeps its record
-    assert third[12] is second[12]
+    assert dataclasses.replace(third[12], time=second[12].time) == second[12]
 
 
 def test_without_cpu_stat_every_process_is_read(tmp_path: Path) -> None:
