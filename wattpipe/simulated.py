@@ -363,7 +363,7 @@ def _before_tick(
     """What runs before each tick: /proc and /sys written as the node is at this tick's time (when a procfs
     or rapl receiver reads them), the progress bar moved on, and (``demo``) where to look, once."""
     writer = (
-        simulator.ProcfsWriter(node, tmp)
+        simulator.ProcfsWriter(node, tmp, cpuinfo=True)  # the node's CPUs too: kepler_node_cpu_info
         if any(cid.split("/")[0] in ("procfs", "rapl") for cid in config.receivers)
         else None
     )
