@@ -417,7 +417,7 @@ class ProcessTable:
         cpu_ticks, start_ticks = cpu_and_start(line)
         identity = self._cache.get(pid)
         if identity is None or identity.start_time_ticks != start_ticks:
-            identity = self._read_identity(f"{self._root}/{pid}", start_ticks)
+            identity = self._read_identity(f"{self._root}/{pid}", start_ticks, _comm(line))
         cg, vm = identity.cgroup, identity.vm
         hz = self.clock_ticks_per_s
         record = new_host_process(
@@ -438,8 +438,9 @@ class ProcessTable:
         )
         return record, identity
 
-    def _read_identity(self, directory: str, start_time_ticks: int) -> _Identity:
-        comm = _read(f"{directory}/comm").rstrip("\n")
+    def _read_identity(self, directory: str, start_time_ticks: int, comm: str) -> _Identity:
+        """``comm`` comes from the stat line already read: the kernel writes the same name (task->comm, with a
+        workqueue worker's suffix) into ``stat`` and ``comm``, so reading ``comm`` too would cost a file for nothing."""
         cgroup_text = _read(f"{directory}/cgroup")
         cgroup = parse_cgroup(cgroup_text)
         try:
@@ -467,6 +468,11 @@ class ProcessTable:
             return parse_qemu_cmdline(_read(f"{directory}/cmdline"))
         except OSError:  # not _Gone: a process that ended is left out whole, by the caller
             return None
+
+
+def _comm(line: bytes) -> str:
+    """The ``(comm)`` field of a stat line (from the first ``(`` to the last ``)``: comm may hold either)."""
+    return line[line.find(b"(") + 1 : line.rfind(b")")].decode("utf-8", errors="replace")
 
 
 def _at(r: HostProcess, now: Timestamp) -> HostProcess:

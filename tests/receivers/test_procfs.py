@@ -247,7 +247,7 @@ def test_a_process_that_vanishes_mid_read_is_skipped_silently(
     proc = tmp_path / "proc"
     write_process(proc, 10, "alive")
     half = write_process(proc, 11, "dying")
-    (half / "comm").unlink()  # it exited between the stat read and the comm read
+    (half / "cgroup").unlink()  # it exited between the stat read and the cgroup read
     (proc / "cpuinfo").write_text("processor : 0\n")  # a missing one is a debug line: this test wants none
     receiver = make_receiver(proc)
     # And pid 12 was listed, then exited before its stat was read.
@@ -268,11 +268,11 @@ def test_a_pid_reused_while_its_identity_is_read_is_not_cached_under_the_old_sta
     table = receiver.table
     original = table._read_identity
 
-    def swap_then_read(d: str, stat: Any) -> Any:
+    def swap_then_read(d: str, stat: Any, comm: str) -> Any:
         # Between the first stat read and the identity reads, pid 10 ends and a new process takes it.
         (directory / "stat").write_text(stat_line(10, "new", start=200))
         (directory / "comm").write_text("new\n")
-        return original(d, stat)
+        return original(d, stat, comm)
 
     with monkeypatch.context() as patch:
         patch.setattr(table, "_read_identity", swap_then_read)

@@ -204,9 +204,9 @@ def test_cpu_time_off_reads_a_known_process_never_again(tmp_path: Path, monkeypa
     second = poll(receiver)
     assert sorted(second) == [10, 12, 13]
     assert second[10] is first[10]  # the very record: nothing read again
-    # Only the new process's files (stat twice: the identity is checked against its start time), the node's
-    # /proc/stat and uptime.
-    assert sorted(reads) == ["13/cgroup", "13/comm", "13/stat", "13/stat", "stat", "uptime"]
+    # Only the new process's files (stat twice: the identity is checked against its start time; its comm is
+    # the stat line's), the node's /proc/stat and uptime.
+    assert sorted(reads) == ["13/cgroup", "13/stat", "13/stat", "stat", "uptime"]
 
 
 def test_cpu_time_off_gives_the_gpu_path_the_same_identities(tmp_path: Path) -> None:
