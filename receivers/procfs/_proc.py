@@ -451,8 +451,9 @@ class ProcessTable:
         vm = self._read_vm(directory) if looks_like_qemu(comm, exe) else None
         # The pid may have ended and been reused between the stat read and these: make sure the files
         # just read belong to the process whose start time the cache will file them under.
-        if parse_stat(_read(f"{directory}/stat")).start_time_ticks != start_time_ticks:
-            raise _Gone
+        again = _read(f"{directory}/stat")
+        if not again or parse_stat(again).start_time_ticks != start_time_ticks:
+            raise _Gone  # empty: the process ended (how the kernel answers an ended task's stat)
         return _Identity(
             start_time_ticks=start_time_ticks,
             comm=comm,

@@ -389,3 +389,25 @@ def test_without_uptime_start_times_are_absent_not_guessed(tmp_path: Path) -> No
     scan = sim.receiver.table.scan(sim.clock.now())
     assert scan.records
     assert all(isinstance(r, HostProcess) and r.start_wall_s is None for r in scan.records)
+
+
+def test_a_stat_emptied_while_the_identity_is_read_is_a_process_gone_silently(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The kernel (and the simulator) answer an ended process's stat with nothing: between the first stat read
+    # and the identity's check of it, pid 10 ends. Gone, not malformed.
+    proc = tmp_path / "proc"
+    directory = write_process(proc, 10, "ending")
+    (proc / "cpuinfo").write_text("processor : 0\n")
+    receiver = make_receiver(proc)
+    table = receiver.table
+    original = table._read_identity
+
+    def end_then_read(d: str, stat: Any, comm: str) -> Any:
+        (directory / "stat").write_text("")
+        return original(d, stat, comm)
+
+    monkeypatch.setattr(table, "_read_identity", end_then_read)
+    with caplog.at_level(logging.DEBUG, logger="wattpipe"):
+        assert poll(receiver) == {}
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("wattpipe")] == []
