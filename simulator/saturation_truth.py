@@ -73,8 +73,11 @@ def _memory(node: SimulatedNode, gpu: int, gi: int | None, t0_s: float, t1_s: fl
 
 
 def true_signal(node: SimulatedNode, gpu: int, gi: int | None, signal: str, t0_s: float, t1_s: float) -> float | None:
-    """The true value of ``signal`` over (t0_s, t1_s] (None: the simulator has no truth for it)."""
+    """The true value of ``signal`` over (t0_s, t1_s] (None: the simulator has no truth for it, or the window
+    is empty: a run of one tick)."""
     span_s = t1_s - t0_s
+    if span_s <= 0:
+        return None
     truth = node.truth
     capped = (truth.device_capped_s(gpu, t1_s) - truth.device_capped_s(gpu, t0_s)) / span_s
     thermal = (thermal_s(node, gpu, t1_s) - thermal_s(node, gpu, t0_s)) / span_s

@@ -165,3 +165,23 @@ def test_the_readme_example_pipeline_validates(tmp_path: Path) -> None:
     code, out, err = run_cli("validate", "-c", str(cfg))
     assert code == 0, err
     assert "metrics (1 receivers, 5 processors, 1 exporters)" in out
+
+
+@pytest.mark.parametrize("command", ["simulate", "demo"])
+def test_a_zero_duration_is_refused_with_a_clear_message(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # simulate --duration=0s once ended in a ZeroDivisionError traceback (the report divided by the window).
+    with pytest.raises(SystemExit) as exited:
+        main([command, "--duration=0s"])
+    assert exited.value.code == 2
+    assert "argument --duration: '0s' is not above 0" in capsys.readouterr().err
+
+
+def test_simulate_shorter_than_one_interval_reports_without_a_traceback(tmp_path: Path) -> None:
+    # One tick only: the saturation windows cover 0 s, whose truth is unknown (null), not a ZeroDivisionError.
+    report = tmp_path / "r.json"
+    err = io.StringIO()
+    assert (
+        main(["simulate", "--duration", "1s", "--report", str(report), "--log-level", "error"], io.StringIO(), err) == 0
+    )
+    rows = json.loads(report.read_text())["saturation"]
+    assert all(r["true_value"] is None for r in rows if r["window_s"] == 0)

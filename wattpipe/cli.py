@@ -203,9 +203,12 @@ def _top(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def _duration(text: str) -> float:
     """``--duration``'s type: argparse shows the message, not the function's name."""
     try:
-        return parse_duration(text)
+        seconds = parse_duration(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"'{text}' is not above 0 (e.g. 30s, 10m)")
+    return seconds
 
 
 def _port(text: str) -> int:
