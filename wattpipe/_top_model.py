@@ -2,7 +2,9 @@
 
 :func:`parse` turns ``/metrics`` text into a :class:`Snapshot`: per GPU its power, idle baseline and
 source, attribution mode, MIG instances, and the tree of pods → containers → processes that carry its
-energy. Names are matched through the metric catalog (:mod:`wattpipe.pipeline.catalog`), so both naming
+energy; and per RAPL zone type (``package``, ``dram``...) its power, idle, active and energy summed over the
+node's zones of that type, with the same tree built from the CPU consumer series (which are per zone type,
+already summed over sockets). Names are matched through the metric catalog (:mod:`wattpipe.pipeline.catalog`), so both naming
 schemes give the same snapshot; labels are turned into canonical attribute names (``device_id``,
 ``pod_name``...). A value the exposition does not carry stays ``None`` (absent is not zero).
 """
@@ -15,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from wattpipe.pipeline.catalog import ATTRIBUTES, FAMILIES, NODE, Family, prometheus_label, prometheus_name
 
-__all__ = ["Gpu", "Row", "Snapshot", "parse"]
+__all__ = ["CpuZone", "Gpu", "Row", "Snapshot", "parse"]
 
 # Sample name in either scheme → (the family, the scheme it was named in).
 _SAMPLES: dict[str, tuple[Family, str]] = {}
@@ -67,12 +69,36 @@ class Gpu:
 
 
 @dataclass
+class CpuZone:
+    """One RAPL zone type (``package``, ``dram``...): its zones' values summed, ``None`` unless every zone has one.
+
+    The CPU consumer series are per zone type (summed over sockets by ``cpu_attribution``), so one row per type
+    is the level at which a consumer's share of the active power means something.
+    """
+
+    zone: str
+    paths: list[str] = field(default_factory=list)  # its zones' powercap directories, e.g. intel-rapl:0
+    watts: float | None = None
+    idle_w: float | None = None
+    active_w: float | None = None
+    joules: float | None = None
+    unattributed_j: float | None = None
+    rows: list[Row] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        """Its device in the consumer trees and the sparkline history, as the pipeline names it: ``cpu:<zone>``."""
+        return f"cpu:{self.zone}"
+
+
+@dataclass
 class Snapshot:
-    """Everything one scrape said: the GPUs (with their consumer trees), the node, the naming scheme."""
+    """Everything one scrape said: the GPUs and CPU zone types (with their consumer trees), node, naming scheme."""
 
     gpus: list[Gpu]
     node: str | None = None
     scheme: str | None = None
+    cpus: list[CpuZone] = field(default_factory=list)
 
 
 @dataclass
@@ -142,6 +168,29 @@ _CONSUMERS = {
     "wattpipe_gpu_instance_watts": ("instance", "watts"),
     "wattpipe_gpu_instance_joules_total": ("instance", "joules"),
 }
+_CPU_CONSUMERS = {
+    "kepler_pod_cpu_watts": ("pod", "watts"),
+    "kepler_pod_cpu_joules_total": ("pod", "joules"),
+    "kepler_container_cpu_watts": ("container", "watts"),
+    "kepler_container_cpu_joules_total": ("container", "joules"),
+    "kepler_process_cpu_watts": ("process", "watts"),
+    "kepler_process_cpu_joules_total": ("process", "joules"),
+}
+_CPU_VALUES = {
+    "kepler_node_cpu_watts": "watts",
+    "kepler_node_cpu_idle_watts": "idle_w",
+    "kepler_node_cpu_active_watts": "active_w",
+    "kepler_node_cpu_joules_total": "joules",
+    "wattpipe_node_cpu_unattributed_joules_total": "unattributed_j",
+}
+
+
+def _consumer_device(sample: _Sample) -> str | None:
+    """The device a consumer sample is of: a GPU's UUID, or ``cpu:<zone>`` for a CPU zone type's."""
+    if sample.family in _CPU_CONSUMERS:
+        zone = sample.labels.get("zone")
+        return None if zone is None else f"cpu:{zone}"
+    return sample.labels.get("device_id")
 
 
 def _consumer_key(kind: str, labels: dict[str, str]) -> tuple[str, str]:
@@ -171,8 +220,8 @@ def _consumer_rows(samples: list[_Sample]) -> dict[tuple[str, str, str], _Found]
     """(device, kind, key) → the row, with its values from the watts and joules series."""
     found: dict[tuple[str, str, str], _Found] = {}
     for sample in samples:
-        what = _CONSUMERS.get(sample.family)
-        uuid = sample.labels.get("device_id")
+        what = _CONSUMERS.get(sample.family) or _CPU_CONSUMERS.get(sample.family)
+        uuid = _consumer_device(sample)
         if what is None or uuid is None:
             continue
         kind, value = what
@@ -184,9 +233,11 @@ def _consumer_rows(samples: list[_Sample]) -> dict[tuple[str, str, str], _Found]
     return found
 
 
-def _tree(gpu: Gpu, found: dict[tuple[str, str, str], _Found]) -> list[Row]:
-    """The GPU's rows: MIG instances, pods → containers → processes, orphans, and the unattributed rest."""
-    mine = {(kind, key): f for (uuid, kind, key), f in found.items() if uuid == gpu.uuid}
+def _tree(
+    device: str, found: dict[tuple[str, str, str], _Found], unattributed: tuple[float | None, float | None]
+) -> list[Row]:
+    """A device's rows: MIG instances, pods → containers → processes, orphans, and the unattributed rest."""
+    mine = {(kind, key): f for (uuid, kind, key), f in found.items() if uuid == device}
     instances = [f.row for (kind, _), f in mine.items() if kind == "instance"]
     pods = {key: f.row for (kind, key), f in mine.items() if kind == "pod"}
     containers = {key: f.row for (kind, key), f in mine.items() if kind == "container"}
@@ -199,9 +250,31 @@ def _tree(gpu: Gpu, found: dict[tuple[str, str, str], _Found]) -> list[Row]:
         elif kind in ("container", "process"):
             orphans.append(f.row)
     rows = [*instances, *pods.values(), *orphans]
-    if gpu.unattributed_w is not None or gpu.unattributed_j is not None:
-        rows.append(Row("unattributed", "unattributed", gpu.unattributed_w, gpu.unattributed_j))
+    if unattributed != (None, None):
+        rows.append(Row("unattributed", "unattributed", *unattributed))
     return rows
+
+
+def _cpu_zones(samples: list[_Sample], found: dict[tuple[str, str, str], _Found]) -> list[CpuZone]:
+    """One :class:`CpuZone` per zone type, from its zones' series (by path) and its consumers' trees."""
+    by_path: dict[tuple[str, str], dict[str, float]] = {}
+    for sample in samples:
+        zone, value = sample.labels.get("zone"), _CPU_VALUES.get(sample.family)
+        if zone is not None and value is not None:
+            by_path.setdefault((zone, sample.labels.get("path", "?")), {})[value] = sample.value
+    zones: dict[str, CpuZone] = {}
+    for zone, path in sorted(by_path):
+        zones.setdefault(zone, CpuZone(zone)).paths.append(path)
+    for cpu in zones.values():
+        for value in _CPU_VALUES.values():  # a sum only when every zone of the type carries the value
+            parts = [by_path[(cpu.zone, path)].get(value) for path in cpu.paths]
+            setattr(cpu, value, None if None in parts else sum(p for p in parts if p is not None))
+    for device, _, _ in found:
+        if device.startswith("cpu:"):
+            zones.setdefault(device.removeprefix("cpu:"), CpuZone(device.removeprefix("cpu:")))
+    for cpu in zones.values():
+        cpu.rows = _tree(cpu.key, found, (None, cpu.unattributed_j))
+    return list(zones.values())
 
 
 def parse(text: str) -> Snapshot:
@@ -211,14 +284,15 @@ def parse(text: str) -> Snapshot:
     node: str | None = None
     for sample in samples:
         node = node or sample.labels.get("node_name")
-        if sample.family in _CONSUMERS:
+        if sample.family in _CONSUMERS or sample.family in _CPU_CONSUMERS:
             continue
         gpu = _device(gpus, sample)
         if gpu is not None:
             _device_sample(gpu, sample)
     found = _consumer_rows(samples)
     for uuid, _, _ in found:
-        gpus.setdefault(uuid, Gpu(uuid))
+        if not uuid.startswith("cpu:"):
+            gpus.setdefault(uuid, Gpu(uuid))
     for gpu in gpus.values():
-        gpu.rows = _tree(gpu, found)
-    return Snapshot(list(gpus.values()), node, scheme)
+        gpu.rows = _tree(gpu.uuid, found, (gpu.unattributed_w, gpu.unattributed_j))
+    return Snapshot(list(gpus.values()), node, scheme, _cpu_zones(samples, found))

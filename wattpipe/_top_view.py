@@ -1,9 +1,10 @@
-"""How ``wattpipe top`` draws a :class:`~wattpipe._top_model.Snapshot`: one rich table, GPUs and their trees.
+"""How ``wattpipe top`` draws a :class:`~wattpipe._top_model.Snapshot`: one rich table, GPUs, CPUs, their trees.
 
 Each GPU is a bold row (power, energy, idle baseline and its source, sharing and attribution mode, a
 sparkline of its recent watts), followed by its consumers, indented: MIG instances, pods → containers →
-processes, those no pod claims, and the unattributed rest. ``share`` is a consumer's part of its GPU's
-active (above-idle) power this tick. Rows are sorted within each level by the chosen key.
+processes, those no pod claims, and the unattributed rest. After the GPUs, each RAPL zone type (its zones
+summed, their paths named) is a bold row with its tree of CPU consumers. ``share`` is a consumer's part of
+its device's active (above-idle) power this tick. Rows are sorted within each level by the chosen key.
 
 The table fits the width it is drawn at: the name and the numbers (W, active W, J, share) are always whole;
 the GPU's details (idle, sharing, attribution, recent W) follow in that order while they fit, and a line
@@ -21,7 +22,7 @@ from rich.console import Console, ConsoleOptions, Group, JustifyMethod, Renderab
 from rich.table import Table
 from rich.text import Text
 
-from wattpipe._top_model import Gpu, Row, Snapshot
+from wattpipe._top_model import CpuZone, Gpu, Row, Snapshot
 
 __all__ = ["SORTS", "History", "View", "render", "sparkline"]
 
@@ -33,7 +34,7 @@ SORTS = {"w": "watts", "j": "joules", "n": "name"}
 
 
 class History:
-    """The last :data:`HISTORY_POINTS` watts of each GPU, for its sparkline."""
+    """The last :data:`HISTORY_POINTS` watts of each GPU (by UUID) and CPU zone type (``cpu:<zone>``)."""
 
     def __init__(self, points: int = HISTORY_POINTS) -> None:
         self.points = points
@@ -43,6 +44,9 @@ class History:
         for gpu in snapshot.gpus:
             if gpu.watts is not None:
                 self.watts.setdefault(gpu.uuid, deque(maxlen=self.points)).append(gpu.watts)
+        for cpu in snapshot.cpus:
+            if cpu.watts is not None:
+                self.watts.setdefault(cpu.key, deque(maxlen=self.points)).append(cpu.watts)
 
 
 def sparkline(values: Iterable[float]) -> str:
@@ -80,11 +84,13 @@ def _share(watts: float | None, active_w: float | None) -> str:
     return f"{100 * watts / active_w:.1f}%"
 
 
-def _order(view: View) -> Callable[[Row | Gpu], tuple[bool, float | str]]:
+def _order(view: View) -> Callable[[Row | Gpu | CpuZone], tuple[bool, float | str]]:
     by = SORTS.get(view.sort, "watts")
 
-    def key(row: Row | Gpu) -> tuple[bool, float | str]:
+    def key(row: Row | Gpu | CpuZone) -> tuple[bool, float | str]:
         if by == "name":
+            if isinstance(row, CpuZone):
+                return (False, _cpu_name(row))
             name = row.name if isinstance(row, Row) else f"{row.index or ''} {row.name or row.uuid}"
             return (False, name or "")
         value: float | None = getattr(row, by)
@@ -104,7 +110,7 @@ Cells = list[str | Text]
 """One table row's cells, in :data:`_COLUMNS` order (a consumer's row stops after ``share``)."""
 
 _COLUMNS: tuple[tuple[str, JustifyMethod], ...] = (
-    ("GPU / pod / container / process", "left"),
+    ("device / pod / container / process", "left"),
     ("W", "right"),
     ("active W", "right"),
     ("J", "right"),
@@ -120,7 +126,7 @@ _NAME_MIN = 22
 """The name column shrinks (with an ellipsis) down to this before a detail column is left out."""
 _GAP = 2
 """Between two columns (rich's padding of one on each side)."""
-_NAME_TITLES = ("GPU / pod / container / process", "GPU / pod / container", "GPU / pod")
+_NAME_TITLES = ("device / pod / container / process", "device / pod / container", "device / pod")
 """The name column's title, the longest that fits when the column shrinks."""
 
 
@@ -145,15 +151,37 @@ def _gpu_cells(gpu: Gpu, history: History) -> Cells:
     ]
 
 
-def _consumer_cells(gpu: Gpu, rows: list[Row], depth: int, view: View) -> list[tuple[Cells, str]]:
+def _cpu_name(cpu: CpuZone) -> str:
+    """``CPU package intel-rapl:0``; a type with several zones (sockets) names them all: its row is their sum."""
+    return f"CPU {cpu.zone} " + (" + ".join(cpu.paths) or "(no zone series)")
+
+
+def _cpu_cells(cpu: CpuZone, history: History) -> Cells:
+    trend = sparkline(history.watts.get(cpu.key, ()))
+    idle = _number(cpu.idle_w)
+    return [
+        Text(_cpu_name(cpu), style="bold"),
+        _number(cpu.watts),
+        _number(cpu.active_w),
+        _number(cpu.joules, 0),
+        "",
+        idle,
+        "—",
+        "by CPU time",
+        Text(trend, style="green"),
+    ]
+
+
+def _consumer_cells(device: Gpu | CpuZone, rows: list[Row], depth: int, view: View) -> list[tuple[Cells, str]]:
     out: list[tuple[Cells, str]] = []
     for row in _sorted(rows, view):
         label = "  " * depth + row.name
         if row.state and row.state != "running":
             label += f" ({row.state})"
         style = "dim" if row.kind == "unattributed" or row.state == "terminated" else ""
-        out.append(([label, _number(row.watts), "", _number(row.joules, 0), _share(row.watts, gpu.active_w)], style))
-        out.extend(_consumer_cells(gpu, row.children, depth + 1, view))
+        share = _share(row.watts, device.active_w)
+        out.append(([label, _number(row.watts), "", _number(row.joules, 0), share], style))
+        out.extend(_consumer_cells(device, row.children, depth + 1, view))
     return out
 
 
@@ -162,6 +190,9 @@ def _rows(snapshot: Snapshot, history: History, view: View) -> list[tuple[Cells,
     for gpu in sorted(snapshot.gpus, key=_order(view), reverse=view.reverse):
         rows.append((_gpu_cells(gpu, history), "bold"))
         rows.extend(_consumer_cells(gpu, gpu.rows, 1, view))
+    for cpu in sorted(snapshot.cpus, key=_order(view), reverse=view.reverse):  # after the GPUs, as a group
+        rows.append((_cpu_cells(cpu, history), "bold"))
+        rows.extend(_consumer_cells(cpu, cpu.rows, 1, view))
     return rows
 
 
@@ -234,10 +265,10 @@ def render(snapshot: Snapshot | None, history: History, view: View) -> Renderabl
     parts: list[RenderableType] = [title]
     if view.status:
         parts.append(Text(view.status, style="yellow"))
-    if snapshot is not None and snapshot.gpus:
+    if snapshot is not None and (snapshot.gpus or snapshot.cpus):
         parts.append(_Fitted(_rows(snapshot, history, view)))
     elif snapshot is not None:
-        parts.append(Text("no GPU series in the exposition (is this a wattpipe /metrics?)", style="yellow"))
+        parts.append(Text("no GPU or CPU series in the exposition (is this a wattpipe /metrics?)", style="yellow"))
     parts.extend(Text(e, style="red") for e in view.errors)
     parts.append(Text("keys: w sort by watts  j by joules  n by name  r reverse  p pause  q quit", style="dim"))
     return Group(*parts)

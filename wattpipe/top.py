@@ -1,4 +1,4 @@
-"""``wattpipe top``: a live terminal view of what a wattpipe attributes, GPU by GPU.
+"""``wattpipe top``: a live terminal view of what a wattpipe attributes, GPU by GPU and RAPL zone type by type.
 
 It reads a running wattpipe's Prometheus ``/metrics`` (``--url``; Kepler or OpenTelemetry names). Without
 ``--url`` it reads the wattpipe on this machine's default port (:data:`LOCAL_URL`, where ``wattpipe demo``
@@ -221,7 +221,7 @@ def _scrape(source: _Source, history: History, view: View, started: float) -> Sn
         view.status = "starting the demo…" if starting else f"error: {exc}"
         return None
     history.add(snapshot)
-    view.status = "" if snapshot.gpus or source.demo is None else "waiting for the demo's first tick…"
+    view.status = "" if snapshot.gpus or snapshot.cpus or source.demo is None else "waiting for the demo's first tick…"
     return snapshot
 
 

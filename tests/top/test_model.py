@@ -147,7 +147,7 @@ def test_text_that_is_not_an_exposition_is_an_error_and_an_empty_one_has_no_gpus
     with pytest.raises(ValueError, match="could not convert"):
         parse("hello world\n")
     assert parse("").gpus == []
-    assert "no GPU series" in screen(parse("up 1\n"))
+    assert "no GPU or CPU series" in screen(parse("up 1\n"))
 
 
 def test_history_keeps_the_last_points_per_gpu_for_the_sparkline() -> None:
@@ -189,7 +189,7 @@ def _at(width: int, text: str = KEPLER) -> list[str]:
 def test_a_narrow_terminal_keeps_every_number_whole_and_names_the_columns_it_leaves_out(width: int) -> None:
     lines = _at(width)
     assert max(len(line) for line in lines) <= width
-    header = next(line for line in lines if line.startswith("GPU / pod"))
+    header = next(line for line in lines if line.startswith("device / pod"))
     for title in ("W", "active W", "J", "share"):  # the numbers' headers, never cut
         assert f" {title} " in f" {header} " or header.rstrip().endswith(f" {title}")
     assert "…" not in header
@@ -211,7 +211,7 @@ def test_a_narrow_terminal_keeps_every_number_whole_and_names_the_columns_it_lea
 
 def test_a_wide_terminal_shows_every_column() -> None:
     lines = _at(170)
-    header = next(line for line in lines if line.startswith("GPU / pod"))
+    header = next(line for line in lines if line.startswith("device / pod"))
     for title in ("W", "active W", "J", "share", "idle W (source)", "sharing", "attribution", "recent W"):
         assert title in header
     assert not any(line.startswith("not shown at") for line in lines)

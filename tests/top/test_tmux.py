@@ -143,7 +143,7 @@ def test_top_in_tmux_shows_the_demo_tree_and_follows_the_keys(pane: Pane) -> Non
     pane.tmux("resize-window", "-t", "top", "-x", "80", "-y", "50")
     screen = pane.wait(lambda s: "not shown at 80 columns:" in s, 15, "the screen redrawn at 80 columns")
     assert max(len(line) for line in screen.splitlines()) <= 80
-    header = next(line for line in screen.splitlines() if line.startswith("GPU / pod"))
+    header = next(line for line in screen.splitlines() if line.startswith("device / pod"))
     assert re.search(r" W +active W +J +share", header), header
     assert "…" not in header
     process_line = screen.splitlines()[row(screen, "4242 python")[0]]
