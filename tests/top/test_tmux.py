@@ -1,7 +1,7 @@
 """``wattpipe top`` as a person uses it: started in a tmux pane, keys sent, the screen captured and read.
 
 With ``--demo`` top starts ``wattpipe demo`` itself (1 s ticks here); the demo's processes start at 10, 20
-and 30 s of node time, so the test waits for all three pods before it presses keys. Needs tmux (.ci/run
+and 30 s of node time, so the test waits for all three pods (and the CPU package row) before it presses keys. Needs tmux (.ci/run
 installs it); outside CI a machine without it skips, saying why.
 """
 
@@ -96,11 +96,12 @@ def _table(screen: str) -> list[str]:
 
 
 def _all_pods(screen: str) -> bool:
-    return all(p in screen for p in ("ml/trainer-0", "research/notebook-3", "ml/batch-7")) and "time_slicing" in screen
+    pods = all(p in screen for p in ("ml/trainer-0", "research/notebook-3", "ml/batch-7"))
+    return pods and "time_slicing" in screen and "CPU package intel-rapl:0" in screen
 
 
 def test_top_in_tmux_shows_the_demo_tree_and_follows_the_keys(pane: Pane) -> None:
-    screen = pane.wait(_all_pods, 120, "the demo's three pods and time-slicing on the H100")
+    screen = pane.wait(_all_pods, 120, "the demo's three pods, time-slicing on the H100 and the CPU package row")
     # The tree: GPU → pod → container → process, each level indented further.
     gpu0, _ = row(screen, "GPU 0 NVIDIA H100 80GB HBM3")
     pod, _ = row(screen, "ml/trainer-0")
@@ -122,6 +123,13 @@ def test_top_in_tmux_shows_the_demo_tree_and_follows_the_keys(pane: Pane) -> Non
     share = re.search(r"(\d+\.\d)%", lines[pod])
     assert share
     assert 0 < float(share.group(1)) <= 100.0
+    # The CPU side: the demo's RAPL package zone is a device row after the GPUs, with its own pod tree.
+    cpu, numbers = row(screen, "CPU package intel-rapl:0")
+    assert cpu > gpu1
+    assert float(numbers[0].replace(",", "")) > 0, lines[cpu]  # its watts
+    assert "by CPU time" in lines[cpu]
+    assert any(line.strip().startswith("ml/trainer-0") for line in lines[cpu + 1 :])
+    assert re.search(r"\d+\.\d%", "\n".join(lines[cpu + 1 :]))  # a share of the package's active power
     # Sorted by watts (the default): within the H100 the pod drawing more comes first.
     assert "sorted by watts" in screen
     trainer, notebook = row(screen, "ml/trainer-0"), row(screen, "research/notebook-3")
