@@ -1,8 +1,8 @@
 """``wattpipe top`` as a person uses it: started in a tmux pane, keys sent, the screen captured and read.
 
 With ``--demo`` top starts ``wattpipe demo`` itself (1 s ticks here); the demo's processes start at 10, 20
-and 30 s of node time, so the test waits for all three pods (and the CPU package row) before it presses keys. Needs tmux (.ci/run
-installs it); outside CI a machine without it skips, saying why.
+and 30 s of node time, so the test waits for all three pods (and the CPU package row) before it presses
+keys. Needs tmux (.ci/run installs it); outside CI a machine without it skips, saying why.
 """
 
 from __future__ import annotations
