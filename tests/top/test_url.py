@@ -80,6 +80,11 @@ def test_top_once_reads_otel_names_from_a_running_wattpipe(otel_demo: str) -> No
     assert "exclusive_process" in gpu1
     assert "(free)" in gpu1
     assert any(ln.strip().startswith("6001 train.py") for ln in lines)
+    # The CPU side read through OTel names: the package zone's row after the GPUs, the batch job under it too.
+    cpu = next(i for i, ln in enumerate(lines) if ln.startswith("CPU package intel-rapl:0"))
+    assert lines.index(gpu1) < cpu
+    assert "by CPU time" in lines[cpu]
+    assert any(ln.strip().startswith("6001 train.py") for ln in lines[cpu + 1 :])
 
 
 def test_an_unreachable_url_is_named_in_the_error_and_exits_1() -> None:
