@@ -17,7 +17,7 @@ from wattpipe.pipeline.records import HostProcess, NodeCpuTime
 from wattpipe.receivers.procfs._cgroup import CgroupIdentity, parse_cgroup
 from wattpipe.receivers.procfs._cgroupcpu import CgroupUsage, unified_path
 from wattpipe.receivers.procfs._stat import parse_proc_stat
-from wattpipe.receivers.procfs._statfiles import _MAX_BYTES, Gone, StatFiles, default_budget
+from wattpipe.receivers.procfs._statfiles import MAX_BYTES, Gone, StatFiles, default_budget
 from wattpipe.receivers.procfs._vm import VmIdentity, looks_like_qemu, parse_qemu_cmdline
 
 __all__ = ["ProcStat", "ProcessTable", "Scan", "parse_stat"]
@@ -89,6 +89,26 @@ class _Identity:
         cg, vm = self.cgroup, self.vm
         ids = (None, None, None) if vm is None else (vm.vm_id, vm.vm_name, vm.hypervisor)
         object.__setattr__(self, "fields", (self.comm, self.exe, cg.container_id, cg.runtime, cg.pod_uid, *ids))
+
+    def record(self, now: Timestamp, pid: int, cpu_time_s: float | None, start_wall_s: float | None) -> HostProcess:
+        """This process's record as read at ``now``."""
+        comm, exe, container_id, runtime, pod_uid, vm_id, vm_name, hypervisor = self.fields
+        return new_host_process(
+            now,
+            (),
+            pid,
+            comm,
+            exe,
+            self.start_time_ticks,
+            container_id,
+            runtime,
+            pod_uid,
+            cpu_time_s,
+            start_wall_s,
+            vm_id,
+            vm_name,
+            hypervisor,
+        )
 
 
 @dataclass(slots=True)
@@ -256,7 +276,6 @@ class ProcessTable:
             if i is not None and i.cgroup_path is not None and i.cgroup_path not in moved and pid in last
         }
 
-    # long: the loop every process goes through every tick with cpu_time on, kept inline (docs/cpu.md, "Cost")
     def _read_all(
         self,
         pids: list[int],
@@ -287,7 +306,7 @@ class ProcessTable:
             line = None  # what _read_one is given: None to read it (again) itself
             if fd is not None and identity is not None:
                 try:
-                    line = pread(fd, _MAX_BYTES, 0) or None  # empty: the process ended
+                    line = pread(fd, MAX_BYTES, 0) or None  # empty: the process ended
                 except OSError:
                     line = None  # gone, or a failure that _read_one meets again and reports
                 if line is not None and check and fstat(fd).st_nlink == 0:
@@ -300,23 +319,8 @@ class ProcessTable:
                 except (IndexError, ValueError):
                     start_ticks = -1  # malformed: _read_one says so
                 if start_ticks == identity.start_time_ticks:
-                    comm, exe, container_id, runtime, pod_uid, vm_id, vm_name, hypervisor = identity.fields
-                    record = new_host_process(
-                        now,
-                        (),
-                        pid,
-                        comm,
-                        exe,
-                        start_ticks,
-                        container_id,
-                        runtime,
-                        pod_uid,
-                        cpu_ticks / hz,
-                        None if boot_wall_s is None else boot_wall_s + start_ticks / hz,
-                        vm_id,
-                        vm_name,
-                        hypervisor,
-                    )
+                    start_wall_s = None if boot_wall_s is None else boot_wall_s + start_ticks / hz
+                    record = identity.record(now, pid, cpu_ticks / hz, start_wall_s)
                     records[pid], cache[pid] = record, identity
                     append(record)
                     continue
@@ -418,25 +422,9 @@ class ProcessTable:
         identity = self._cache.get(pid)
         if identity is None or identity.start_time_ticks != start_ticks:
             identity = self._read_identity(f"{self._root}/{pid}", start_ticks, _comm(line))
-        cg, vm = identity.cgroup, identity.vm
         hz = self.clock_ticks_per_s
-        record = new_host_process(
-            now,
-            (),
-            pid,
-            identity.comm,
-            identity.exe,
-            start_ticks,
-            cg.container_id,
-            cg.runtime,
-            cg.pod_uid,
-            cpu_ticks / hz if self.cpu_time else None,
-            None if boot_wall_s is None else boot_wall_s + start_ticks / hz,
-            None if vm is None else vm.vm_id,
-            None if vm is None else vm.vm_name,
-            None if vm is None else vm.hypervisor,
-        )
-        return record, identity
+        start_wall_s = None if boot_wall_s is None else boot_wall_s + start_ticks / hz
+        return identity.record(now, pid, cpu_ticks / hz if self.cpu_time else None, start_wall_s), identity
 
     def _read_identity(self, directory: str, start_time_ticks: int, comm: str) -> _Identity:
         """``comm`` comes from the stat line already read: the kernel writes the same name (task->comm, with a

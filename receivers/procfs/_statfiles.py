@@ -21,10 +21,10 @@ import os
 import resource
 from collections.abc import Container
 
-__all__ = ["StatFiles", "default_budget"]
+__all__ = ["MAX_BYTES", "StatFiles", "default_budget"]
 
 _GONE = (errno.ENOENT, errno.ESRCH)
-_MAX_BYTES = 4096  # a stat line is a few hundred bytes; comm is at most 64
+MAX_BYTES = 4096  # a stat line is a few hundred bytes; comm is at most 64
 
 
 class Gone(Exception):
@@ -90,7 +90,7 @@ class StatFiles:
     def _pread(self, fd: int) -> bytes | None:
         """The line, or None when the file's process has ended (or a plain file was removed)."""
         try:
-            data = os.pread(fd, _MAX_BYTES, 0)
+            data = os.pread(fd, MAX_BYTES, 0)
         except OSError as exc:
             if exc.errno in _GONE:
                 return None
