@@ -95,7 +95,8 @@ class ProcfsWriter:
         self.root = Path(root)
         self.proc = self.root / "proc"
         self.powercap = self.root / "sys" / "class" / "powercap"
-        # Opt-in: each cgroup's cpu.stat under root/sys/fs/cgroup (v2), for a procfs receiver's cgroup_root.
+        # Opt-in: each cgroup's cpu.stat under root/sys/fs/cgroup, marked a v2 mount (cgroup.controllers), for a
+        # procfs receiver's cgroup_root (auto finds it beside root/proc).
         self.cgroup_root = self.root / "sys" / "fs" / "cgroup" if cgroups else None
         # Opt-in: /proc/cpuinfo from the scenario's cpu section, for the receiver's CpuInfo (kepler_node_cpu_info)
         self.cpuinfo = cpuinfo
@@ -134,6 +135,9 @@ class ProcfsWriter:
         """Each cgroup's ``cpu.stat`` as the kernel keeps it: ``usage_usec``, the CPU time of every process it
         ever held (exited ones included), so a cgroup whose processes all idle does not move."""
         assert self.cgroup_root is not None
+        if not (self.cgroup_root / "cgroup.controllers").exists():  # what marks a cgroup v2 mount's root
+            self.cgroup_root.mkdir(parents=True, exist_ok=True)
+            _write(self.cgroup_root / "cgroup.controllers", "cpuset cpu io memory pids\n")
         usage_s: dict[str, float] = {}
         for pid, plan in self.node.truth.plans.items():
             if plan.start_s <= t_s:

@@ -23,6 +23,9 @@ Failure modes, each degrading rather than stopping:
 - ``/proc/stat`` unreadable: a warning, and ``node_cpu`` absent that tick.
 - ``/proc/cpuinfo`` missing, unreadable or not parseable: one warning naming the path and why, and no
   ``cpu_info`` (not read again).
+- ``cgroup_root`` not a cgroup v2 mount (cgroup v1, not mounted): one info line (``auto``) or warning (a
+  path said outright) naming it, and every process's ``stat`` read every tick, as without it; in a cgroup
+  namespace whose root it cannot find under the mount, one info line, the same.
 """
 
 from __future__ import annotations
@@ -71,10 +74,12 @@ class ProcfsConfig(ComponentConfig):
     when first seen; its records carry no ``cpu_time_s``. Enough for the GPU path, at a fraction of the cost.
     ``auto``: true where a processor of a pipeline this receiver feeds asks for it (``cpu_attribution``), false
     otherwise."""
-    cgroup_root: str = ""
+    cgroup_root: str = "auto"
     """With cpu_time: the host's cgroup v2 mount (``/sys/fs/cgroup``; ``/host/sys/fs/cgroup`` in a container).
     A process whose cgroup's ``cpu.stat`` usage has not moved since the last tick ran nothing: its record is
-    kept, not read again. Empty: every process is read every tick."""
+    kept, not read again. ``auto``: the ``sys/fs/cgroup`` beside ``root`` (``/proc`` → ``/sys/fs/cgroup``,
+    ``/host/proc`` → ``/host/sys/fs/cgroup``), used where it is a cgroup v2 mount (one info line where it is
+    not); a path said outright that is not one: a warning. Empty: every process is read every tick."""
 
 
 def clock_ticks_per_s() -> int:
@@ -112,6 +117,7 @@ class ProcfsReceiver:
             clock_ticks_per_s=self._ticks_per_s,
             cpu_time=cpu_time,
             cgroup_root=self.config.cgroup_root,
+            note=self._note,
         )
 
     def asked(self, wants: frozenset[str]) -> None:
@@ -155,6 +161,10 @@ class ProcfsReceiver:
         # The kept stat files are closed on the scanning thread, after a scan still running (if any).
         self._executor.submit(self.table.close)
         self._executor.shutdown(wait=False)
+
+    def _note(self, level: int, message: str) -> None:
+        """cgroup_root's one line (off, and why; a cgroup namespace it could not place), from the scan's thread."""
+        self.rl.log.log(level, "cgroup_root", f"receiver {self.component_id}: {message}")
 
     def _warn(self, key: str, message: str) -> None:
         self.rl.log.log(logging.WARNING, key, f"receiver {self.component_id}: {message}")

@@ -3,25 +3,95 @@
 ``usage_usec`` is the CPU time of every task the cgroup (and its descendants) ever held, exited ones
 included. If it has not moved between two scans, no process in the cgroup ran in between, so the CPU
 time read for each of them at the earlier scan (read after that scan's ``cpu.stat``) is still exact: their
-``stat`` need not be read again. A cgroup whose ``cpu.stat`` cannot be read (cgroup v1, a cgroup
-namespace that hides the host's paths, a removed cgroup) counts as moved: its processes are read.
+``stat`` need not be read again. A cgroup whose ``cpu.stat`` cannot be read (a removed cgroup, a path that
+cannot be placed under the mount) counts as moved: its processes are read.
+
+Where the paths are. ``/proc/<pid>/cgroup`` shows a path relative to the *reader's* cgroup namespace:
+the host's own path in the host's namespace, ``/../../kubepods.slice/…`` for a process outside a
+container's namespace, ``/`` for one at its root. The mount (the host's, bind-mounted: ``/host/sys/fs/cgroup``)
+shows the host's tree. So on its first scan the tracker finds where our own namespace's root sits in that
+tree (:func:`namespace_root`) and places every path under it; paths are taken as they are (the host's) where
+``<procfs root>/self/cgroup`` names a cgroup that holds us (the host's namespace) or cannot be read (a
+simulated or hand-written tree).
 """
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Iterable
+import posixpath
+from collections.abc import Callable, Iterable
 
-__all__ = ["CgroupUsage", "unified_path"]
+__all__ = ["CgroupUsage", "Note", "mount_for", "namespace_root", "unified_path"]
+
+Note = Callable[[int, str], None]
+"""How the tracker says something once: (logging level, message)."""
+
+# The walk that looks for our own cgroup: bounded, done once (a kubelet node's tree is a few hundred
+# directories, its pods four or five levels down; a kind node's seven).
+MAX_DEPTH = 12
+MAX_DIRS = 20_000
 
 
 def unified_path(cgroup_text: str) -> str | None:
-    """A process's cgroup v2 path (the ``0::`` line of ``/proc/<pid>/cgroup``); None under cgroup v1 only,
-    or where a cgroup namespace shows it relative to an ancestor (``/..``)."""
+    """A process's cgroup v2 path (the ``0::`` line of ``/proc/<pid>/cgroup``) as the reader's cgroup
+    namespace shows it (``/..`` components where it lies outside that namespace); None under cgroup v1 only."""
     for line in cgroup_text.splitlines():
         if line.startswith("0::"):
-            path = line[3:]
-            return path if path.startswith("/") and "/.." not in path else None
+            return line[3:]
+    return None
+
+
+def mount_for(setting: str, proc_root: str) -> str:
+    """The cgroup v2 mount a ``cgroup_root`` setting names: ``auto`` is the ``sys/fs/cgroup`` beside the
+    procfs root (``/proc`` → ``/sys/fs/cgroup``, ``/host/proc`` → ``/host/sys/fs/cgroup``); "" is off."""
+    if setting != "auto":
+        return setting
+    return posixpath.join(posixpath.dirname(posixpath.normpath(proc_root)), "sys", "fs", "cgroup")
+
+
+def _relative(path: str) -> bool:
+    """Whether the path climbs out of the reader's namespace (``/../..``: the kernel puts those first)."""
+    return ".." in path.split("/")
+
+
+def _lists(directory: str, pid: bytes) -> bool:
+    """Whether the cgroup ``directory``'s ``cgroup.procs`` lists ``pid``."""
+    try:
+        with open(f"{directory}/cgroup.procs", "rb") as f:
+            return pid in f.read().split()
+    except OSError:
+        return False
+
+
+def namespace_root(mount: str, self_path: str, pid: int) -> str | None:
+    """Where the root of the reader's cgroup namespace sits under ``mount`` ("/…"; "/" for the host's
+    namespace), found by the cgroup whose ``cgroup.procs`` lists ``pid`` (ours: the file shows pids in the
+    reader's pid namespace) and ``self_path``, our own path as ``/proc/self/cgroup`` shows it (normally
+    "/": we sit at our namespace's root). None where no cgroup within the walk's bounds holds us."""
+    if _relative(self_path):  # we sit outside our own namespace: its root cannot be told from our place
+        return None
+    mount, wanted = mount.rstrip("/"), str(pid).encode()
+    suffix = self_path.rstrip("/")
+    if suffix and _lists(f"{mount}{suffix}", wanted):
+        return "/"  # our own path is the host's: the host's namespace (the common case, one read)
+    level, seen = [""], 0
+    for _ in range(MAX_DEPTH + 1):
+        below: list[str] = []
+        for relative in level:
+            seen += 1
+            if seen > MAX_DIRS:
+                return None
+            if _lists(mount + relative, wanted):
+                if not relative.endswith(suffix):
+                    return None
+                return relative[: len(relative) - len(suffix)] or "/"
+            try:
+                with os.scandir(mount + relative) as entries:
+                    below.extend(f"{relative}/{e.name}" for e in entries if e.is_dir(follow_symlinks=False))
+            except OSError:
+                continue
+        level = below
     return None
 
 
@@ -45,25 +115,111 @@ def _usage_usec(path: str) -> int | None:
     return None
 
 
-class CgroupUsage:
-    """``usage_usec`` of each cgroup under ``root`` (the host's cgroup2 mount), remembered between scans."""
+def _self_path(proc_root: str) -> str | None:
+    """Our own cgroup v2 path from ``<proc_root>/self/cgroup``; None where it cannot be read (a tree that
+    is not a procfs: the simulator's ``self`` names a process it does not write)."""
+    try:
+        with open(f"{proc_root}/self/cgroup", encoding="utf-8", errors="replace") as f:
+            return unified_path(f.read())
+    except OSError:
+        return None
 
-    def __init__(self, root: str) -> None:
+
+class CgroupUsage:
+    """``usage_usec`` of each cgroup under ``root`` (the host's cgroup2 mount), remembered between scans.
+
+    :meth:`ready` looks, once (on the scanning thread), whether ``root`` is a cgroup v2 mount and where our
+    cgroup namespace's root sits in it; until then, and where it is not one, nothing is tracked.
+    """
+
+    def __init__(self, root: str, *, proc_root: str = "/proc", note: Note | None = None, explicit: bool = True) -> None:
         self.root = root.rstrip("/")
+        self._proc_root = proc_root
+        self._note = note or (lambda level, message: None)
+        self._explicit = explicit
         self._last: dict[str, int] = {}
+        # What each path is joined to: "" the paths are the host's (the host's namespace); a namespace's
+        # root; None a namespace whose root was not found (no path can be placed).
+        self._prefix: str | None = ""
+        self._where: dict[str, str | None] = {}
+        self._ready: bool | None = None  # None: not looked yet
+
+    @classmethod
+    def of(cls, setting: str, proc_root: str, note: Note | None = None) -> CgroupUsage | None:
+        """The tracker a ``cgroup_root`` setting asks for (``auto``: beside ``proc_root``); None for ""."""
+        if not setting:
+            return None
+        return cls(mount_for(setting, proc_root), proc_root=proc_root, note=note, explicit=setting != "auto")
+
+    def ready(self) -> bool:
+        """Whether ``root`` is a cgroup v2 mount (it has ``cgroup.controllers``), said once where it is not.
+        The first call also places our cgroup namespace (:func:`namespace_root`), saying so where it cannot."""
+        if self._ready is None:
+            self._ready = os.path.isfile(f"{self.root}/cgroup.controllers")
+            if self._ready:
+                self._place_namespace()
+            elif self._explicit or os.path.lexists(f"{self._proc_root}/self"):
+                self._say_not_mounted()  # (auto on a tree that is not a procfs, a test's plain files: nothing to say)
+        return self._ready
+
+    def _say_not_mounted(self) -> None:
+        if self._explicit:
+            self._note(
+                logging.WARNING,
+                f"cgroup_root {self.root} is not a cgroup v2 mount (no cgroup.controllers); "
+                "every process's stat is read every tick",
+            )
+        else:
+            self._note(
+                logging.INFO,
+                f"cgroup_root auto: {self.root} is not a cgroup v2 mount (cgroup v1 or not "
+                "mounted); every process's stat is read every tick",
+            )
+
+    def _place_namespace(self) -> None:
+        mine = _self_path(self._proc_root)
+        if mine is None:
+            return  # a tree that is not a procfs: its paths are taken as the host's
+        found = namespace_root(self.root, mine, os.getpid())
+        if found is None:
+            self._prefix = None
+            self._note(
+                logging.INFO,
+                f"cgroup_root {self.root}: no cgroup there holds this process (pid "
+                f"{os.getpid()}, {mine} in its cgroup namespace): its paths cannot be placed, every "
+                "process's stat is read every tick",
+            )
+        elif found != "/":
+            self._prefix = found
+            self._note(logging.DEBUG, f"cgroup_root {self.root}: this cgroup namespace's root is {found}")
+
+    def _place(self, path: str) -> str | None:
+        """``path`` as the mount shows it; None where it cannot be placed."""
+        prefix = self._prefix
+        if prefix is None:
+            return None
+        if not prefix:
+            return None if _relative(path) else path  # a path above the mount's root: not in it
+        return posixpath.normpath(prefix + path)
 
     def moved(self, paths: Iterable[str]) -> set[str]:
         """The cgroups among ``paths`` that ran anything since the last call (or are new, or unreadable);
         only ``paths`` are remembered for the next."""
         out: set[str] = set()
         now: dict[str, int] = {}
+        host, where, places = self._prefix == "", self._where, {}
         for path in paths:
-            usage = _usage_usec(f"{self.root}{path}/cpu.stat")
+            if host and "/.." not in path:  # the host's namespace, the common case: the path as it is
+                placed: str | None = path
+            else:
+                placed = where[path] if path in where else self._place(path)
+                places[path] = placed
+            usage = None if placed is None else _usage_usec(f"{self.root}{placed}/cpu.stat")
             if usage is None:
                 out.add(path)
                 continue
             now[path] = usage
             if self._last.get(path) != usage:
                 out.add(path)
-        self._last = now
+        self._last, self._where = now, places
         return out

@@ -15,7 +15,7 @@ from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.constructors import new_host_process
 from wattpipe.pipeline.records import HostProcess, NodeCpuTime
 from wattpipe.receivers.procfs._cgroup import CgroupIdentity, parse_cgroup
-from wattpipe.receivers.procfs._cgroupcpu import CgroupUsage, unified_path
+from wattpipe.receivers.procfs._cgroupcpu import CgroupUsage, Note, unified_path
 from wattpipe.receivers.procfs._stat import parse_proc_stat
 from wattpipe.receivers.procfs._statfiles import MAX_BYTES, Gone, StatFiles, default_budget
 from wattpipe.receivers.procfs._vm import VmIdentity, looks_like_qemu, parse_qemu_cmdline
@@ -171,6 +171,7 @@ class ProcessTable:
         cpu_time: bool = True,
         keep_open: int | None = None,
         cgroup_root: str = "",
+        note: Note | None = None,
     ) -> None:
         self.root = root
         self._root = str(root)
@@ -178,8 +179,9 @@ class ProcessTable:
         # most; None: by the open-file limit). Off: a process is read once, by path.
         budget = (default_budget(max_processes) if keep_open is None else keep_open) if cpu_time else 0
         self.stat_files = StatFiles(self._root, budget)
-        # cpu_time on and cgroup_root set: a process whose cgroup ran nothing since the last scan keeps its record.
-        self._usage = CgroupUsage(cgroup_root) if cpu_time and cgroup_root else None
+        # cpu_time on and cgroup_root set ("auto": beside root): a process whose cgroup ran nothing since the
+        # last scan keeps its record. ``note`` hears, once, why it is off (not a cgroup v2 mount, ...).
+        self._usage = CgroupUsage.of(cgroup_root, self._root, note) if cpu_time else None
         self._last: dict[int, HostProcess] = {}
         self.max_processes = max_processes
         self.clock_ticks_per_s = clock_ticks_per_s
@@ -266,6 +268,9 @@ class ProcessTable:
         """cgroup_root set: the last records of processes whose cgroup's CPU usage has not moved since the
         last scan (their CPU time cannot have changed), by pid; {} otherwise."""
         if self._usage is None:
+            return {}
+        if not self._usage.ready():  # looked at once, on the first scan (this thread): not a cgroup v2 mount
+            self._usage = None
             return {}
         identities = [(pid, self._cache.get(pid)) for pid in pids]
         moved = self._usage.moved({i.cgroup_path for _, i in identities if i is not None and i.cgroup_path})

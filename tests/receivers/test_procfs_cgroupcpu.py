@@ -1,16 +1,31 @@
-"""procfs with ``cgroup_root``: a process whose cgroup ran nothing since the last tick is not read again."""
+"""procfs with ``cgroup_root``: a process whose cgroup ran nothing since the last tick is not read again.
+
+Its cgroup namespace side (paths relative to a container's namespace) is in test_procfs_cgroupns.py.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from pathlib import Path
 
 import pytest
 
 from tests.receivers.test_procfs import make_receiver, poll, stat_line, write_process
+from wattpipe import simulator
 from wattpipe.pipeline.clock import SteppedClock
-from wattpipe.receivers.procfs._cgroupcpu import CgroupUsage, unified_path
+from wattpipe.pipeline.records import HostProcess
+from wattpipe.receivers.procfs._cgroupcpu import CgroupUsage, mount_for, unified_path
+from wattpipe.simulator.fake_host import ProcfsWriter
+from wattpipe.simulator.scale import scale_scenario
+
+
+def mount(cgroups: Path) -> Path:
+    """Mark ``cgroups`` a cgroup v2 mount, as the kernel's root has ``cgroup.controllers``."""
+    cgroups.mkdir(parents=True, exist_ok=True)
+    (cgroups / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    return cgroups
 
 
 def usage(cgroups: Path, path: str, usec: int) -> None:
@@ -22,7 +37,15 @@ def usage(cgroups: Path, path: str, usec: int) -> None:
 def test_the_unified_path_of_a_processs_cgroup() -> None:
     assert unified_path("0::/system.slice/cron.service\n") == "/system.slice/cron.service"
     assert unified_path("12:cpu,cpuacct:/docker/abc\n11:memory:/docker/abc\n") is None  # cgroup v1 only
-    assert unified_path("0::/../../kubepods.slice\n") is None  # a namespace's view, not the host's path
+    # A cgroup namespace's view: kept as it is, placed under the mount by CgroupUsage (test_procfs_cgroupns.py).
+    assert unified_path("0::/../../kubepods.slice\n") == "/../../kubepods.slice"
+
+
+def test_auto_is_the_cgroup_mount_beside_the_procfs_root() -> None:
+    assert mount_for("auto", "/proc") == "/sys/fs/cgroup"
+    assert mount_for("auto", "/host/proc/") == "/host/sys/fs/cgroup"
+    assert mount_for("auto", "/tmp/x/proc") == "/tmp/x/sys/fs/cgroup"
+    assert mount_for("/somewhere/else", "/host/proc") == "/somewhere/else"  # said outright: as it is
 
 
 def test_usage_that_moved_new_or_unreadable_counts_as_moved(tmp_path: Path) -> None:
@@ -40,7 +63,7 @@ def test_a_process_in_an_idle_cgroup_keeps_its_record_and_is_not_read(
     proc, cgroups = tmp_path / "proc", tmp_path / "cgroup"
     write_process(proc, 10, "idle", utime=100, cgroup="0::/a\n")
     write_process(proc, 12, "busy", utime=100, cgroup="0::/b\n")
-    usage(cgroups, "/a", 1_000_000)
+    usage(mount(cgroups), "/a", 1_000_000)
     usage(cgroups, "/b", 1_000_000)
     receiver = make_receiver(proc, cgroup_root=str(cgroups))
     poll(receiver)  # the processes' cgroups become known
@@ -81,7 +104,75 @@ def test_a_process_in_an_idle_cgroup_keeps_its_record_and_is_not_read(
 def test_without_cpu_stat_every_process_is_read(tmp_path: Path) -> None:
     proc = tmp_path / "proc"
     directory = write_process(proc, 10, "p", utime=100, cgroup="0::/a\n")
-    receiver = make_receiver(proc, cgroup_root=str(tmp_path / "no-cgroupfs"))
+    receiver = make_receiver(proc, cgroup_root=str(mount(tmp_path / "cgroup")))  # a mount with no /a
     assert poll(receiver)[10].cpu_time_s == 1.0
     (directory / "stat").write_text(stat_line(10, "p", utime=200))
     assert poll(receiver)[10].cpu_time_s == 2.0
+
+
+def test_a_path_said_outright_that_is_no_cgroup_v2_mount_is_a_warning_then_off(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    proc, cgroups = tmp_path / "proc", tmp_path / "v1"
+    directory = write_process(proc, 10, "p", utime=100, cgroup="0::/a\n")
+    usage(cgroups, "/a", 1_000_000)  # a cpu.stat that never moves, but no cgroup.controllers: not cgroup v2
+    receiver = make_receiver(proc, cgroup_root=str(cgroups))
+    with caplog.at_level(logging.DEBUG, logger="wattpipe"):
+        for utime in (200, 300, 400):
+            assert poll(receiver)[10].cpu_time_s == (utime - 100) / 100
+            (directory / "stat").write_text(stat_line(10, "p", utime=utime))
+    lines = [r for r in caplog.records if "cgroup_root" in r.getMessage()]
+    assert [r.levelno for r in lines] == [logging.WARNING]
+    assert str(cgroups) in lines[0].getMessage()
+    assert "not a cgroup v2 mount" in lines[0].getMessage()
+
+
+def _scan_simulated(
+    tmp_path: Path, cgroups: bool, monkeypatch: pytest.MonkeyPatch
+) -> tuple[dict[str, list[dict[int, HostProcess]]], dict[str, int]]:
+    """Ten ticks of a node of mostly idle services, read by procfs with cgroup_root auto (the default) and
+    with "" (every process read), interleaved on one tree: the records of each, and how many stat reads each made."""
+    scenario = scale_scenario(mig_gpus=0, timesliced_gpus=1, processes_per_gpu=4, host_processes=60, busy_services=5)
+    clock = SteppedClock()
+    writer = ProcfsWriter(simulator.build(scenario, clock), tmp_path, cgroups=cgroups)
+    receivers = {"auto": make_receiver(writer.proc, clock), "off": make_receiver(writer.proc, clock, cgroup_root="")}
+    reads = dict.fromkeys(receivers, 0)
+    real, mode = os.pread, ["auto"]
+
+    def counting(fd: int, size: int, offset: int) -> bytes:
+        reads[mode[0]] += 1
+        return real(fd, size, offset)
+
+    monkeypatch.setattr(os, "pread", counting)
+    out: dict[str, list[dict[int, HostProcess]]] = {name: [] for name in receivers}
+    for tick in range(10):
+        clock.advance(700.0 if tick == 0 else 5.0)
+        writer.refresh()
+        for name, receiver in receivers.items():
+            mode[0] = name
+            out[name].append(poll(receiver))
+    return out, reads
+
+
+def test_auto_finds_the_simulated_cgroup_mount_and_keeps_the_idle_ones_numbers_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="wattpipe"):
+        records, reads = _scan_simulated(tmp_path, True, monkeypatch)
+    assert records["auto"] == records["off"]  # every record, CPU times and times alike
+    assert reads["auto"] < reads["off"] / 2  # 45 of 64 processes in services that sleep throughout
+    assert [r for r in caplog.records if "cgroup_root" in r.getMessage()] == []
+
+
+def test_auto_without_a_cgroup_v2_mount_is_off_with_one_info_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.DEBUG, logger="wattpipe"):
+        records, reads = _scan_simulated(tmp_path, False, monkeypatch)  # the simulator writes no cgroup tree
+    assert records["auto"] == records["off"]
+    assert reads["auto"] == reads["off"]  # every process read every tick, as without it
+    lines = [r for r in caplog.records if "cgroup_root" in r.getMessage()]
+    assert [r.levelno for r in lines] == [logging.INFO]
+    message = lines[0].getMessage()
+    assert str(tmp_path / "sys" / "fs" / "cgroup") in message
+    assert "cgroup v1 or not mounted" in message
