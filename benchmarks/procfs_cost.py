@@ -13,8 +13,9 @@ interleaved (which goes first alternates), so both see the same machine at the s
 - ``cpu_time: true`` — every process's ``stat`` every tick, as CPU attribution needs (and as every pipeline
   did before issue 17);
 - ``cpu_time: true`` with ``cgroup_root`` — the same, except the processes of cgroups whose ``cpu.stat``
-  usage did not move (the benchmark writes each cgroup's ``cpu.stat`` from the simulator's truth, as the
-  kernel keeps it: the simulator itself writes no cgroup tree).
+  usage did not move (the simulator writes each cgroup's ``cpu.stat`` from its truth, as the kernel keeps
+  it: ``ProcfsWriter(cgroups=True)``). The two other modes say ``cgroup_root: ""`` outright (its default,
+  ``auto``, would find that tree beside the simulated /proc).
 
 Per tick: the process's CPU time over the tick (every thread), less the simulated NVML library's own CPU
 (metered around each of its calls, as ``tick_cost.py`` does: a real driver's work is in C), is wattpipe's
@@ -45,8 +46,7 @@ from wattpipe.pipeline.config import load_config_text
 from wattpipe.pipeline.graph import Graph, build
 from wattpipe.pipeline.runtime import PipelineRunner, settle_heap
 from wattpipe.pipeline.telemetry import Telemetry
-from wattpipe.simulator.fake_host import ProcfsWriter, cgroup_path
-from wattpipe.simulator.node import SimulatedNode
+from wattpipe.simulator.fake_host import ProcfsWriter
 from wattpipe.simulator.scale import scale_scenario
 from wattpipe.simulator.scenario import Scenario, parse_scenario
 
@@ -98,30 +98,15 @@ def scenario(ticks: int, host_processes: int, churn: int) -> Scenario:
     return parse_scenario(data)
 
 
-def write_cgroup_usage(node: SimulatedNode, root: Path) -> None:
-    """Each cgroup's ``cpu.stat`` as the kernel keeps it: the CPU time of every process it ever held (the
-    simulator writes /proc, not the cgroup tree; this is the benchmark's stand-in, outside the measurement)."""
-    t_s = node.t_s()
-    usage_s: dict[str, float] = {}
-    for pid, plan in node.truth.plans.items():
-        if plan.spec.start_s <= t_s:
-            path = cgroup_path(node.scenario, plan.spec)
-            usage_s[path] = usage_s.get(path, 0.0) + node.truth.process_cpu_s(pid, t_s)
-    for path, cpu_s in usage_s.items():
-        directory = root / path.lstrip("/")
-        directory.mkdir(parents=True, exist_ok=True)
-        (directory / "cpu.stat").write_text(f"usage_usec {round(cpu_s * 1e6)}\n")
-
-
 async def measure(ticks: int, host_processes: int, churn: int, workdir: Path) -> dict[str, dict[str, list[float]]]:
     clock = SteppedClock()
     node = simulator.install(scenario(ticks, host_processes, churn), clock)
-    writer = ProcfsWriter(node, workdir)
+    writer = ProcfsWriter(node, workdir, cgroups=True)  # each cgroup's cpu.stat too, for the cgroup mode
     driver = Meter()
     pynvml.nvmlLib = MeteredLibrary(pynvml.nvmlLib, driver)
     pynvml._nvmlGetFunctionPointer_cache = {}  # re-resolve every symbol through the metered library
     registry = Registry.from_entry_points()
-    cgroups = workdir / "cgroup"
+    cgroups = workdir / "sys" / "fs" / "cgroup"
     graphs = {mode: make_graph(writer.proc, mode, cgroups, clock, registry) for mode in MODES}
     runners = {mode: PipelineRunner(g, g.pipelines[0]) for mode, g in graphs.items()}
     scans = {mode: Meter() for mode in MODES}
@@ -137,7 +122,6 @@ async def measure(ticks: int, host_processes: int, churn: int, workdir: Path) ->
         for i in range(ticks + 2):  # the first two: every process starts and is read for the first time
             clock.advance(700.0 if i == 0 else 5.0)
             writer.refresh()
-            write_cgroup_usage(node, cgroups)
             for mode in MODES if i % 2 == 0 else MODES[::-1]:
                 before_driver, before_scan = driver.cpu_s, scans[mode].cpu_s
                 started = time.process_time()
