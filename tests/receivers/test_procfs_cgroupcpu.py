@@ -176,3 +176,22 @@ def test_auto_without_a_cgroup_v2_mount_is_off_with_one_info_line(
     message = lines[0].getMessage()
     assert str(tmp_path / "sys" / "fs" / "cgroup") in message
     assert "cgroup v1 or not mounted" in message
+
+
+def test_a_pipeline_that_wants_no_cpu_time_never_looks_for_the_mount(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    proc = tmp_path / "proc"
+    write_process(proc, 10, "p", utime=100)
+    (proc / "self").symlink_to("10")  # a procfs: auto would say why it found no mount
+    receiver = make_receiver(proc)  # cpu_time auto: on until the graph says what its pipelines want
+    receiver.asked(frozenset())  # a GPU-only pipeline
+    with caplog.at_level(logging.DEBUG, logger="wattpipe"):
+        poll(receiver)
+        poll(receiver)
+    assert [r for r in caplog.records if "cgroup_root" in r.getMessage()] == []
+    receiver.asked(frozenset({"process_cpu_time"}))
+    with caplog.at_level(logging.DEBUG, logger="wattpipe"):
+        poll(receiver)
+        poll(receiver)
+    assert len([r for r in caplog.records if "cgroup_root" in r.getMessage()]) == 1
