@@ -4,6 +4,10 @@
 during an outage. So the tick takes only what the request needs (value, attributes typed for OTLP, the
 time the value was read, the time its series began) and nothing that the next tick changes or that would
 keep the whole batch alive while it waits.
+
+A point's time is its record's (when the value was read), but never older than the batch that sends it: a
+record handed on from an earlier read because its value is known to hold now (procfs ``cgroup_root``: a
+process whose cgroup ran nothing) is stamped with the tick, as a backend expects of a point sent again.
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ class SnapshotTaker:
         # label mapping (held in the entry, so the identity cannot be reused), only this tick's kept. That
         # identity is promised by wattpipe.pipeline.series_labels.SeriesLabels (see its docstring).
         known, self._attributes = self._attributes, {}
+        tick_ns = batch.time.wall_ns
         for family in FAMILIES:
             out: list[Point] = []
             for labels, value, record in labelled_values(family, batch, "otel", self.devices, engine=self._labels):
@@ -73,7 +78,7 @@ class SnapshotTaker:
                     entry = (labels, {name: _attribute(name, text) for name, text in labels.items()})
                 self._attributes[id(labels)] = entry
                 raw = value * family.divisor if family.value is None else getattr(record, family.value)
-                time_ns = record.time.wall_ns
+                time_ns = max(record.time.wall_ns, tick_ns)
                 start = getattr(record, "start", None)
                 start_ns = min(start.wall_ns if start is not None else self.created_ns, time_ns)
                 out.append(Point(entry[1], float(raw), start_ns, time_ns))

@@ -297,12 +297,11 @@ class ProcessTable:
         fds, pread, fstat, check = self.stat_files.fds, os.pread, os.fstat, self.stat_files.checks_links()
         last, append = self._cache, out.records.append
         hz = self.clock_ticks_per_s  # (no file is kept with cpu_time off: every record below carries its CPU time)
-        restamp = self.cpu_time  # cgroup_root's kept records: their CPU time is known unchanged as of now
         for pid in pids:
+            # A known record is handed on as it was read: with cgroup_root its CPU time is known unchanged as of
+            # now (an exporter that stamps points sends it at the tick's time: exporters/_otlp_snapshot.py).
             record = known.get(pid)
             if record is not None:
-                if restamp:
-                    record = _at(record, now)
                 records[pid], cache[pid] = record, last[pid]
                 append(record)
                 continue
@@ -468,23 +467,3 @@ def _comm(line: bytes) -> str:
     """The ``(comm)`` field of a stat line (from the first ``(`` to the last ``)``: comm may hold either)."""
     return line[line.find(b"(") + 1 : line.rfind(b")")].decode("utf-8", errors="replace")
 
-
-def _at(r: HostProcess, now: Timestamp) -> HostProcess:
-    """``r`` as of ``now``: a kept record whose values are known to hold still (an OTLP point takes its time
-    from its record, and a series whose points keep an old time goes stale in the backend)."""
-    return new_host_process(
-        now,
-        r.extra,
-        r.pid,
-        r.comm,
-        r.exe,
-        r.start_time_ticks,
-        r.container_id,
-        r.container_runtime,
-        r.pod_uid,
-        r.cpu_time_s,
-        r.start_wall_s,
-        r.vm_id,
-        r.vm_name,
-        r.hypervisor,
-    )

@@ -54,3 +54,17 @@ def test_usage_ratio_cpu_info_and_process_cpu_time(receiver: OtlpReceiver) -> No
         "wattpipe.process.type": "vm",
         "wattpipe.vm.id": "6f1c",
     }
+
+
+def test_a_record_kept_from_an_earlier_read_is_sent_at_the_ticks_time(receiver: OtlpReceiver) -> None:  # noqa: F811
+    """procfs hands on the record of a process whose cgroup ran nothing as it was first read (its value holds
+    now): its point is stamped with the tick that sends it, not with that old read, which a backend would
+    take for a repeated sample and let go stale. A record read during the tick keeps its own time."""
+    kept = HostProcess(time=at(0.0), pid=10, comm="idle", cpu_time_s=1.0)
+    fresh = HostProcess(time=at(15.25), pid=11, comm="busy", cpu_time_s=3.0)
+    tick = at(15.0)
+    run(make_exporter(receiver.grpc_endpoint), Batch(time=tick, interval_s=5.0, node="n1").with_records([kept, fresh]))
+    (received,) = receiver.wait_for_requests(1, "grpc")
+    points = metrics_of(received.request)["process.cpu.time"].sum.data_points
+    times = {attributes(p.attributes)["process.pid"]: p.time_unix_nano for p in points}
+    assert times == {10: tick.wall_ns, 11: at(15.25).wall_ns}

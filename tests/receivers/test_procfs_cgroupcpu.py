@@ -14,7 +14,7 @@ import pytest
 
 from tests.receivers.test_procfs import make_receiver, poll, stat_line, write_process
 from wattpipe import simulator
-from wattpipe.pipeline.clock import SteppedClock
+from wattpipe.pipeline.clock import SteppedClock, Timestamp
 from wattpipe.pipeline.records import HostProcess
 from wattpipe.receivers.procfs._cgroupcpu import CgroupUsage, mount_for, unified_path
 from wattpipe.simulator.fake_host import ProcfsWriter
@@ -87,10 +87,9 @@ def test_a_process_in_an_idle_cgroup_keeps_its_record_and_is_not_read(
     clock.advance(5.0)
     second = poll(receiver)
     assert read == [12]
-    # 10's record is the last one's, stamped with this tick: its CPU time is known unchanged *now* (an OTLP
-    # point keeps its record's time; an old one every tick would leave the series stale in the backend).
-    assert second[10].time == receiver.clock.now() != first[10].time
-    assert dataclasses.replace(second[10], time=first[10].time) == first[10]
+    # 10's record is the very one read before, its time that read's: its CPU time is known unchanged now, and
+    # an exporter that stamps points sends it at the tick's time (test_otlp_cpu_node.py: a kept record).
+    assert second[10] is first[10]
     assert second[12].cpu_time_s == 3.0
     write_process(proc, 11, "new", utime=5, cgroup="0::/a\n")  # new in an idle cgroup: read, as any new one
     read.clear()
@@ -98,7 +97,7 @@ def test_a_process_in_an_idle_cgroup_keeps_its_record_and_is_not_read(
     third = poll(receiver)
     assert third[11].cpu_time_s == 0.05
     assert read == [11]  # /b has not moved since the last tick either: 12 keeps its record
-    assert dataclasses.replace(third[12], time=second[12].time) == second[12]
+    assert third[12] is second[12]
 
 
 def test_without_cpu_stat_every_process_is_read(tmp_path: Path) -> None:
@@ -154,12 +153,25 @@ def _scan_simulated(
     return out, reads
 
 
+def _timeless(scans: list[dict[int, HostProcess]]) -> list[dict[int, HostProcess]]:
+    epoch = Timestamp(monotonic_s=0.0, wall_s=0.0)
+    return [{pid: dataclasses.replace(r, time=epoch) for pid, r in scan.items()} for scan in scans]
+
+
 def test_auto_finds_the_simulated_cgroup_mount_and_keeps_the_idle_ones_numbers_unchanged(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.INFO, logger="wattpipe"):
         records, reads = _scan_simulated(tmp_path, True, monkeypatch)
-    assert records["auto"] == records["off"]  # every record, CPU times and times alike
+    # Every record alike but for the time of a kept one, which is its earlier read's (its values hold now).
+    assert _timeless(records["auto"]) == _timeless(records["off"])
+    kept = [
+        (r.time.wall_s, records["off"][tick][pid].time.wall_s)
+        for tick, scan in enumerate(records["auto"])
+        for pid, r in scan.items()
+    ]
+    assert all(time <= now for time, now in kept)
+    assert any(time < now for time, now in kept)
     assert reads["auto"] < reads["off"] / 2  # 45 of 64 processes in services that sleep throughout
     assert [r for r in caplog.records if "cgroup_root" in r.getMessage()] == []
 
