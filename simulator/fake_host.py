@@ -49,6 +49,12 @@ def cgroup_path(scenario: Scenario, process: Process) -> str:
     return f"/kubepods.slice/kubepods-{pod.qos}.slice/kubepods-{pod.qos}-pod{uid}.slice/{scope}"
 
 
+def _self_and_ancestors(path: str) -> list[str]:
+    """``/a/b/c`` → ``/a/b/c``, ``/a/b``, ``/a``, ``/``: the cgroups whose usage a process in ``path`` adds to."""
+    parts = [part for part in path.split("/") if part]
+    return ["/" + "/".join(parts[:n]) for n in range(len(parts), -1, -1)]
+
+
 def cgroup_text(scenario: Scenario, process: Process) -> str:
     """``/proc/<pid>/cgroup``: one ``0::`` line under cgroup v2, one line per hierarchy under v1."""
     path = cgroup_path(scenario, process)
@@ -133,7 +139,8 @@ class ProcfsWriter:
 
     def _write_cgroups(self, t_s: float) -> None:
         """Each cgroup's ``cpu.stat`` as the kernel keeps it: ``usage_usec``, the CPU time of every process it
-        ever held (exited ones included), so a cgroup whose processes all idle does not move."""
+        or a cgroup below it ever held (exited ones included), so a cgroup whose processes all idle does not
+        move, and the root's (``/``, where kernel threads live) moves whenever anything on the node runs."""
         assert self.cgroup_root is not None
         if not (self.cgroup_root / "cgroup.controllers").exists():  # what marks a cgroup v2 mount's root
             self.cgroup_root.mkdir(parents=True, exist_ok=True)
@@ -141,8 +148,9 @@ class ProcfsWriter:
         usage_s: dict[str, float] = {}
         for pid, plan in self.node.truth.plans.items():
             if plan.start_s <= t_s:
-                path = cgroup_path(self.node.scenario, plan.spec)
-                usage_s[path] = usage_s.get(path, 0.0) + self.node.truth.process_cpu_s(pid, t_s)
+                cpu_s = self.node.truth.process_cpu_s(pid, t_s)
+                for path in _self_and_ancestors(cgroup_path(self.node.scenario, plan.spec)):
+                    usage_s[path] = usage_s.get(path, 0.0) + cpu_s
         for path, cpu_s in usage_s.items():
             directory = self.cgroup_root / path.lstrip("/")
             directory.mkdir(parents=True, exist_ok=True)

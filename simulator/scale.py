@@ -16,12 +16,15 @@ def scale_scenario(
     host_processes: int = 2000,
     duration_s: float = 3600.0,
     busy_services: int = 50,
+    kernel_threads: int = 0,
 ) -> Scenario:
     """A node with ``mig_gpus`` H100s split into seven 1g instances (one pod and process each),
     ``timesliced_gpus`` H100s shared by ``processes_per_gpu`` processes with changing utilisation, and
     ``host_processes`` CPU-only processes, process ``n`` named ``svc{n % 50}`` (one service, and one cgroup, per
     name) using ``0.01 · (n % 5)`` of a core: 4 in 5 run all the time. ``busy_services`` < 50: only the
     services ``svc0`` … below it run at all, the others sleep throughout (a node of mostly idle services).
+    ``kernel_threads``: that many of the host processes are kernel threads instead (``kworker/N``, in the root
+    cgroup as on a real node, no exe), one in ten waking for 0.2 % of a core, the others asleep.
     Deterministic: the same arguments give the same node."""
     gpus: list[dict[str, Any]] = []
     pods: list[dict[str, Any]] = []
@@ -50,7 +53,11 @@ def scale_scenario(
                               "dynamic_w": 10 + n % 20, "util": util, "start_s": start_s,
                               "cpu_cores": 0.1, "memory_mib": 512})  # fmt: skip
             pid += 1
-    for n in range(host_processes):
+    for n in range(kernel_threads):
+        cores = 0.002 if n % 10 == 0 else 0.0
+        processes.append({"pid": pid, "comm": f"kworker/{n}", "cgroup": "/", "cpu_cores": cores})
+        pid += 1
+    for n in range(host_processes - kernel_threads):
         cores = 0.01 * (n % 5) if n % 50 < busy_services else 0.0
         processes.append({"pid": pid, "comm": f"svc{n % 50}", "cpu_cores": cores, "start_s": n % 100})
         pid += 1

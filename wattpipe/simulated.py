@@ -363,7 +363,8 @@ def _before_tick(
     """What runs before each tick: /proc and /sys written as the node is at this tick's time (when a procfs
     or rapl receiver reads them), the progress bar moved on, and (``demo``) where to look, once."""
     writer = (
-        simulator.ProcfsWriter(node, tmp, cpuinfo=True)  # the node's CPUs too: kepler_node_cpu_info
+        # The node's CPUs too (kepler_node_cpu_info), and its cgroups' cpu.stat (procfs cgroup_root: auto finds them)
+        simulator.ProcfsWriter(node, tmp, cpuinfo=True, cgroups=True)
         if any(cid.split("/")[0] in ("procfs", "rapl") for cid in config.receivers)
         else None
     )
