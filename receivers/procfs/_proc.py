@@ -217,7 +217,7 @@ class ProcessTable:
         records: dict[int, HostProcess] = {}
         boot_wall_s = self._boot_wall_s(now)
         # cpu_time off: a known process is not read again; on, with cgroup_root: nor one whose cgroup is idle.
-        known = self._records if names is not None else self._idle(pids)
+        known = self._records if names is not None else self._idle()
         self._read_all(pids, known, now, boot_wall_s, out, records, cache)
         self._cache = cache  # pids that are gone (or skipped) are forgotten
         self.stat_files.keep_only(cache)
@@ -264,7 +264,7 @@ class ProcessTable:
         self._name_set = set(names) - failed
         self._names = [] if failed else names  # [] is never equal to a listing: the next scan diffs, retrying them
 
-    def _idle(self, pids: list[int]) -> dict[int, HostProcess]:
+    def _idle(self) -> dict[int, HostProcess]:
         """cgroup_root set: the last records of processes whose cgroup's CPU usage has not moved since the
         last scan (their CPU time cannot have changed), by pid; {} otherwise."""
         if self._usage is None:
@@ -272,14 +272,10 @@ class ProcessTable:
         if not self._usage.ready():  # looked at once, on the first scan (this thread): not a cgroup v2 mount
             self._usage = None
             return {}
-        identities = [(pid, self._cache.get(pid)) for pid in pids]
-        moved = self._usage.moved({i.cgroup_path for _, i in identities if i is not None and i.cgroup_path})
-        last = self._last
-        return {
-            pid: last[pid]
-            for pid, i in identities
-            if i is not None and i.cgroup_path is not None and i.cgroup_path not in moved and pid in last
-        }
+        cache, last = self._cache, self._last  # the last scan's: a pid not listed now is never looked up
+        paths = {path for i in cache.values() if (path := i.cgroup_path) is not None}
+        idle = paths - self._usage.moved(paths)
+        return {pid: last[pid] for pid, i in cache.items() if i.cgroup_path in idle and pid in last}
 
     def _read_all(
         self,
