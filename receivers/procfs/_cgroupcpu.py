@@ -44,7 +44,8 @@ def unified_path(cgroup_text: str) -> str | None:
 
 def mount_for(setting: str, proc_root: str) -> str:
     """The cgroup v2 mount a ``cgroup_root`` setting names: ``auto`` is the ``sys/fs/cgroup`` beside the
-    procfs root (``/proc`` → ``/sys/fs/cgroup``, ``/host/proc`` → ``/host/sys/fs/cgroup``); "" is off."""
+    procfs root (``/proc`` → ``/sys/fs/cgroup``, ``/host/proc`` → ``/host/sys/fs/cgroup``), or its ``unified``
+    directory in systemd's hybrid layout (:meth:`CgroupUsage.ready` looks); "" is off."""
     if setting != "auto":
         return setting
     return posixpath.join(posixpath.dirname(posixpath.normpath(proc_root)), "sys", "fs", "cgroup")
@@ -115,6 +116,11 @@ def _usage_usec(path: str) -> int | None:
     return None
 
 
+def _is_v2(mount: str) -> bool:
+    """Whether ``mount`` is the root of a cgroup v2 hierarchy (only that has ``cgroup.controllers``)."""
+    return os.path.isfile(f"{mount}/cgroup.controllers")
+
+
 def _self_path(proc_root: str) -> str | None:
     """Our own cgroup v2 path from ``<proc_root>/self/cgroup``; None where it cannot be read (a tree that
     is not a procfs: the simulator's ``self`` names a process it does not write)."""
@@ -155,7 +161,9 @@ class CgroupUsage:
         """Whether ``root`` is a cgroup v2 mount (it has ``cgroup.controllers``), said once where it is not.
         The first call also places our cgroup namespace (:func:`namespace_root`), saying so where it cannot."""
         if self._ready is None:
-            self._ready = os.path.isfile(f"{self.root}/cgroup.controllers")
+            if not self._explicit and not _is_v2(self.root) and _is_v2(f"{self.root}/unified"):
+                self.root = f"{self.root}/unified"  # systemd's hybrid layout: v1 controllers, the v2 hierarchy here
+            self._ready = _is_v2(self.root)
             if self._ready:
                 self._place_namespace()
             elif self._explicit or os.path.lexists(f"{self._proc_root}/self"):
@@ -172,8 +180,8 @@ class CgroupUsage:
         else:
             self._note(
                 logging.INFO,
-                f"cgroup_root auto: {self.root} is not a cgroup v2 mount (cgroup v1 or not "
-                "mounted); every process's stat is read every tick",
+                f"cgroup_root auto: {self.root} is not a cgroup v2 mount, nor is its unified/ (cgroup v1 "
+                "or not mounted); every process's stat is read every tick",
             )
 
     def _place_namespace(self) -> None:

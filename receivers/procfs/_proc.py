@@ -462,4 +462,3 @@ class ProcessTable:
 def _comm(line: bytes) -> str:
     """The ``(comm)`` field of a stat line (from the first ``(`` to the last ``)``: comm may hold either)."""
     return line[line.find(b"(") + 1 : line.rfind(b")")].decode("utf-8", errors="replace")
-

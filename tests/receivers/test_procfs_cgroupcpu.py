@@ -207,3 +207,39 @@ def test_a_pipeline_that_wants_no_cpu_time_never_looks_for_the_mount(
         poll(receiver)
         poll(receiver)
     assert len([r for r in caplog.records if "cgroup_root" in r.getMessage()]) == 1
+
+
+def test_auto_takes_the_unified_hierarchy_of_a_hybrid_layout(tmp_path: Path) -> None:
+    """systemd's hybrid layout (cgroup v1 controllers under /sys/fs/cgroup, the v2 hierarchy at
+    /sys/fs/cgroup/unified): ``0::`` paths are the unified hierarchy's, and its cgroups have cpu.stat."""
+    (tmp_path / "sys" / "fs" / "cgroup" / "cpu").mkdir(parents=True)  # a v1 controller's mount point
+    unified = mount(tmp_path / "sys" / "fs" / "cgroup" / "unified")
+    tracker = CgroupUsage.of("auto", str(tmp_path / "proc"))
+    assert tracker is not None
+    assert tracker.ready()
+    assert tracker.root == str(unified)
+    usage(unified, "/a", 1_000)
+    assert tracker.moved({"/a"}) == {"/a"}  # the baseline
+    assert tracker.moved({"/a"}) == set()
+
+
+def test_this_machines_own_proc_and_cgroups(caplog: pytest.LogCaptureFixture) -> None:
+    """procfs with CPU time on this machine's /proc and cgroup_root auto: where a cgroup v2 hierarchy is
+    mounted (/sys/fs/cgroup, or /sys/fs/cgroup/unified in the hybrid layout) it is used, silently, and every
+    process keeps a CPU time across scans; where none is, the one info line says which path and why."""
+    receiver = make_receiver(Path("/proc"), SteppedClock())
+    receiver.table.clock_ticks_per_s = os.sysconf("SC_CLK_TCK")
+    with caplog.at_level(logging.INFO, logger="wattpipe"):
+        scans = [poll(receiver) for _ in range(3)]
+    receiver.table.close()
+    assert all(p.cpu_time_s is not None for p in scans[-1].values())
+    assert os.getpid() in scans[-1]
+    lines = [r.getMessage() for r in caplog.records if "cgroup_root" in r.getMessage()]
+    v2 = [p for p in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified") if os.path.isfile(f"{p}/cgroup.controllers")]
+    if v2:
+        assert lines == []
+        assert receiver.table._usage is not None
+        assert receiver.table._usage.root == v2[0]
+    else:
+        assert len(lines) == 1
+        assert "/sys/fs/cgroup is not a cgroup v2 mount" in lines[0]
