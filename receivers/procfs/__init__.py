@@ -31,7 +31,6 @@ Failure modes, each degrading rather than stopping:
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import os
 from collections.abc import Sequence
@@ -134,7 +133,7 @@ class ProcfsReceiver:
         scan = await asyncio.wrap_future(self._pending)
         for key, message in scan.problems:
             self._warn(key, message)
-        cpus = [dataclasses.replace(cpu, time=now) for cpu in self._read_cpu_info()]
+        cpus = self._read_cpu_info()  # as first read (an exporter that stamps points sends them at the tick's time)
         # node_cpu (cpu_info) is absent, not empty, in a tick whose /proc/stat (a node whose /proc/cpuinfo)
         # could not be read.
         missing = {"node_cpu"} if scan.node_cpu is None else set()
