@@ -91,6 +91,9 @@ class _Identity:
     # Its series per zone type, each labelled with this identity's zone_attrs (a new identity starts empty: its
     # series are found in CpuSeries.processes again, and labelled anew).
     series: dict[str, Series] = field(default_factory=dict)
+    # Per zone type, its groups' keys as CpuSeries._join found (and labelled) their series, and the group
+    # table's version then: while that version holds, the same series, labelled alike, are found again.
+    joined: dict[str, tuple[int, list[GroupKey]]] = field(default_factory=dict)
 
     def zone_attrs(self, zone: str) -> dict[str, str]:
         found = self.by_zone.get(zone)
@@ -150,6 +153,7 @@ class CpuSeries:
         self._members: dict[tuple[GroupScope, str], set[tuple[int, int]]] = {}
         self._tick = 0  # ticks so far: a series whose ``seen`` is the tick's had a share in it
         self._rows: list[tuple[Series, Scope, str, str]] | None = None  # the Totals' order; None: tables changed
+        self._groups_version = 0  # moves whenever a group series is added, dropped or relabelled
         self._restored = False  # groups restored whose members the next listing tells
 
     def _identity(self, pk: tuple[int, int], host: HostProcess, names: Names) -> _Identity:
@@ -210,15 +214,11 @@ class CpuSeries:
                 series.power_w = None if per_mj is None else mj * per_mj
                 series.ended_wall_s = None
                 series.seen = tick_no
-                for scope, group, group_attrs in known.groups:
-                    gkey = (scope, group, zone)
+                joined = known.joined.get(zone)
+                if joined is None or joined[0] != self._groups_version:
+                    joined = known.joined[zone] = self._join(known, zone, series)
+                for gkey in joined[1]:
                     group_mj[gkey] = group_mj.get(gkey, 0) + mj
-                    gseries = self.groups.get(gkey)
-                    if gseries is None:
-                        gseries = self.groups[gkey] = Series(energy_mj=0, start_wall_s=series.start_wall_s)
-                        self._rows = None
-                    if gseries.attrs.get("zone") != zone or len(gseries.attrs) != len(group_attrs) + 1:
-                        _label(gseries, {**group_attrs, "zone": zone})
         for gkey, mj in group_mj.items():
             gseries = self.groups[gkey]
             gseries.energy_mj += mj
@@ -226,6 +226,23 @@ class CpuSeries:
             gseries.ended_wall_s = None
             gseries.seen = tick_no
         self._settle(now.wall_s, tick, hosts, listed)
+
+    def _join(self, known: _Identity, zone: str, series: Series) -> tuple[int, list[GroupKey]]:
+        """A process's group series in a zone type, found or begun (at its series' start), and labelled by its
+        groups' attributes where theirs differ; their keys, and the group table's version after."""
+        keys: list[GroupKey] = []
+        for scope, group, group_attrs in known.groups:
+            gkey = (scope, group, zone)
+            keys.append(gkey)
+            gseries = self.groups.get(gkey)
+            if gseries is None:
+                gseries = self.groups[gkey] = Series(energy_mj=0, start_wall_s=series.start_wall_s)
+                self._rows = None
+                self._groups_version += 1
+            if gseries.attrs.get("zone") != zone or len(gseries.attrs) != len(group_attrs) + 1:
+                _label(gseries, {**group_attrs, "zone": zone})
+                self._groups_version += 1
+        return self._groups_version, keys
 
     def _settle(
         self, wall_s: float, tick: TickShares, hosts: Mapping[tuple[int, int], HostProcess], listed: bool
@@ -255,6 +272,7 @@ class CpuSeries:
             self._rows = None
         for gkey in prune(self.groups, wall_s, lambda _: self.retention_s, self.max_terminated):
             self._rows = None
+            self._groups_version += 1
             if not any(k[:2] == gkey[:2] for k in self.groups):
                 self._members.pop(gkey[:2], None)
 
@@ -349,6 +367,7 @@ class CpuSeries:
                 self.groups[(cast(GroupScope, scope), str(row["key"]), str(row["zone"]))] = _restored(row)
         self._restored = bool(self.groups)
         self._rows = None
+        self._groups_version += 1
 
 
 def _restored(row: Mapping[str, Any]) -> Series:
