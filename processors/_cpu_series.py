@@ -91,9 +91,9 @@ class _Identity:
     # Its series per zone type, each labelled with this identity's zone_attrs (a new identity starts empty: its
     # series are found in CpuSeries.processes again, and labelled anew).
     series: dict[str, Series] = field(default_factory=dict)
-    # Per zone type, its groups' keys as CpuSeries._join found (and labelled) their series, and the group
-    # table's version then: while that version holds, the same series, labelled alike, are found again.
-    joined: dict[str, tuple[int, list[GroupKey]]] = field(default_factory=dict)
+    # Per zone type, its groups' series as CpuSeries._join found (and labelled) them, and the group table's
+    # version then: while that version holds, the table has the same series for its groups, labelled alike.
+    joined: dict[str, tuple[int, list[Series]]] = field(default_factory=dict)
 
     def zone_attrs(self, zone: str) -> dict[str, str]:
         found = self.by_zone.get(zone)
@@ -185,7 +185,7 @@ class CpuSeries:
         tick_no = self._tick
         tick_start_s = now.wall_s - tick.interval_s
         per_mj = 1 / 1000.0 / tick.interval_s if tick.interval_s > 0 else None
-        group_mj: dict[GroupKey, int] = {}
+        grouped: list[tuple[Series, int]] = []  # the group series with a share this tick, and their energy before
         processes, known_by_pk = self.processes, self._known
         nameable = bool(names.by_pid or names.by_container or names.by_pod)  # else no pod gets named this tick
         for zone, shares in tick.by_zone.items():
@@ -217,23 +217,23 @@ class CpuSeries:
                 joined = known.joined.get(zone)
                 if joined is None or joined[0] != self._groups_version:
                     joined = known.joined[zone] = self._join(known, zone, series)
-                for gkey in joined[1]:
-                    group_mj[gkey] = group_mj.get(gkey, 0) + mj
-        for gkey, mj in group_mj.items():
-            gseries = self.groups[gkey]
-            gseries.energy_mj += mj
+                for gseries in joined[1]:
+                    if gseries.seen != tick_no:
+                        gseries.seen = tick_no
+                        grouped.append((gseries, gseries.energy_mj))
+                    gseries.energy_mj += mj
+        for gseries, before_mj in grouped:
+            mj = gseries.energy_mj - before_mj  # the sum of its processes' shares
             gseries.power_w = None if per_mj is None else mj * per_mj
             gseries.ended_wall_s = None
-            gseries.seen = tick_no
         self._settle(now.wall_s, tick, hosts, listed)
 
-    def _join(self, known: _Identity, zone: str, series: Series) -> tuple[int, list[GroupKey]]:
+    def _join(self, known: _Identity, zone: str, series: Series) -> tuple[int, list[Series]]:
         """A process's group series in a zone type, found or begun (at its series' start), and labelled by its
-        groups' attributes where theirs differ; their keys, and the group table's version after."""
-        keys: list[GroupKey] = []
+        groups' attributes where theirs differ; and the group table's version after."""
+        joined: list[Series] = []
         for scope, group, group_attrs in known.groups:
             gkey = (scope, group, zone)
-            keys.append(gkey)
             gseries = self.groups.get(gkey)
             if gseries is None:
                 gseries = self.groups[gkey] = Series(energy_mj=0, start_wall_s=series.start_wall_s)
@@ -242,7 +242,8 @@ class CpuSeries:
             if gseries.attrs.get("zone") != zone or len(gseries.attrs) != len(group_attrs) + 1:
                 _label(gseries, {**group_attrs, "zone": zone})
                 self._groups_version += 1
-        return self._groups_version, keys
+            joined.append(gseries)
+        return self._groups_version, joined
 
     def _settle(
         self, wall_s: float, tick: TickShares, hosts: Mapping[tuple[int, int], HostProcess], listed: bool
