@@ -214,6 +214,8 @@ class CpuSeries:
                 series.power_w = None if per_mj is None else mj * per_mj
                 series.ended_wall_s = None
                 series.seen = tick_no
+                if not known.groups:
+                    continue  # in no container, pod or VM
                 joined = known.joined.get(zone)
                 if joined is None or joined[0] != self._groups_version:
                     joined = known.joined[zone] = self._join(known, zone, series)
