@@ -19,7 +19,16 @@ from wattpipe.pipeline.constructors import new_totals
 from wattpipe.pipeline.records import HostProcess, Totals, Workload
 from wattpipe.processors._energy_series import Scope, Series, prune, restore, saved, start_at
 
-__all__ = ["CPU_DEVICE_PREFIX", "CpuSeries", "GroupScope", "Names", "ProcessKey", "TickShares", "device_id_of"]
+__all__ = [
+    "CPU_DEVICE_PREFIX",
+    "CpuSeries",
+    "GroupScope",
+    "Names",
+    "ProcessKey",
+    "TickShares",
+    "device_id_of",
+    "process_key",
+]
 
 CPU_DEVICE_PREFIX = "cpu:"
 """A CPU zone type's ``device_id`` on Totals (``cpu:package``): the catalog tells CPU totals from GPU ones by it."""
@@ -31,6 +40,11 @@ GroupKey = tuple[GroupScope, str, str]  # scope, container id | pod UID | VM id,
 
 def device_id_of(zone: str) -> str:
     return CPU_DEVICE_PREFIX + zone
+
+
+def process_key(host: HostProcess) -> tuple[int, int]:
+    """What names a process across listings: its pid and start time (-1 when not known)."""
+    return host.pid, -1 if host.start_time_ticks is None else host.start_time_ticks
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +190,7 @@ class CpuSeries:
         self,
         now: Timestamp,
         tick: TickShares,
-        hosts: Mapping[tuple[int, int], HostProcess],
+        hosts: Mapping[int, HostProcess],
         names: Names,
         listed: bool,
     ) -> None:
@@ -247,16 +261,15 @@ class CpuSeries:
             joined.append(gseries)
         return self._groups_version, joined
 
-    def _settle(
-        self, wall_s: float, tick: TickShares, hosts: Mapping[tuple[int, int], HostProcess], listed: bool
-    ) -> None:
+    def _settle(self, wall_s: float, tick: TickShares, hosts: Mapping[int, HostProcess], listed: bool) -> None:
         """The series without a share this tick: idle (0 W), not known (their zone did not answer), or ended
         (their process is gone); then the ended ones past their retention dropped."""
         tick_no = self._tick
         ended = False  # (a series with a share this tick is running)
         for (pid, start, zone), series in self.processes.items():
             if series.seen != tick_no:
-                self._idle_or_gone(series, zone, tick, listed and (pid, start) not in hosts, wall_s)
+                gone = listed and ((host := hosts.get(pid)) is None or process_key(host) != (pid, start))
+                self._idle_or_gone(series, zone, tick, gone, wall_s)
                 ended = ended or series.ended_wall_s is not None
         if listed:
             # The identities and members are all of the last listing: the ones gone from it are the exited.
@@ -279,7 +292,7 @@ class CpuSeries:
             if not any(k[:2] == gkey[:2] for k in self.groups):
                 self._members.pop(gkey[:2], None)
 
-    def _adopt_restored(self, hosts: Mapping[tuple[int, int], HostProcess]) -> None:
+    def _adopt_restored(self, hosts: Mapping[int, HostProcess]) -> None:
         """Groups restored from the state file know no members yet: their members are the listed processes
         of their container, pod or VM (else a restored group whose processes idle would end, and be pruned)."""
         self._restored = False
@@ -288,7 +301,8 @@ class CpuSeries:
             return
         for member in unknown:
             self._members[member] = set()
-        for pk, host in hosts.items():
+        for host in hosts.values():
+            pk = process_key(host)
             ids: tuple[tuple[GroupScope, str | None], ...] = (
                 ("container", host.container_id),
                 ("pod", host.pod_uid),
