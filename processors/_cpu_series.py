@@ -264,13 +264,19 @@ class CpuSeries:
     def _settle(self, wall_s: float, tick: TickShares, hosts: Mapping[int, HostProcess], listed: bool) -> None:
         """The series without a share this tick: idle (0 W), not known (their zone did not answer), or ended
         (their process is gone); then the ended ones past their retention dropped."""
-        tick_no = self._tick
+        tick_no, split = self._tick, tick.split_zones
         ended = False  # (a series with a share this tick is running)
         for (pid, start, zone), series in self.processes.items():
-            if series.seen != tick_no:
-                gone = listed and ((host := hosts.get(pid)) is None or process_key(host) != (pid, start))
-                self._idle_or_gone(series, zone, tick, gone, wall_s)
-                ended = ended or series.ended_wall_s is not None
+            if series.seen == tick_no:
+                continue
+            gone = listed and (
+                (host := hosts.get(pid)) is None
+                or (host.start_time_ticks != start and process_key(host) != (pid, start))  # (cheap test first)
+            )
+            if not gone and series.power_w == 0.0 and zone in split and series.ended_wall_s is None:
+                continue  # idle, and already at 0 W: nothing to change
+            self._idle_or_gone(series, zone, tick, gone, wall_s)
+            ended = ended or series.ended_wall_s is not None
         if listed:
             # The identities and members are all of the last listing: the ones gone from it are the exited.
             for pk in tick.exited:
