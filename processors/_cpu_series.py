@@ -19,7 +19,16 @@ from wattpipe.pipeline.constructors import new_totals
 from wattpipe.pipeline.records import HostProcess, Totals, Workload
 from wattpipe.processors._energy_series import Scope, Series, prune, restore, saved, start_at
 
-__all__ = ["CPU_DEVICE_PREFIX", "CpuSeries", "GroupScope", "Names", "ProcessKey", "TickShares", "device_id_of"]
+__all__ = [
+    "CPU_DEVICE_PREFIX",
+    "CpuSeries",
+    "GroupScope",
+    "Names",
+    "ProcessKey",
+    "TickShares",
+    "device_id_of",
+    "process_key",
+]
 
 CPU_DEVICE_PREFIX = "cpu:"
 """A CPU zone type's ``device_id`` on Totals (``cpu:package``): the catalog tells CPU totals from GPU ones by it."""
@@ -31,6 +40,11 @@ GroupKey = tuple[GroupScope, str, str]  # scope, container id | pod UID | VM id,
 
 def device_id_of(zone: str) -> str:
     return CPU_DEVICE_PREFIX + zone
+
+
+def process_key(host: HostProcess) -> tuple[int, int]:
+    """What names a process across listings: its pid and start time (-1 when not known)."""
+    return host.pid, -1 if host.start_time_ticks is None else host.start_time_ticks
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +105,9 @@ class _Identity:
     # Its series per zone type, each labelled with this identity's zone_attrs (a new identity starts empty: its
     # series are found in CpuSeries.processes again, and labelled anew).
     series: dict[str, Series] = field(default_factory=dict)
+    # Per zone type, its groups' series as CpuSeries._join found (and labelled) them, and the group table's
+    # version then: while that version holds, the table has the same series for its groups, labelled alike.
+    joined: dict[str, tuple[int, list[Series]]] = field(default_factory=dict)
 
     def zone_attrs(self, zone: str) -> dict[str, str]:
         found = self.by_zone.get(zone)
@@ -150,6 +167,7 @@ class CpuSeries:
         self._members: dict[tuple[GroupScope, str], set[tuple[int, int]]] = {}
         self._tick = 0  # ticks so far: a series whose ``seen`` is the tick's had a share in it
         self._rows: list[tuple[Series, Scope, str, str]] | None = None  # the Totals' order; None: tables changed
+        self._groups_version = 0  # moves whenever a group series is added, dropped or relabelled
         self._restored = False  # groups restored whose members the next listing tells
 
     def _identity(self, pk: tuple[int, int], host: HostProcess, names: Names) -> _Identity:
@@ -172,7 +190,7 @@ class CpuSeries:
         self,
         now: Timestamp,
         tick: TickShares,
-        hosts: Mapping[tuple[int, int], HostProcess],
+        hosts: Mapping[int, HostProcess],
         names: Names,
         listed: bool,
     ) -> None:
@@ -181,7 +199,7 @@ class CpuSeries:
         tick_no = self._tick
         tick_start_s = now.wall_s - tick.interval_s
         per_mj = 1 / 1000.0 / tick.interval_s if tick.interval_s > 0 else None
-        group_mj: dict[GroupKey, int] = {}
+        grouped: list[tuple[Series, int]] = []  # the group series with a share this tick, and their energy before
         processes, known_by_pk = self.processes, self._known
         nameable = bool(names.by_pid or names.by_container or names.by_pod)  # else no pod gets named this tick
         for zone, shares in tick.by_zone.items():
@@ -210,34 +228,55 @@ class CpuSeries:
                 series.power_w = None if per_mj is None else mj * per_mj
                 series.ended_wall_s = None
                 series.seen = tick_no
-                for scope, group, group_attrs in known.groups:
-                    gkey = (scope, group, zone)
-                    group_mj[gkey] = group_mj.get(gkey, 0) + mj
-                    gseries = self.groups.get(gkey)
-                    if gseries is None:
-                        gseries = self.groups[gkey] = Series(energy_mj=0, start_wall_s=series.start_wall_s)
-                        self._rows = None
-                    if gseries.attrs.get("zone") != zone or len(gseries.attrs) != len(group_attrs) + 1:
-                        _label(gseries, {**group_attrs, "zone": zone})
-        for gkey, mj in group_mj.items():
-            gseries = self.groups[gkey]
-            gseries.energy_mj += mj
+                if not known.groups:
+                    continue  # in no container, pod or VM
+                joined = known.joined.get(zone)
+                if joined is None or joined[0] != self._groups_version:
+                    joined = known.joined[zone] = self._join(known, zone, series)
+                for gseries in joined[1]:
+                    if gseries.seen != tick_no:
+                        gseries.seen = tick_no
+                        grouped.append((gseries, gseries.energy_mj))
+                    gseries.energy_mj += mj
+        for gseries, before_mj in grouped:
+            mj = gseries.energy_mj - before_mj  # the sum of its processes' shares
             gseries.power_w = None if per_mj is None else mj * per_mj
             gseries.ended_wall_s = None
-            gseries.seen = tick_no
         self._settle(now.wall_s, tick, hosts, listed)
 
-    def _settle(
-        self, wall_s: float, tick: TickShares, hosts: Mapping[tuple[int, int], HostProcess], listed: bool
-    ) -> None:
+    def _join(self, known: _Identity, zone: str, series: Series) -> tuple[int, list[Series]]:
+        """A process's group series in a zone type, found or begun (at its series' start), and labelled by its
+        groups' attributes where theirs differ; and the group table's version after."""
+        joined: list[Series] = []
+        for scope, group, group_attrs in known.groups:
+            gkey = (scope, group, zone)
+            gseries = self.groups.get(gkey)
+            if gseries is None:
+                gseries = self.groups[gkey] = Series(energy_mj=0, start_wall_s=series.start_wall_s)
+                self._rows = None
+                self._groups_version += 1
+            if gseries.attrs.get("zone") != zone or len(gseries.attrs) != len(group_attrs) + 1:
+                _label(gseries, {**group_attrs, "zone": zone})
+                self._groups_version += 1
+            joined.append(gseries)
+        return self._groups_version, joined
+
+    def _settle(self, wall_s: float, tick: TickShares, hosts: Mapping[int, HostProcess], listed: bool) -> None:
         """The series without a share this tick: idle (0 W), not known (their zone did not answer), or ended
         (their process is gone); then the ended ones past their retention dropped."""
-        tick_no = self._tick
+        tick_no, split = self._tick, tick.split_zones
         ended = False  # (a series with a share this tick is running)
         for (pid, start, zone), series in self.processes.items():
-            if series.seen != tick_no:
-                self._idle_or_gone(series, zone, tick, listed and (pid, start) not in hosts, wall_s)
-                ended = ended or series.ended_wall_s is not None
+            if series.seen == tick_no:
+                continue
+            gone = listed and (
+                (host := hosts.get(pid)) is None
+                or (host.start_time_ticks != start and process_key(host) != (pid, start))  # (cheap test first)
+            )
+            if not gone and series.power_w == 0.0 and zone in split and series.ended_wall_s is None:
+                continue  # idle, and already at 0 W: nothing to change
+            self._idle_or_gone(series, zone, tick, gone, wall_s)
+            ended = ended or series.ended_wall_s is not None
         if listed:
             # The identities and members are all of the last listing: the ones gone from it are the exited.
             for pk in tick.exited:
@@ -255,10 +294,11 @@ class CpuSeries:
             self._rows = None
         for gkey in prune(self.groups, wall_s, lambda _: self.retention_s, self.max_terminated):
             self._rows = None
+            self._groups_version += 1
             if not any(k[:2] == gkey[:2] for k in self.groups):
                 self._members.pop(gkey[:2], None)
 
-    def _adopt_restored(self, hosts: Mapping[tuple[int, int], HostProcess]) -> None:
+    def _adopt_restored(self, hosts: Mapping[int, HostProcess]) -> None:
         """Groups restored from the state file know no members yet: their members are the listed processes
         of their container, pod or VM (else a restored group whose processes idle would end, and be pruned)."""
         self._restored = False
@@ -267,7 +307,8 @@ class CpuSeries:
             return
         for member in unknown:
             self._members[member] = set()
-        for pk, host in hosts.items():
+        for host in hosts.values():
+            pk = process_key(host)
             ids: tuple[tuple[GroupScope, str | None], ...] = (
                 ("container", host.container_id),
                 ("pod", host.pod_uid),
@@ -349,6 +390,7 @@ class CpuSeries:
                 self.groups[(cast(GroupScope, scope), str(row["key"]), str(row["zone"]))] = _restored(row)
         self._restored = bool(self.groups)
         self._rows = None
+        self._groups_version += 1
 
 
 def _restored(row: Mapping[str, Any]) -> Series:

@@ -35,14 +35,13 @@ from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
 from wattpipe.pipeline.config import Duration
 from wattpipe.pipeline.records import CpuZoneSample, DevicePower, DeviceTotals, HostProcess, NodeCpuTime
 from wattpipe.processors._cpu_idle import ZoneIdle, ZoneIdles
-from wattpipe.processors._cpu_series import CpuSeries, Names, TickShares
+from wattpipe.processors._cpu_series import CpuSeries, Names, TickShares, process_key
 from wattpipe.processors._cpu_split import idle_active, splittable, usage_ratio
 from wattpipe.processors._energy_series import start_at
 from wattpipe.processors.attribution_math import apportion
 
 __all__ = ["CpuAttributionConfig", "CpuAttributionProcessor", "factory"]
 
-_UNKNOWN_START = -1
 # A start time read from /proc is whole clock ticks (10 ms) from a boot time off /proc/uptime (10 ms too): it can
 # read up to about 20 ms before the process truly started. One not in the last listing that reads as started this
 # close before it started after it (had it run then, the listing would have had it): its first tick counts.
@@ -108,7 +107,7 @@ class CpuAttributionProcessor:
         self.ctx = ctx
         self._zones: dict[str, CpuZoneSample] = {}
         self._node: NodeCpuTime | None = None
-        self._hosts: Mapping[tuple[int, int], HostProcess] = {}  # the last listing: the deltas start from it
+        self._hosts: Mapping[int, HostProcess] = {}  # the last listing, by pid: the deltas start from it
         self._last_wall_s: float | None = None
         self.zone_totals: dict[str, _ZoneTotals] = {}
         self.series = CpuSeries(config.terminated_retention, config.max_terminated)
@@ -147,11 +146,9 @@ class CpuAttributionProcessor:
         if "cpu_zones" not in batch.present and not self.zone_totals:
             return batch  # no RAPL on this node (or not yet): the GPU side alone
         now = batch.time
-        hosts = {
-            (h.pid, _UNKNOWN_START if h.start_time_ticks is None else h.start_time_ticks): h
-            for h in batch.host_processes
-            if h.cpu_time_s is not None
-        }
+        # By pid, as the GPU side reads a listing (a pid two receivers both list is one process: its last record);
+        # a pid's start time tells the process it names now from one that had it before.
+        hosts = {h.pid: h for h in batch.host_processes if h.cpu_time_s is not None}
         if batch.host_processes and not hosts:
             self.ctx.telemetry.log.log(
                 logging.WARNING,
@@ -186,7 +183,7 @@ class CpuAttributionProcessor:
             return None
         return usage_ratio(node.active_s - previous.active_s, node.total_s - previous.total_s)
 
-    def _weights(self, batch: Batch, hosts: Mapping[tuple[int, int], HostProcess]) -> _Weights:
+    def _weights(self, batch: Batch, hosts: Mapping[int, HostProcess]) -> _Weights:
         """Each listed process's CPU-time delta since the last listing (s): all of it for one started since,
         none for one first seen that started before (its time before is not this tick's). After a failed listing
         the deltas span the gap, and a process that started in it counts from its start."""
@@ -196,9 +193,17 @@ class CpuAttributionProcessor:
         previous = self._hosts
         since = self._last_wall_s
         carried = 0  # how many of the last listing are listed again
-        for key, host in hosts.items():
+        reused: list[HostProcess] = []  # the last listing's processes whose pid another process has now
+        for pid, host in hosts.items():
             now_s = host.cpu_time_s or 0.0
-            before = previous.get(key)
+            before = previous.get(pid)
+            if (
+                before is not None
+                and before.start_time_ticks != host.start_time_ticks  # (the cheap test first: they rarely differ)
+                and process_key(before) != process_key(host)
+            ):  # the pid names another process now
+                reused.append(before)
+                before = None
             if before is not None:
                 carried += 1
                 delta = now_s - (before.cpu_time_s or 0.0)
@@ -207,10 +212,13 @@ class CpuAttributionProcessor:
             else:
                 delta = 0.0
             if delta > 0:  # a process that used no CPU time has no share (its series, if any, runs at 0 W)
-                keys.append(key)
+                keys.append(process_key(host))
                 listings.append(host)
                 cpu_s.append(delta)
-        exited = previous.keys() - hosts.keys() if carried < len(previous) else frozenset()
+        exited: AbstractSet[tuple[int, int]] = frozenset()
+        if carried < len(previous):
+            gone = [previous[pid] for pid in previous.keys() - hosts.keys()]
+            exited = {process_key(h) for h in gone + reused}
         self._hosts = hosts
         self._last_wall_s = batch.time.wall_s  # when the readings the next deltas start from were taken
         return _Weights(keys, listings, cpu_s, listed=True, exited=exited)

@@ -516,6 +516,24 @@ def test_a_start_time_a_clock_tick_before_the_last_listing_still_counts_its_firs
     assert {k[0]: t.energy_mj for k, t in totals(out, "process").items()} == {"1": 1_600, "2": 1_600}
 
 
+def test_a_pid_two_listings_name_counts_once_its_last_record_as_the_gpu_side_reads_it() -> None:
+    # Two procfs receivers (two /proc roots) can both list a pid. The energy, attribution and k8s processors
+    # read a batch's processes by pid (the last record of a pid is the process): so does this one. Two series
+    # for one pid would carry the same labels.
+    node = Node(zones={"intel-rapl:0": ("package", 0, 0, 0)})
+    node.spawn(7, cpu_s=10.0)
+    other = replace(node.procs[7], start_time_ticks=99, cpu_time_s=50.0, comm="other")
+    proc = processor()
+    proc.process(node.batch().replace(host_processes=(*node.procs.values(), other)))
+    node.clock.advance(5.0)
+    node.run(7, 1.0)
+    other = replace(other, time=node.clock.now(), cpu_time_s=53.0)
+    node.half_busy("intel-rapl:0", 40_000)
+    out = proc.process(node.batch().replace(host_processes=(*node.procs.values(), other)))
+    (process,) = [t for t in out.totals if t.scope == "process"]
+    assert (process.key, process.energy_mj, dict(process.extra)["comm"]) == ("7", 20_000, "other")
+
+
 @settings(max_examples=40, deadline=None)
 @given(ticks())
 def test_groups_are_the_sums_of_their_processes_and_the_zones_attributed_energy_with_churn(
@@ -612,3 +630,20 @@ def test_a_container_ends_when_its_last_process_exits_not_before() -> None:
         out = step(proc, node)
         assert totals(out, "container")[("c8", "cpu:package")].state == state
         assert totals(out, "process")[(str(gone), "cpu:package")].state == "terminated"
+
+
+def test_a_container_ends_when_its_last_processs_pid_is_another_processs_at_the_next_listing() -> None:
+    node = Node(zones={"intel-rapl:0": ("package", 0, 0, 0)})
+    node.spawn(90, container_id="c9")
+    proc = processor()
+    step(proc, node)
+    node.half_busy("intel-rapl:0", 10_000)
+    node.run(90, 1.0)
+    step(proc, node)
+    node.procs[90] = replace(
+        node.procs[90], time=node.clock.now(), start_time_ticks=91, cpu_time_s=0.0, container_id=None
+    )
+    node.total_s += 10.0
+    out = step(proc, node)
+    assert totals(out, "container")[("c9", "cpu:package")].state == "terminated"
+    assert totals(out, "process")[("90", "cpu:package")].state == "terminated"
