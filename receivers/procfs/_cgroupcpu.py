@@ -96,17 +96,7 @@ def namespace_root(mount: str, self_path: str, pid: int) -> str | None:
     return None
 
 
-def _usage_usec(path: str) -> int | None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        text = os.read(fd, 4096)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+def _usage_usec(text: bytes) -> int | None:
     for line in text.splitlines():
         if line.startswith(b"usage_usec "):
             try:
@@ -114,6 +104,48 @@ def _usage_usec(path: str) -> int | None:
             except ValueError:
                 return None
     return None
+
+
+class _CpuStatFiles:
+    """Each cgroup's ``cpu.stat`` kept open from scan to scan and read again with one ``pread``: on this VM's
+    kernfs that is 1.3 µs against 6.5 µs to open, read and close it, for every cgroup every tick. A read that
+    fails (a removed cgroup answers ENODEV) or a file no longer linked (a plain tree's, rewritten by rename or
+    removed) is opened by path again, once; beyond ``limit`` files none is kept."""
+
+    def __init__(self, limit: int = 2048) -> None:
+        self.fds: dict[str, int] = {}
+        self.limit = limit
+
+    def usage_usec(self, path: str) -> int | None:
+        fd = self.fds.get(path)
+        if fd is not None:
+            try:
+                if os.fstat(fd).st_nlink:
+                    return _usage_usec(os.pread(fd, 4096, 0))
+            except OSError:
+                pass
+            del self.fds[path]
+            os.close(fd)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            return _usage_usec(os.pread(fd, 4096, 0))
+        except OSError:
+            return None
+        finally:
+            if len(self.fds) < self.limit and path not in self.fds:
+                self.fds[path] = fd
+            else:
+                os.close(fd)
+
+    def keep_only(self, paths: set[str]) -> None:
+        for path in [p for p in self.fds if p not in paths]:
+            os.close(self.fds.pop(path))
+
+    def close(self) -> None:
+        self.keep_only(set())
 
 
 def _is_v2(mount: str) -> bool:
@@ -144,6 +176,7 @@ class CgroupUsage:
         self._note = note or (lambda level, message: None)
         self._explicit = explicit
         self._last: dict[str, int] = {}
+        self._files = _CpuStatFiles()
         # What each path is joined to: "" the paths are the host's (the host's namespace); a namespace's
         # root; None a namespace whose root was not found (no path can be placed).
         self._prefix: str | None = ""
@@ -215,14 +248,14 @@ class CgroupUsage:
         only ``paths`` are remembered for the next."""
         out: set[str] = set()
         now: dict[str, int] = {}
-        host, where, places = self._prefix == "", self._where, {}
+        host, where, places, files = self._prefix == "", self._where, {}, self._files
         for path in paths:
             if host and "/.." not in path:  # the host's namespace, the common case: the path as it is
                 placed: str | None = path
             else:
                 placed = where[path] if path in where else self._place(path)
                 places[path] = placed
-            usage = None if placed is None else _usage_usec(f"{self.root}{placed}/cpu.stat")
+            usage = None if placed is None else files.usage_usec(f"{self.root}{placed}/cpu.stat")
             if usage is None:
                 out.add(path)
                 continue
@@ -230,4 +263,10 @@ class CgroupUsage:
             if self._last.get(path) != usage:
                 out.add(path)
         self._last, self._where = now, places
+        if len(files.fds) > len(now):  # cgroups no longer asked about (gone, or their processes): let them go
+            files.keep_only({f"{self.root}{places.get(path, path)}/cpu.stat" for path in now})
         return out
+
+    def close(self) -> None:
+        """Close the cpu.stat files kept open (on the scanning thread)."""
+        self._files.close()

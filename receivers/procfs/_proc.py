@@ -197,8 +197,10 @@ class ProcessTable:
         return len(self._cache)
 
     def close(self) -> None:
-        """Close the stat files kept open (the receiver's shutdown, on the scanning thread)."""
+        """Close the stat and cpu.stat files kept open (the receiver's shutdown, on the scanning thread)."""
         self.stat_files.close()
+        if self._usage is not None:
+            self._usage.close()
 
     def scan(self, now: Timestamp) -> Scan:
         out = Scan()

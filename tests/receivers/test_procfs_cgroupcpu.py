@@ -73,7 +73,8 @@ def test_a_process_in_an_idle_cgroup_keeps_its_record_and_is_not_read(
 
     def counting(fd: int, size: int, offset: int) -> bytes:  # every stat read, named by the pid it starts with
         data = real(fd, size, offset)
-        read.append(int(data.split(b" ", 1)[0]))
+        if not data.startswith(b"usage_usec"):  # a cgroup's cpu.stat (kept open too) is not a stat read
+            read.append(int(data.split(b" ", 1)[0]))
         return data
 
     monkeypatch.setattr(os, "pread", counting)
@@ -139,8 +140,9 @@ def _scan_simulated(
     real, mode = os.pread, ["auto"]
 
     def counting(fd: int, size: int, offset: int) -> bytes:
-        reads[mode[0]] += 1
-        return real(fd, size, offset)
+        data = real(fd, size, offset)
+        reads[mode[0]] += not data.startswith(b"usage_usec")  # stat reads, not the cgroups' cpu.stat
+        return data
 
     monkeypatch.setattr(os, "pread", counting)
     out: dict[str, list[dict[int, HostProcess]]] = {name: [] for name in receivers}
@@ -243,3 +245,27 @@ def test_this_machines_own_proc_and_cgroups(caplog: pytest.LogCaptureFixture) ->
     else:
         assert len(lines) == 1
         assert "/sys/fs/cgroup is not a cgroup v2 mount" in lines[0]
+
+
+def test_cpu_stat_files_are_kept_open_and_let_go(tmp_path: Path) -> None:
+    """Each cgroup's cpu.stat is opened once and read again in place; one removed counts as moved (its
+    processes are read) and is let go, as is one no longer asked about; close() closes them all."""
+    cgroups = mount(tmp_path / "cgroup")
+    usage(cgroups, "/a", 1_000)
+    usage(cgroups, "/b", 2_000)
+    tracker = CgroupUsage(str(cgroups), proc_root=str(tmp_path / "proc"))  # a tree with no self: host paths
+    assert tracker.ready()
+    assert tracker.moved({"/a", "/b"}) == {"/a", "/b"}  # the baseline
+    kept = dict(tracker._files.fds)
+    assert sorted(kept) == [f"{cgroups}/a/cpu.stat", f"{cgroups}/b/cpu.stat"]
+    usage(cgroups, "/a", 1_500)  # rewritten in place, as the kernel's file reads anew
+    assert tracker.moved({"/a", "/b"}) == {"/a"}
+    assert tracker._files.fds == kept
+    (cgroups / "b" / "cpu.stat").unlink()  # the cgroup is gone
+    assert tracker.moved({"/a", "/b"}) == {"/b"}
+    assert sorted(tracker._files.fds) == [f"{cgroups}/a/cpu.stat"]
+    assert tracker.moved({"/a"}) == set()
+    tracker.close()
+    assert tracker._files.fds == {}
+    with pytest.raises(OSError, match="Bad file descriptor"):  # closed (nothing opened since to take its number)
+        os.fstat(kept[f"{cgroups}/a/cpu.stat"])
