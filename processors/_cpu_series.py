@@ -107,7 +107,7 @@ class _Identity:
     series: dict[str, Series] = field(default_factory=dict)
     # Per zone type, its groups' series as CpuSeries._join found (and labelled) them, and the group table's
     # version then: while that version holds, the table has the same series for its groups, labelled alike.
-    joined: dict[str, tuple[int, list[Series]]] = field(default_factory=dict)
+    joined: dict[str, tuple[int, tuple[Series, ...]]] = field(default_factory=dict)
 
     def zone_attrs(self, zone: str) -> dict[str, str]:
         found = self.by_zone.get(zone)
@@ -244,7 +244,7 @@ class CpuSeries:
             gseries.ended_wall_s = None
         self._settle(now.wall_s, tick, hosts, listed)
 
-    def _join(self, known: _Identity, zone: str, series: Series) -> tuple[int, list[Series]]:
+    def _join(self, known: _Identity, zone: str, series: Series) -> tuple[int, tuple[Series, ...]]:
         """A process's group series in a zone type, found or begun (at its series' start), and labelled by its
         groups' attributes where theirs differ; and the group table's version after."""
         joined: list[Series] = []
@@ -259,7 +259,7 @@ class CpuSeries:
                 _label(gseries, {**group_attrs, "zone": zone})
                 self._groups_version += 1
             joined.append(gseries)
-        return self._groups_version, joined
+        return self._groups_version, tuple(joined)
 
     def _settle(self, wall_s: float, tick: TickShares, hosts: Mapping[int, HostProcess], listed: bool) -> None:
         """The series without a share this tick: idle (0 W), not known (their zone did not answer), or ended
