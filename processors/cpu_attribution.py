@@ -195,8 +195,11 @@ class CpuAttributionProcessor:
         carried = 0  # how many of the last listing are listed again
         reused: list[HostProcess] = []  # the last listing's processes whose pid another process has now
         for pid, host in hosts.items():
-            now_s = host.cpu_time_s or 0.0
             before = previous.get(pid)
+            if before is host:  # the very record of the last listing (procfs cgroup_root: its cgroup ran nothing)
+                carried += 1
+                continue  # no CPU time since: no share
+            now_s = host.cpu_time_s or 0.0
             if (
                 before is not None
                 and before.start_time_ticks != host.start_time_ticks  # (the cheap test first: they rarely differ)
