@@ -269,3 +269,22 @@ def test_cpu_stat_files_are_kept_open_and_let_go(tmp_path: Path) -> None:
     assert tracker._files.fds == {}
     with pytest.raises(OSError, match="Bad file descriptor"):  # closed (nothing opened since to take its number)
         os.fstat(kept[f"{cgroups}/a/cpu.stat"])
+
+
+def test_cpu_stat_files_kept_open_stay_within_the_open_file_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A quarter of the open-file limit beyond 256 at most (1,024: 192), so that sockets and NVML keep theirs;
+    the cgroups beyond it are read all the same, by opening and closing their file."""
+    monkeypatch.setattr("resource.getrlimit", lambda _: (1024, 4096))
+    cgroups = mount(tmp_path / "cgroup")
+    names = [f"/c{n}" for n in range(200)]
+    for n, name in enumerate(names):
+        usage(cgroups, name, n)
+    tracker = CgroupUsage(str(cgroups), proc_root=str(tmp_path / "proc"))
+    assert tracker.ready()
+    assert tracker.moved(set(names)) == set(names)
+    assert len(tracker._files.fds) == 192
+    usage(cgroups, "/c199", 10_000)
+    assert tracker.moved(set(names)) == {"/c199"}
+    tracker.close()
