@@ -123,7 +123,10 @@ class ProcfsWriter:
     def _write(self, t_s: float) -> None:
         self.proc.mkdir(parents=True, exist_ok=True)
         if not os.path.islink(self.proc / "self"):
-            os.symlink(str(os.getpid()), self.proc / "self")  # as a procfs has: the reader's own pid
+            # As a procfs has one. Its reader is none of the simulated processes, so it names a pid that none has
+            # (0, the idle task's, which /proc never lists): pointed at the reader's own pid, it named a simulated
+            # process whenever that pid was among the scenario's, whose cgroup procfs's cgroup_root took for ours.
+            os.symlink("0", self.proc / "self")
         if self.cpuinfo and not (self.proc / "cpuinfo").exists():  # one already there (a test's own) is kept
             _write(self.proc / "cpuinfo", self._cpuinfo())
         alive = {pid for pid, plan in self.node.truth.plans.items() if plan.alive(t_s)}

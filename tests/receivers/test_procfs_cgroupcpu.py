@@ -19,6 +19,7 @@ from wattpipe.pipeline.records import HostProcess
 from wattpipe.receivers.procfs._cgroupcpu import CgroupUsage, mount_for, unified_path
 from wattpipe.simulator.fake_host import ProcfsWriter
 from wattpipe.simulator.scale import scale_scenario
+from wattpipe.simulator.scenario import parse_scenario
 
 
 def mount(cgroups: Path) -> Path:
@@ -288,3 +289,37 @@ def test_cpu_stat_files_kept_open_stay_within_the_open_file_limit(
     usage(cgroups, "/c199", 10_000)
     assert tracker.moved(set(names)) == {"/c199"}
     tracker.close()
+
+
+def test_a_simulated_process_with_our_own_pid_does_not_hide_the_cgroup_mount(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The simulator's /proc/self must not name one of its processes: a simulated process that happened to have
+    this test's pid made ``self/cgroup`` a cgroup that does not hold us, so no path could be placed and every
+    process was read every tick (the benchmark read all 2,512 whenever its own pid fell among the simulated)."""
+    data = {
+        "node": {"name": "n"},
+        "processes": [
+            {"pid": os.getpid(), "comm": "idle", "cpu_cores": 0.0},
+            {"pid": os.getpid() + 1, "comm": "busy", "cpu_cores": 0.5},
+        ],
+    }
+    clock = SteppedClock()
+    writer = ProcfsWriter(simulator.build(parse_scenario(data, source="test"), clock), tmp_path, cgroups=True)
+    receiver = make_receiver(writer.proc, clock)
+    read: list[int] = []
+    real = os.pread
+
+    def counting(fd: int, size: int, offset: int) -> bytes:
+        data = real(fd, size, offset)
+        if not data.startswith(b"usage_usec"):
+            read.append(int(data.split(b" ", 1)[0]))
+        return data
+
+    monkeypatch.setattr(os, "pread", counting)
+    for _ in range(3):
+        clock.advance(5.0)
+        writer.refresh()
+        read.clear()
+        poll(receiver)
+    assert read == [os.getpid() + 1]  # the idle service's process is kept, not read
