@@ -170,13 +170,21 @@ class CgroupUsage:
     cgroup namespace's root sits in it; until then, and where it is not one, nothing is tracked.
     """
 
-    def __init__(self, root: str, *, proc_root: str = "/proc", note: Note | None = None, explicit: bool = True) -> None:
+    def __init__(
+        self,
+        root: str,
+        *,
+        proc_root: str = "/proc",
+        note: Note | None = None,
+        explicit: bool = True,
+        keep_open: int = 2048,
+    ) -> None:
         self.root = root.rstrip("/")
         self._proc_root = proc_root
         self._note = note or (lambda level, message: None)
         self._explicit = explicit
         self._last: dict[str, int] = {}
-        self._files = _CpuStatFiles()
+        self._files = _CpuStatFiles(keep_open)  # beyond keep_open, a cpu.stat is opened, read and closed
         # What each path is joined to: "" the paths are the host's (the host's namespace); a namespace's
         # root; None a namespace whose root was not found (no path can be placed).
         self._prefix: str | None = ""
@@ -184,11 +192,12 @@ class CgroupUsage:
         self._ready: bool | None = None  # None: not looked yet
 
     @classmethod
-    def of(cls, setting: str, proc_root: str, note: Note | None = None) -> CgroupUsage | None:
+    def of(cls, setting: str, proc_root: str, note: Note | None = None, keep_open: int = 2048) -> CgroupUsage | None:
         """The tracker a ``cgroup_root`` setting asks for (``auto``: beside ``proc_root``); None for ""."""
         if not setting:
             return None
-        return cls(mount_for(setting, proc_root), proc_root=proc_root, note=note, explicit=setting != "auto")
+        mount = mount_for(setting, proc_root)
+        return cls(mount, proc_root=proc_root, note=note, explicit=setting != "auto", keep_open=keep_open)
 
     def ready(self) -> bool:
         """Whether ``root`` is a cgroup v2 mount (it has ``cgroup.controllers``), said once where it is not.
