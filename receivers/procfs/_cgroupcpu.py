@@ -153,6 +153,16 @@ def _is_v2(mount: str) -> bool:
     return os.path.isfile(f"{mount}/cgroup.controllers")
 
 
+def _cgroup_type(directory: str) -> bytes:
+    """A cgroup's ``cgroup.type`` (``domain``, ``threaded``, ...); ``domain`` where it has none (the root, a
+    plain tree) or it cannot be read."""
+    try:
+        with open(f"{directory}/cgroup.type", "rb") as f:
+            return f.read().strip()
+    except OSError:
+        return b"domain"
+
+
 def _self_path(proc_root: str) -> str | None:
     """Our own cgroup v2 path from ``<proc_root>/self/cgroup``; None where it cannot be read (a tree that
     is not a procfs: the simulator's ``self`` names a process it does not write)."""
@@ -188,7 +198,7 @@ class CgroupUsage:
         # What each path is joined to: "" the paths are the host's (the host's namespace); a namespace's
         # root; None a namespace whose root was not found (no path can be placed).
         self._prefix: str | None = ""
-        self._where: dict[str, str | None] = {}
+        self._where: dict[str, str | None] = {}  # each path asked about last time: its cpu.stat (_cpu_stat)
         self._ready: bool | None = None  # None: not looked yet
 
     @classmethod
@@ -252,28 +262,38 @@ class CgroupUsage:
             return None if _relative(path) else path  # a path above the mount's root: not in it
         return posixpath.normpath(prefix + path)
 
+    def _cpu_stat(self, path: str) -> str | None:
+        """The ``cpu.stat`` that tells whether a process in ``path`` ran: its cgroup's, or where that cgroup is
+        ``threaded`` (cgroup v2's thread mode: the process's other threads may sit in other cgroups of the
+        subtree, and ``/proc/<pid>/cgroup`` names its main thread's) the subtree's root's, the nearest ancestor
+        that is not, whose usage counts every thread in the subtree. None where it cannot be placed."""
+        placed = self._place(path)
+        if placed is None:
+            return None
+        while placed != "/" and _cgroup_type(f"{self.root}{placed}") == b"threaded":
+            placed = posixpath.dirname(placed)
+        return f"{self.root}{placed}/cpu.stat"
+
     def moved(self, paths: Iterable[str]) -> set[str]:
         """The cgroups among ``paths`` that ran anything since the last call (or are new, or unreadable);
         only ``paths`` are remembered for the next."""
         out: set[str] = set()
         now: dict[str, int] = {}
-        host, where, places, files = self._prefix == "", self._where, {}, self._files
+        where, files, last = self._where, self._files, self._last
+        # Each path's cpu.stat, found when the path is first asked about (placed, and its type looked at once)
+        found: dict[str, str | None] = {}
         for path in paths:
-            if host and "/.." not in path:  # the host's namespace, the common case: the path as it is
-                placed: str | None = path
-            else:
-                placed = where[path] if path in where else self._place(path)
-                places[path] = placed
-            usage = None if placed is None else files.usage_usec(f"{self.root}{placed}/cpu.stat")
+            stat = found[path] = where[path] if path in where else self._cpu_stat(path)
+            usage = None if stat is None else files.usage_usec(stat)
             if usage is None:
                 out.add(path)
                 continue
             now[path] = usage
-            if self._last.get(path) != usage:
+            if last.get(path) != usage:
                 out.add(path)
-        self._last, self._where = now, places
+        self._last, self._where = now, found
         if len(files.fds) > len(now):  # cgroups no longer asked about (gone, or their processes): let them go
-            files.keep_only({f"{self.root}{places.get(path, path)}/cpu.stat" for path in now})
+            files.keep_only({stat for path in now if (stat := found[path]) is not None})
         return out
 
     def close(self) -> None:

@@ -297,3 +297,27 @@ def test_kept_cpu_stat_files_stay_within_the_open_file_limit(
     assert [len(scan) for scan in scans] == [700, 700, 700]
     assert [r.getMessage() for r in caplog.records] == []
     assert kept <= (1024 - 256) // 2
+
+
+def test_a_process_in_a_threaded_cgroup_is_watched_through_its_threaded_domain(tmp_path: Path) -> None:
+    """cgroup v2's threaded mode: a process's threads may sit in different cgroups of one threaded subtree
+    (KubeVirt moves a VM's emulator threads, its main thread among them, to a threaded ``housekeeping`` child
+    and leaves its vCPU threads in the container's cgroup). ``/proc/<pid>/cgroup`` names its main thread's
+    cgroup, which does not move while the vCPUs run: the process is watched through the subtree's root (the
+    nearest ancestor that is not ``threaded``), whose usage counts every thread in it. (On this VM's kernel:
+    main thread in a threaded /d/t1, a busy thread in /d/t2: over 1 s /d/t1 moved 0 µs, /d 999,857 µs, the
+    process's stat 100 ticks.)"""
+    proc, cgroups = tmp_path / "proc", mount(tmp_path / "cgroup")
+    directory = write_process(proc, 10, "vm-main", utime=100, cgroup="0::/vm/housekeeping\n")
+    usage(cgroups, "/vm", 5_000_000)
+    usage(cgroups, "/vm/housekeeping", 1_000_000)
+    (cgroups / "vm" / "cgroup.type").write_text("domain threaded\n")
+    (cgroups / "vm" / "housekeeping" / "cgroup.type").write_text("threaded\n")
+    receiver = make_receiver(proc, cgroup_root=str(cgroups))
+    poll(receiver)
+    poll(receiver)  # the baseline
+    for utime, usec in ((300, 7_000_000), (500, 9_000_000)):  # the vCPU threads run; housekeeping does not
+        (directory / "stat").write_text(stat_line(10, "vm-main", utime=utime, start=100))
+        usage(cgroups, "/vm", usec)
+        assert poll(receiver)[10].cpu_time_s == utime / 100
+    assert poll(receiver)[10].cpu_time_s == 5.0  # nothing ran anywhere in the subtree: kept
