@@ -179,6 +179,22 @@ def test_auto_finds_the_simulated_cgroup_mount_and_keeps_the_idle_ones_numbers_u
     assert [r for r in caplog.records if "cgroup_root" in r.getMessage()] == []
 
 
+def test_auto_on_a_simulated_tree_whose_processes_include_our_own_pid(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The simulator's ``self`` names the reader's own pid, which may be one of its simulated processes' (the
+    scale scenario's pids are 10,000 to 12,511: this VM hands out pids around 12,000, cpu_tick.py's among
+    them). Its ``self/cgroup`` is then that process's, which no cgroup of the tree lists: the tree must still
+    be taken as the host's, not as a cgroup namespace whose root cannot be found (every process read every
+    tick, and an info line in a normal run)."""
+    monkeypatch.setattr(os, "getpid", lambda: 10_005)  # a simulated process's pid (svc in scale_scenario)
+    with caplog.at_level(logging.INFO, logger="wattpipe"):
+        records, reads = _scan_simulated(tmp_path, True, monkeypatch)
+    assert _timeless(records["auto"]) == _timeless(records["off"])
+    assert reads["auto"] < reads["off"] / 2
+    assert [r.getMessage() for r in caplog.records if "cgroup_root" in r.getMessage()] == []
+
+
 def test_auto_without_a_cgroup_v2_mount_is_off_with_one_info_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
