@@ -199,6 +199,7 @@ class CgroupUsage:
         # root; None a namespace whose root was not found (no path can be placed).
         self._prefix: str | None = ""
         self._where: dict[str, str | None] = {}  # each path asked about last time: its cpu.stat (_cpu_stat)
+        self._shared = False  # whether a threaded cgroup was met (read through its subtree's root's cpu.stat)
         self._ready: bool | None = None  # None: not looked yet
 
     @classmethod
@@ -272,6 +273,7 @@ class CgroupUsage:
             return None
         while placed != "/" and _cgroup_type(f"{self.root}{placed}") == b"threaded":
             placed = posixpath.dirname(placed)
+            self._shared = True  # from now on, paths may outnumber the files they are read through
         return f"{self.root}{placed}/cpu.stat"
 
     def moved(self, paths: Iterable[str]) -> set[str]:
@@ -292,8 +294,11 @@ class CgroupUsage:
             if last.get(path) != usage:
                 out.add(path)
         self._last, self._where = now, found
-        if len(files.fds) > len(now):  # cgroups no longer asked about (gone, or their processes): let them go
-            files.keep_only({stat for path in now if (stat := found[path]) is not None})
+        # cgroups no longer asked about (gone, or their processes): let them go (threaded cgroups share a file)
+        if len(files.fds) > len(now) or self._shared:
+            live = {stat for path in now if (stat := found[path]) is not None}
+            if len(files.fds) > len(live):
+                files.keep_only(live)
         return out
 
     def close(self) -> None:

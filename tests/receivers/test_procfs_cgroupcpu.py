@@ -337,3 +337,21 @@ def test_a_process_in_a_threaded_cgroup_is_watched_through_its_threaded_domain(t
         usage(cgroups, "/vm", usec)
         assert poll(receiver)[10].cpu_time_s == utime / 100
     assert poll(receiver)[10].cpu_time_s == 5.0  # nothing ran anywhere in the subtree: kept
+
+
+def test_a_cpu_stat_file_two_threaded_cgroups_share_is_let_go_with_the_others(tmp_path: Path) -> None:
+    """Two threaded cgroups read through their subtree's one cpu.stat: a file no longer asked about is still
+    closed (the files kept are fewer than the paths asked about)."""
+    cgroups = mount(tmp_path / "cgroup")
+    for path in ("/vm", "/vm/a", "/vm/b", "/x"):
+        usage(cgroups, path, 1_000)
+    (cgroups / "vm" / "cgroup.type").write_text("domain threaded\n")
+    for name in ("a", "b"):
+        (cgroups / "vm" / name / "cgroup.type").write_text("threaded\n")
+    tracker = CgroupUsage(str(cgroups), proc_root=str(tmp_path / "proc"))
+    assert tracker.ready()
+    tracker.moved({"/vm/a", "/vm/b", "/x"})
+    assert sorted(tracker._files.fds) == [f"{cgroups}/vm/cpu.stat", f"{cgroups}/x/cpu.stat"]
+    tracker.moved({"/vm/a", "/vm/b"})  # /x's processes are gone
+    assert sorted(tracker._files.fds) == [f"{cgroups}/vm/cpu.stat"]
+    tracker.close()
