@@ -5,7 +5,8 @@ time ``node.t_s()``: a directory per live process (``stat``, ``comm``, ``cmdline
 ``/proc/stat`` and ``/proc/uptime``, and RAPL zones under ``/sys/class/powercap`` whose ``energy_uj``
 wraps at ``max_energy_range_uj`` like the MSR-backed counter. Files are replaced atomically, so a
 reader never sees half a file. Processes that have ended lose their directory, their ``stat`` emptied first
-(a kept file of an ended process reads nothing, as on a kernel's procfs); ``self`` is a link, as there.
+(a kept file of an ended process reads nothing, as on a kernel's procfs); ``self`` is a link, as there
+(dangling: the reader is not one of the simulated processes).
 """
 
 from __future__ import annotations
@@ -123,10 +124,9 @@ class ProcfsWriter:
     def _write(self, t_s: float) -> None:
         self.proc.mkdir(parents=True, exist_ok=True)
         if not os.path.islink(self.proc / "self"):
-            # As a procfs has one. Its reader is none of the simulated processes, so it names a pid that none has
-            # (0, the idle task's, which /proc never lists): pointed at the reader's own pid, it named a simulated
-            # process whenever that pid was among the scenario's, whose cgroup procfs's cgroup_root took for ours.
-            os.symlink("0", self.proc / "self")
+            # A link, as a procfs has; to no process: the reader is not simulated, and its own pid may be one of
+            # the simulated processes', whose cgroup a reader would take for its own (procfs cgroup_root).
+            os.symlink("reader", self.proc / "self")
         if self.cpuinfo and not (self.proc / "cpuinfo").exists():  # one already there (a test's own) is kept
             _write(self.proc / "cpuinfo", self._cpuinfo())
         alive = {pid for pid, plan in self.node.truth.plans.items() if plan.alive(t_s)}

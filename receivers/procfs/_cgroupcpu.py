@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import os
 import posixpath
-import resource
 from collections.abc import Callable, Iterable
 
 __all__ = ["CgroupUsage", "Note", "mount_for", "namespace_root", "unified_path"]
@@ -107,27 +106,15 @@ def _usage_usec(text: bytes) -> int | None:
     return None
 
 
-def _default_limit() -> int:
-    """How many cpu.stat files to keep open: at most 2,048, and never more than a quarter of what the process may
-    open beyond 256 (procfs's stat files take up to half: the HTTP listeners, the state file and NVML need the rest)."""
-    try:
-        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    except (OSError, ValueError):
-        return 0
-    if soft == resource.RLIM_INFINITY:
-        return 2048
-    return max(0, min(2048, (soft - 256) // 4))
-
-
 class _CpuStatFiles:
     """Each cgroup's ``cpu.stat`` kept open from scan to scan and read again with one ``pread``: on this VM's
     kernfs that is 1.3 µs against 6.5 µs to open, read and close it, for every cgroup every tick. A read that
     fails (a removed cgroup answers ENODEV) or a file no longer linked (a plain tree's, rewritten by rename or
     removed) is opened by path again, once; beyond ``limit`` files none is kept."""
 
-    def __init__(self, limit: int | None = None) -> None:
+    def __init__(self, limit: int) -> None:
         self.fds: dict[str, int] = {}
-        self.limit = _default_limit() if limit is None else limit
+        self.limit = limit
 
     def usage_usec(self, path: str) -> int | None:
         fd = self.fds.get(path)
@@ -166,6 +153,16 @@ def _is_v2(mount: str) -> bool:
     return os.path.isfile(f"{mount}/cgroup.controllers")
 
 
+def _cgroup_type(directory: str) -> bytes:
+    """A cgroup's ``cgroup.type`` (``domain``, ``threaded``, ...); ``domain`` where it has none (the root, a
+    plain tree) or it cannot be read."""
+    try:
+        with open(f"{directory}/cgroup.type", "rb") as f:
+            return f.read().strip()
+    except OSError:
+        return b"domain"
+
+
 def _self_path(proc_root: str) -> str | None:
     """Our own cgroup v2 path from ``<proc_root>/self/cgroup``; None where it cannot be read (a tree that
     is not a procfs: the simulator's ``self`` names a process it does not write)."""
@@ -183,25 +180,35 @@ class CgroupUsage:
     cgroup namespace's root sits in it; until then, and where it is not one, nothing is tracked.
     """
 
-    def __init__(self, root: str, *, proc_root: str = "/proc", note: Note | None = None, explicit: bool = True) -> None:
+    def __init__(
+        self,
+        root: str,
+        *,
+        proc_root: str = "/proc",
+        note: Note | None = None,
+        explicit: bool = True,
+        keep_open: int = 2048,
+    ) -> None:
         self.root = root.rstrip("/")
         self._proc_root = proc_root
         self._note = note or (lambda level, message: None)
         self._explicit = explicit
         self._last: dict[str, int] = {}
-        self._files = _CpuStatFiles()
+        self._files = _CpuStatFiles(keep_open)  # beyond keep_open, a cpu.stat is opened, read and closed
         # What each path is joined to: "" the paths are the host's (the host's namespace); a namespace's
         # root; None a namespace whose root was not found (no path can be placed).
         self._prefix: str | None = ""
-        self._where: dict[str, str | None] = {}
+        self._where: dict[str, str | None] = {}  # each path asked about last time: its cpu.stat (_cpu_stat)
+        self._shared = False  # whether a threaded cgroup was met (read through its subtree's root's cpu.stat)
         self._ready: bool | None = None  # None: not looked yet
 
     @classmethod
-    def of(cls, setting: str, proc_root: str, note: Note | None = None) -> CgroupUsage | None:
+    def of(cls, setting: str, proc_root: str, note: Note | None = None, keep_open: int = 2048) -> CgroupUsage | None:
         """The tracker a ``cgroup_root`` setting asks for (``auto``: beside ``proc_root``); None for ""."""
         if not setting:
             return None
-        return cls(mount_for(setting, proc_root), proc_root=proc_root, note=note, explicit=setting != "auto")
+        mount = mount_for(setting, proc_root)
+        return cls(mount, proc_root=proc_root, note=note, explicit=setting != "auto", keep_open=keep_open)
 
     def ready(self) -> bool:
         """Whether ``root`` is a cgroup v2 mount (it has ``cgroup.controllers``), said once where it is not.
@@ -256,28 +263,42 @@ class CgroupUsage:
             return None if _relative(path) else path  # a path above the mount's root: not in it
         return posixpath.normpath(prefix + path)
 
+    def _cpu_stat(self, path: str) -> str | None:
+        """The ``cpu.stat`` that tells whether a process in ``path`` ran: its cgroup's, or where that cgroup is
+        ``threaded`` (cgroup v2's thread mode: the process's other threads may sit in other cgroups of the
+        subtree, and ``/proc/<pid>/cgroup`` names its main thread's) the subtree's root's, the nearest ancestor
+        that is not, whose usage counts every thread in the subtree. None where it cannot be placed."""
+        placed = self._place(path)
+        if placed is None:
+            return None
+        while placed != "/" and _cgroup_type(f"{self.root}{placed}") == b"threaded":
+            placed = posixpath.dirname(placed)
+            self._shared = True  # from now on, paths may outnumber the files they are read through
+        return f"{self.root}{placed}/cpu.stat"
+
     def moved(self, paths: Iterable[str]) -> set[str]:
         """The cgroups among ``paths`` that ran anything since the last call (or are new, or unreadable);
         only ``paths`` are remembered for the next."""
         out: set[str] = set()
         now: dict[str, int] = {}
-        host, where, places, files = self._prefix == "", self._where, {}, self._files
+        where, files, last = self._where, self._files, self._last
+        # Each path's cpu.stat, found when the path is first asked about (placed, and its type looked at once)
+        found: dict[str, str | None] = {}
         for path in paths:
-            if host and "/.." not in path:  # the host's namespace, the common case: the path as it is
-                placed: str | None = path
-            else:
-                placed = where[path] if path in where else self._place(path)
-                places[path] = placed
-            usage = None if placed is None else files.usage_usec(f"{self.root}{placed}/cpu.stat")
+            stat = found[path] = where[path] if path in where else self._cpu_stat(path)
+            usage = None if stat is None else files.usage_usec(stat)
             if usage is None:
                 out.add(path)
                 continue
             now[path] = usage
-            if self._last.get(path) != usage:
+            if last.get(path) != usage:
                 out.add(path)
-        self._last, self._where = now, places
-        if len(files.fds) > len(now):  # cgroups no longer asked about (gone, or their processes): let them go
-            files.keep_only({f"{self.root}{places.get(path, path)}/cpu.stat" for path in now})
+        self._last, self._where = now, found
+        # cgroups no longer asked about (gone, or their processes): let them go (threaded cgroups share a file)
+        if len(files.fds) > len(now) or self._shared:
+            live = {stat for path in now if (stat := found[path]) is not None}
+            if len(files.fds) > len(live):
+                files.keep_only(live)
         return out
 
     def close(self) -> None:

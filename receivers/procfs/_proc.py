@@ -176,12 +176,17 @@ class ProcessTable:
         self.root = root
         self._root = str(root)
         # cpu_time on: each process's stat is read every scan, through a file kept open (keep_open of them at
-        # most; None: by the open-file limit). Off: a process is read once, by path.
-        budget = (default_budget(max_processes) if keep_open is None else keep_open) if cpu_time else 0
+        # most; None: by the open-file limit). Off: a process is read once, by path. With cgroup_root, its
+        # cpu.stat files kept open come out of the same half of the open-file limit (default_budget): a quarter
+        # of it, 2,048 at most, and the stat files the rest.
+        cgroup_files = min(2048, default_budget(8192) // 4) if cpu_time and cgroup_root else 0
+        if keep_open is None:
+            keep_open = default_budget(max_processes + cgroup_files) - cgroup_files
+        budget = keep_open if cpu_time else 0
         self.stat_files = StatFiles(self._root, budget)
         # cpu_time on and cgroup_root set ("auto": beside root): a process whose cgroup ran nothing since the
         # last scan keeps its record. ``note`` hears, once, why it is off (not a cgroup v2 mount, ...).
-        self._usage = CgroupUsage.of(cgroup_root, self._root, note) if cpu_time else None
+        self._usage = CgroupUsage.of(cgroup_root, self._root, note, cgroup_files) if cpu_time else None
         self._last: dict[int, HostProcess] = {}
         self.max_processes = max_processes
         self.clock_ticks_per_s = clock_ticks_per_s
