@@ -20,7 +20,13 @@ from wattpipe.receivers.procfs._stat import parse_proc_stat
 from wattpipe.receivers.procfs._statfiles import MAX_BYTES, Gone, StatFiles, default_budget
 from wattpipe.receivers.procfs._vm import VmIdentity, looks_like_qemu, parse_qemu_cmdline
 
-__all__ = ["ProcStat", "ProcessTable", "Scan", "parse_stat"]
+__all__ = ["FULL_READ_EVERY", "ProcStat", "ProcessTable", "Scan", "parse_stat"]
+
+# With cgroup_root, every this many scans reads every process all the same (the first scan is one): a process is
+# watched through the cgroup it was in when first read, and one that moved since (read before its runtime
+# placed it) while that cgroup idles would otherwise keep its CPU time for good; so it stands still for fewer
+# scans than this (a minute at the default 5 s), and its delta then arrives whole.
+FULL_READ_EVERY = 12
 
 # ENOENT: the directory or file is gone; ESRCH: the kernel found the task gone while producing the file.
 _GONE = (errno.ENOENT, errno.ESRCH)
@@ -188,6 +194,7 @@ class ProcessTable:
         # last scan keeps its record. ``note`` hears, once, why it is off (not a cgroup v2 mount, ...).
         self._usage = CgroupUsage.of(cgroup_root, self._root, note, cgroup_files) if cpu_time else None
         self._last: dict[int, HostProcess] = {}
+        self._scans = 0  # scans that read processes with cpu_time on: every FULL_READ_EVERY-th reads them all
         self.max_processes = max_processes
         self.clock_ticks_per_s = clock_ticks_per_s
         self.cpu_time = cpu_time
@@ -225,6 +232,9 @@ class ProcessTable:
         boot_wall_s = self._boot_wall_s(now)
         # cpu_time off: a known process is not read again; on, with cgroup_root: nor one whose cgroup is idle.
         known = self._records if names is not None else self._idle()
+        self._scans += 1
+        if names is None and self._scans % FULL_READ_EVERY == 1:
+            known = {}  # every process read (see FULL_READ_EVERY)
         self._read_all(pids, known, now, boot_wall_s, out, records, cache)
         self._cache = cache  # pids that are gone (or skipped) are forgotten
         self.stat_files.keep_only(cache)

@@ -18,6 +18,7 @@ from wattpipe import simulator
 from wattpipe.pipeline.clock import SteppedClock, Timestamp
 from wattpipe.pipeline.records import HostProcess
 from wattpipe.receivers.procfs._cgroupcpu import CgroupUsage, mount_for, unified_path
+from wattpipe.receivers.procfs._proc import FULL_READ_EVERY
 from wattpipe.simulator.fake_host import ProcfsWriter
 from wattpipe.simulator.scale import scale_scenario
 
@@ -357,3 +358,25 @@ def test_a_cpu_stat_file_two_threaded_cgroups_share_is_let_go_with_the_others(tm
     tracker.moved({"/vm/a", "/vm/b"})  # /x's processes are gone
     assert sorted(tracker._files.fds) == [f"{cgroups}/vm/cpu.stat"]
     tracker.close()
+
+
+def test_a_process_that_moved_cgroups_is_caught_up_by_the_periodic_full_read(tmp_path: Path) -> None:
+    """A process is watched through the cgroup it was in when first read. One moved since (a container's init
+    process read before the runtime placed it) while its first cgroup idles would keep its first CPU time for
+    good; every FULL_READ_EVERY-th scan reads every process, so its CPU time stands still for fewer ticks than
+    that, and nothing of it is lost: the delta arrives whole."""
+    proc, cgroups = tmp_path / "proc", mount(tmp_path / "cgroup")
+    write_process(proc, 10, "moved", utime=100, cgroup="0::/a\n")
+    usage(cgroups, "/a", 1_000_000)
+    usage(cgroups, "/b", 0)
+    receiver = make_receiver(proc, cgroup_root=str(cgroups))
+    assert poll(receiver)[10].cpu_time_s == 1.0
+    (proc / "10" / "cgroup").write_text("0::/b\n")  # moved: /a idles from now on, /b runs
+    seen = []
+    for tick in range(1, FULL_READ_EVERY + 1):
+        (proc / "10" / "stat").write_text(stat_line(10, "moved", utime=100 + 100 * tick, start=100))
+        usage(cgroups, "/b", 1_000_000 * tick)
+        seen.append(poll(receiver)[10].cpu_time_s)
+    assert seen[0] == 2.0  # the tick /a's baseline is taken: read
+    assert set(seen[1 : FULL_READ_EVERY - 1]) == {2.0}  # kept: /a did not move
+    assert seen[-1] == 1.0 + FULL_READ_EVERY  # the full read: all of it, at once
