@@ -30,6 +30,22 @@ def mount(cgroups: Path) -> Path:
     return cgroups
 
 
+def stat_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Every /proc/<pid>/stat read from now on, by the pid it starts with (a cgroup's cpu.stat, kept open and
+    read the same way, is not one)."""
+    read: list[int] = []
+    real = os.pread
+
+    def counting(fd: int, size: int, offset: int) -> bytes:
+        data = real(fd, size, offset)
+        if not data.startswith(b"usage_usec"):
+            read.append(int(data.split(b" ", 1)[0]))
+        return data
+
+    monkeypatch.setattr(os, "pread", counting)
+    return read
+
+
 def usage(cgroups: Path, path: str, usec: int) -> None:
     directory = cgroups / path.lstrip("/")
     directory.mkdir(parents=True, exist_ok=True)
@@ -70,16 +86,7 @@ def test_a_process_in_an_idle_cgroup_keeps_its_record_and_is_not_read(
     receiver = make_receiver(proc, cgroup_root=str(cgroups))
     poll(receiver)  # the processes' cgroups become known
     first = poll(receiver)  # and their usage: the baseline the next tick compares with
-    read: list[int] = []
-    real = os.pread
-
-    def counting(fd: int, size: int, offset: int) -> bytes:  # every stat read, named by the pid it starts with
-        data = real(fd, size, offset)
-        if not data.startswith(b"usage_usec"):  # a cgroup's cpu.stat (kept open too) is not a stat read
-            read.append(int(data.split(b" ", 1)[0]))
-        return data
-
-    monkeypatch.setattr(os, "pread", counting)
+    read = stat_reads(monkeypatch)
     # /b ran (its usage moved) and so did 12; /a did not. 10's stat is changed too, which a kernel never
     # does without /a's usage moving: it shows that 10 is not read at all.
     (proc / "12" / "stat").write_text(stat_line(12, "busy", utime=300))

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.receivers.test_procfs import make_receiver, poll, stat_line, write_process
-from tests.receivers.test_procfs_cgroupcpu import mount, usage
+from tests.receivers.test_procfs_cgroupcpu import mount, stat_reads, usage
 from wattpipe.pipeline.clock import SteppedClock
 from wattpipe.receivers.procfs import _cgroupcpu
 from wattpipe.receivers.procfs._cgroupcpu import CgroupUsage, namespace_root
@@ -80,16 +80,7 @@ def test_in_a_cgroup_namespace_idle_processes_are_kept(tmp_path: Path, monkeypat
     receiver = make_receiver(proc)  # cgroup_root auto: tmp_path/sys/fs/cgroup
     poll(receiver)  # the processes' cgroups become known
     first = poll(receiver)  # and their usage: the baseline
-    read: list[int] = []
-    real = os.pread
-
-    def counting(fd: int, size: int, offset: int) -> bytes:
-        data = real(fd, size, offset)
-        if not data.startswith(b"usage_usec"):  # a cgroup's cpu.stat (kept open too) is not a stat read
-            read.append(int(data.split(b" ", 1)[0]))
-        return data
-
-    monkeypatch.setattr(os, "pread", counting)
+    read = stat_reads(monkeypatch)
     # Our container ran (11 with it); cron did not. 10's stat is changed too, which a kernel never does
     # without cron's usage moving: it shows that 10 is not read at all.
     (proc / "10" / "stat").write_text(stat_line(10, "host", utime=999))
