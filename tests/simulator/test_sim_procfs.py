@@ -11,6 +11,7 @@ from tests.simulator.conftest import SCENARIOS, two_gpu_data
 from wattpipe import simulator
 from wattpipe.pipeline.clock import SteppedClock
 from wattpipe.simulator.fake_host import CLOCK_TICKS_PER_S, ProcfsWriter, cgroup_path
+from wattpipe.simulator.scale import scale_scenario
 from wattpipe.simulator.scenario import Scenario, load_scenario, parse_scenario
 
 
@@ -143,3 +144,29 @@ def test_pipelines_refreshing_at_once_write_each_time_once(tmp_path: Path, two_g
     assert int(_stat_fields(tmp_path, 101)[13]) + int(_stat_fields(tmp_path, 101)[14]) == int(
         0.5 * 10 * CLOCK_TICKS_PER_S
     )
+
+
+def test_cgroup_usage_counts_descendants_and_kernel_threads_live_in_the_root(tmp_path: Path) -> None:
+    """As the kernel keeps cpu.stat: a cgroup's usage_usec is its own processes' and its descendants' CPU time,
+    so the root's is every process's; scale_scenario's kernel threads sit in the root cgroup, and the host
+    process count stays what was asked."""
+    scenario = scale_scenario(mig_gpus=0, timesliced_gpus=0, host_processes=20, kernel_threads=10)
+    assert len(scenario.processes) == 20
+    kworkers = [p for p in scenario.processes if p.comm.startswith("kworker/")]
+    assert len(kworkers) == 10
+    assert {p.cgroup for p in kworkers} == {"/"}
+    clock = SteppedClock()
+    writer = ProcfsWriter(simulator.build(scenario, clock), tmp_path, cgroups=True)
+    clock.advance(100.0)
+    writer.refresh()
+    cgroups = tmp_path / "sys" / "fs" / "cgroup"
+
+    def usage_usec(path: str) -> int:
+        return int((cgroups / path.lstrip("/") / "cpu.stat").read_text().split()[1])
+
+    truth = {p.pid: writer.node.truth.process_cpu_s(p.pid, 100.0) for p in scenario.processes}
+    services = {p.pid for p in scenario.processes if p.cgroup is None}
+    assert usage_usec("/system.slice") == pytest.approx(sum(truth[pid] for pid in services) * 1e6, abs=10)
+    assert usage_usec("/") == pytest.approx(sum(truth.values()) * 1e6, abs=10)
+    assert usage_usec("/") > usage_usec("/system.slice") > 0  # one kernel thread in ten wakes
+    assert (cgroups / "cgroup.controllers").is_file()
