@@ -193,7 +193,8 @@ class ProcessTable:
         # cpu_time on and cgroup_root set ("auto": beside root): a process whose cgroup ran nothing since the
         # last scan keeps its record. ``note`` hears, once, why it is off (not a cgroup v2 mount, ...).
         self._usage = CgroupUsage.of(cgroup_root, self._root, note, cgroup_files) if cpu_time else None
-        self._last: dict[int, HostProcess] = {}
+        self._last: dict[int, HostProcess] = {}  # cpu_time on: the last scan's records, by pid
+        self._lines: dict[int, bytes] = {}  # cpu_time on: each process's stat line its last record was made from
         self._scans = 0  # scans that read processes with cpu_time on: every FULL_READ_EVERY-th reads them all
         self.max_processes = max_processes
         self.clock_ticks_per_s = clock_ticks_per_s
@@ -238,8 +239,12 @@ class ProcessTable:
         self._read_all(pids, known, now, boot_wall_s, out, records, cache)
         self._cache = cache  # pids that are gone (or skipped) are forgotten
         self.stat_files.keep_only(cache)
-        if self._usage is not None:
+        if self.cpu_time:
             self._last = records
+            lines = self._lines
+            if len(lines) > len(cache):  # the stat lines of processes gone
+                for pid in lines.keys() - cache.keys():
+                    del lines[pid]
         if names is not None:  # cpu_time off: what the next scans compare their listing with
             self._records, self._listing_problems = records, [p for p in out.problems if p[0] == "max_processes"]
             self._remember(names, {str(pid).encode() for pid in pids} - {str(pid).encode() for pid in records})
@@ -308,7 +313,7 @@ class ProcessTable:
         and its identity into ``cache``. The common case inline: a process whose stat file is kept open, whose
         line parses and whose start time is the cached identity's; any other goes through :meth:`_read_one`."""
         fds, pread, fstat, check = self.stat_files.fds, os.pread, os.fstat, self.stat_files.checks_links()
-        last, append = self._cache, out.records.append
+        last, append, lines, previous = self._cache, out.records.append, self._lines, self._last
         hz = self.clock_ticks_per_s  # (no file is kept with cpu_time off: every record below carries its CPU time)
         for pid in pids:
             # A known record is handed on as it was read: with cgroup_root its CPU time is known unchanged as of
@@ -329,6 +334,11 @@ class ProcessTable:
                 if line is not None and check and fstat(fd).st_nlink == 0:
                     line = None  # a plain tree's removed file: read by path
             if line is not None and identity is not None:
+                if line == lines.get(pid) and (record := previous.get(pid)) is not None:
+                    # Not a byte of its stat changed (a process asleep): the record made from it last time holds.
+                    records[pid], cache[pid] = record, identity
+                    append(record)
+                    continue
                 close = line.rfind(b")")
                 rest = line[close + 1 :].split(None, 20) if close >= 0 else []  # field n is rest[n - 3]
                 try:
@@ -338,7 +348,7 @@ class ProcessTable:
                 if start_ticks == identity.start_time_ticks:
                     start_wall_s = None if boot_wall_s is None else boot_wall_s + start_ticks / hz
                     record = identity.record(now, pid, cpu_ticks / hz, start_wall_s)
-                    records[pid], cache[pid] = record, identity
+                    records[pid], cache[pid], lines[pid] = record, identity, line
                     append(record)
                     continue
             got = self._read_one(pid, now, boot_wall_s, out, line)

@@ -182,7 +182,6 @@ def test_auto_finds_the_simulated_cgroup_mount_and_keeps_the_idle_ones_numbers_u
         for pid, r in scan.items()
     ]
     assert all(time <= now for time, now in kept)
-    assert any(time < now for time, now in kept)
     assert reads["auto"] < reads["off"] / 2  # 45 of 64 processes in services that sleep throughout
     assert [r for r in caplog.records if "cgroup_root" in r.getMessage()] == []
 

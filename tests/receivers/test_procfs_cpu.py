@@ -282,3 +282,25 @@ def test_cpu_time_off_over_max_processes_still_reads_only_new_ones(
     assert sorted(second) == [10, 20]
     assert second[10] is first[10]
     assert reads == []
+
+
+def test_a_process_whose_stat_did_not_change_keeps_its_record(tmp_path: Path) -> None:
+    """Not a byte of a sleeping process's stat changes between two reads: its last record is handed on (the
+    very object: no parse, no new record); one whose stat changed, or a pid taken by a new process, is read."""
+    write_process(tmp_path, 10, "asleep", utime=100, start=100)
+    write_process(tmp_path, 11, "busy", utime=100, start=100)
+    receiver = make_receiver(tmp_path, cgroup_root="")  # every stat read every tick
+    poll(receiver)  # first seen: its identity read (the line is remembered from its next read on)
+    first = poll(receiver)
+    second = poll(receiver)
+    assert second[10] is first[10]
+    assert second[11] is first[11]
+    write_process(tmp_path, 11, "busy", utime=250, start=100)
+    third = poll(receiver)
+    assert third[10] is first[10]
+    assert third[11] is not second[11]
+    assert third[11].cpu_time_s == 2.5
+    write_process(tmp_path, 10, "asleep", utime=100, start=777)  # the pid reused, the same CPU time by chance
+    fourth = poll(receiver)
+    assert fourth[10].start_time_ticks == 777
+    assert fourth[10] is not first[10]
