@@ -36,7 +36,7 @@ import os
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -108,6 +108,7 @@ class ProcfsReceiver:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="procfs")
         self._pending: Future[Scan] | None = None
         self._cpu_info: list[CpuInfo] | None = None  # None: not read yet; [] missing or unreadable
+        self._cgroup_said: str | None = None  # cgroup_root's last line (why it is off), for describe()
 
     def _table(self, cpu_time: bool) -> ProcessTable:
         return ProcessTable(
@@ -163,7 +164,24 @@ class ProcfsReceiver:
 
     def _note(self, level: int, message: str) -> None:
         """cgroup_root's one line (off, and why; a cgroup namespace it could not place), from the scan's thread."""
+        self._cgroup_said = message
         self.rl.log.log(level, "cgroup_root", f"receiver {self.component_id}: {message}")
+
+    def describe(self) -> dict[str, Any]:
+        """What ``wattpipe probe procfs`` shows beside the records: where it reads, whether every process's CPU
+        time is read, how many processes it knows, and whether cgroup_root skips idle cgroups (the mount, where
+        our cgroup namespace's root sits in it, how many cgroups it watches) or why not."""
+        watched = self.table.cgroup_state()
+        if watched is None:
+            setting = self.config.cgroup_root
+            why = self._cgroup_said or (f"cgroup_root: {setting!r}" if not setting else "no CPU time read (cpu_time)")
+            watched = {"off": why.replace("''", '""')}
+        return {
+            "root": self.config.root,
+            "cpu_time": self.table.cpu_time,
+            "processes": self.table.cached(),
+            "cgroup_root": watched,
+        }
 
     def _warn(self, key: str, message: str) -> None:
         self.rl.log.log(logging.WARNING, key, f"receiver {self.component_id}: {message}")

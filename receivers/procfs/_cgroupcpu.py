@@ -210,6 +210,16 @@ class CgroupUsage:
         mount = mount_for(setting, proc_root)
         return cls(mount, proc_root=proc_root, note=note, explicit=setting != "auto", keep_open=keep_open)
 
+    def looked(self) -> bool:
+        """Whether :meth:`ready` has looked at the mount yet (the first scan with CPU time)."""
+        return self._ready is not None
+
+    def describe(self) -> dict[str, object]:
+        """The mount taken, where our cgroup namespace's root sits in it ("/": the host's namespace; None: not
+        found, so no path can be placed), and how many cgroups the last scan watched."""
+        root = "/" if self._prefix == "" else self._prefix
+        return {"mount": self.root, "namespace_root": root, "cgroups": len(self._last)}
+
     def ready(self) -> bool:
         """Whether ``root`` is a cgroup v2 mount (it has ``cgroup.controllers``), said once where it is not.
         The first call also places our cgroup namespace (:func:`namespace_root`), saying so where it cannot."""

@@ -209,6 +209,10 @@ class ProcessTable:
     def cached(self) -> int:
         return len(self._cache)
 
+    def cgroup_state(self) -> dict[str, object] | None:
+        """cgroup_root at work (see :meth:`CgroupUsage.describe`); None where it is off (or not looked at yet)."""
+        return None if self._usage is None or not self._usage.looked() else self._usage.describe()
+
     def close(self) -> None:
         """Close the stat and cpu.stat files kept open (the receiver's shutdown, on the scanning thread)."""
         self.stat_files.close()

@@ -386,3 +386,32 @@ def test_a_process_that_moved_cgroups_is_caught_up_by_the_periodic_full_read(tmp
     assert seen[0] == 2.0  # the tick /a's baseline is taken: read
     assert set(seen[1 : FULL_READ_EVERY - 1]) == {2.0}  # kept: /a did not move
     assert seen[-1] == 1.0 + FULL_READ_EVERY  # the full read: all of it, at once
+
+
+def test_probe_says_whether_the_cgroup_shortcut_is_on_and_why_not(tmp_path: Path) -> None:
+    """``wattpipe probe procfs`` shows, beside the records, where procfs reads and whether cgroup_root works:
+    the mount it took, where our cgroup namespace sits in it, how many cgroups it watches; or the line that
+    said why it is off."""
+    scenario = scale_scenario(mig_gpus=0, timesliced_gpus=1, processes_per_gpu=4, host_processes=60, busy_services=5)
+    clock = SteppedClock()
+    writer = ProcfsWriter(simulator.build(scenario, clock), tmp_path / "on", cgroups=True)
+    receiver = make_receiver(writer.proc, clock)
+    clock.advance(700.0)  # every process started
+    for _ in range(2):
+        clock.advance(5.0)
+        writer.refresh()
+        poll(receiver)
+    assert receiver.describe() == {
+        "root": str(writer.proc),
+        "cpu_time": True,
+        "processes": 64,
+        "cgroup_root": {"mount": str(tmp_path / "on" / "sys" / "fs" / "cgroup"), "namespace_root": "/", "cgroups": 51},
+    }
+    bare = ProcfsWriter(simulator.build(scenario, clock), tmp_path / "off")  # no cgroup tree
+    bare.refresh()
+    receiver = make_receiver(bare.proc, clock)
+    poll(receiver)
+    off = receiver.describe()["cgroup_root"]
+    assert set(off) == {"off"}
+    assert "is not a cgroup v2 mount" in off["off"]
+    assert make_receiver(bare.proc, clock, cgroup_root="").describe()["cgroup_root"] == {"off": 'cgroup_root: ""'}
