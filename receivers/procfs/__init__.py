@@ -173,9 +173,8 @@ class ProcfsReceiver:
         our cgroup namespace's root sits in it, how many cgroups it watches) or why not."""
         watched = self.table.cgroup_state()
         if watched is None:
-            setting = self.config.cgroup_root
-            why = self._cgroup_said or (f"cgroup_root: {setting!r}" if not setting else "no CPU time read (cpu_time)")
-            watched = {"off": why.replace("''", '""')}
+            why = 'cgroup_root: ""' if not self.config.cgroup_root else "no CPU time read (cpu_time)"
+            watched = {"off": self._cgroup_said or why}
         return {
             "root": self.config.root,
             "cpu_time": self.table.cpu_time,
