@@ -10,12 +10,14 @@ Needs the Debian ``prometheus`` package (.ci/run installs it); outside CI a mach
 
 from __future__ import annotations
 
+import http.server
 import os
 import re
 import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -109,6 +111,7 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def query(url: str, promql: str) -> list[dict[str, Any]]:
     response = httpx.get(f"{url}/api/v1/query", params={"query": promql}, timeout=10)
+    response.raise_for_status()  # before its TSDB is open Prometheus answers 503 in plain text
     body = response.json()
     assert body["status"] == "success", f"{promql}: {body}"
     result: list[dict[str, Any]] = body["data"]["result"]
@@ -163,7 +166,34 @@ def test_every_picker_lists_values_and_the_picks_are_among_them(prom: str, dashb
         response = httpx.get(
             f"{prom}/api/v1/label/{label}/values", params={"match[]": interpolate(selector, ALL)}, timeout=10
         )
+        response.raise_for_status()
         listed = response.json()["data"]
         assert listed, f"{dashboard}: the {name} picker lists nothing"
         pick = PICKS[dashboard].get(name)
         assert pick is None or pick in listed, (name, pick, listed)
+
+
+def test_waiting_for_the_pods_outlasts_a_prometheus_that_is_not_ready_yet(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Prometheus answers 503 "Service Unavailable" (plain text) until its TSDB is open; a slow CI machine hit it.
+    answers = [(503, b"Service Unavailable\n")] * 3
+    success = b'{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1,"1"]}]}}'
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            code, body = answers.pop(0) if answers else (200, success)
+            self.send_response(code)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setattr(time, "sleep", lambda s: None)
+    try:
+        _wait_for_every_pod(f"http://127.0.0.1:{server.server_address[1]}")
+    finally:
+        server.shutdown()
+    assert answers == []  # it asked through the three 503s and stopped at the first answer
