@@ -101,6 +101,7 @@ class _Identity:
     attrs: dict[str, str]
     groups: list[tuple[GroupScope, str, dict[str, str]]]
     named: bool  # its pod's names were known (from the k8s processor's Workloads)
+    described: tuple[str | None, ...]  # what its listing said (described()): another listing is another identity
     by_zone: dict[str, dict[str, str]] = field(default_factory=dict)  # attrs with the zone: one object per zone
     # Its series per zone type, each labelled with this identity's zone_attrs (a new identity starts empty: its
     # series are found in CpuSeries.processes again, and labelled anew).
@@ -114,6 +115,22 @@ class _Identity:
         if found is None:
             found = self.by_zone[zone] = {**self.attrs, "zone": zone}
         return found
+
+
+def described(host: HostProcess) -> tuple[str | None, ...]:
+    """What a listing says a process is. The same (pid, start time) can say another thing later: exec gives it
+    a new comm and exe (a container's first process is runc's until its runtime starts it), and procfs then
+    reads its cgroup again."""
+    return (
+        host.comm,
+        host.exe,
+        host.container_id,
+        host.container_runtime,
+        host.pod_uid,
+        host.vm_id,
+        host.vm_name,
+        host.hypervisor,
+    )
 
 
 def _process_attrs(host: HostProcess, workload: Workload | None) -> dict[str, str]:
@@ -181,6 +198,7 @@ class CpuSeries:
                 attrs=_process_attrs(host, workload),
                 groups=_group_memberships(host, workload),
                 named=named,
+                described=described(host),
             )
             for scope, group, _ in known.groups:
                 self._members.setdefault((scope, group), set()).add(pk)
@@ -202,6 +220,7 @@ class CpuSeries:
         grouped: list[tuple[Series, int]] = []  # the group series with a share this tick, and their energy before
         processes, known_by_pk = self.processes, self._known
         nameable = bool(names.by_pid or names.by_container or names.by_pod)  # else no pod gets named this tick
+        self._forget_changed(tick)
         for zone, shares in tick.by_zone.items():
             for pk, host, mj in zip(tick.keys, tick.hosts, shares, strict=True):
                 known = known_by_pk.get(pk)
@@ -243,6 +262,20 @@ class CpuSeries:
             gseries.power_w = None if per_mj is None else mj * per_mj
             gseries.ended_wall_s = None
         self._settle(now.wall_s, tick, hosts, listed)
+
+    def _forget_changed(self, tick: TickShares) -> None:
+        """The identities of processes whose listing says another thing now (they exec'd) dropped, and with
+        them their memberships (a group ends without other members): their series are labelled anew."""
+        known_by_pk, members_by_group = self._known, self._members
+        for pk, host in zip(tick.keys, tick.hosts, strict=True):
+            known = known_by_pk.get(pk)
+            if known is None or known.described == described(host):
+                continue
+            del known_by_pk[pk]
+            for scope, group, _ in known.groups:
+                members = members_by_group.get((scope, group))
+                if members is not None:
+                    members.discard(pk)
 
     def _join(self, known: _Identity, zone: str, series: Series) -> tuple[int, tuple[Series, ...]]:
         """A process's group series in a zone type, found or begun (at its series' start), and labelled by its

@@ -16,11 +16,12 @@ from wattpipe.pipeline.constructors import new_host_process
 from wattpipe.pipeline.records import HostProcess, NodeCpuTime
 from wattpipe.receivers.procfs._cgroup import CgroupIdentity, parse_cgroup
 from wattpipe.receivers.procfs._cgroupcpu import CgroupUsage, Note, unified_path
+from wattpipe.receivers.procfs._pidstat import ProcStat, comm_of, cpu_and_start, exec_head, parse_stat
 from wattpipe.receivers.procfs._stat import parse_proc_stat
 from wattpipe.receivers.procfs._statfiles import MAX_BYTES, Gone, StatFiles, default_budget
 from wattpipe.receivers.procfs._vm import VmIdentity, looks_like_qemu, parse_qemu_cmdline
 
-__all__ = ["FULL_READ_EVERY", "ProcStat", "ProcessTable", "Scan", "parse_stat"]
+__all__ = ["FULL_READ_EVERY", "ProcStat", "ProcessTable", "Scan", "cpu_and_start", "parse_stat"]
 
 # With cgroup_root, every this many scans reads every process all the same (the first scan is one): a process is
 # watched through the cgroup it was in when first read, and one that moved since (read before its runtime
@@ -33,50 +34,6 @@ _GONE = (errno.ENOENT, errno.ESRCH)
 
 
 @dataclass(frozen=True, slots=True)
-class ProcStat:
-    """The fields of ``/proc/<pid>/stat`` this receiver uses, in clock ticks (``SC_CLK_TCK``)."""
-
-    comm: str
-    utime_ticks: int
-    stime_ticks: int
-    start_time_ticks: int  # since boot: with the pid, what names one process across pid reuse
-
-
-def parse_stat(text: str) -> ProcStat:
-    """Parse one ``/proc/<pid>/stat`` line; raises ValueError when it is not one.
-
-    Field 2 is ``(comm)``, and comm is whatever the process named itself: it may hold spaces and
-    parentheses (``(a) (b)``), so the fields after it start after the *last* ``)``.
-    """
-    open_at = text.find("(")
-    close_at = text.rfind(")")
-    if open_at < 0 or close_at < open_at:
-        raise ValueError("no '(comm)' field")
-    rest = text[close_at + 1 :].split()  # rest[0] is field 3 (state), so field n is rest[n - 3]
-    try:
-        return ProcStat(
-            comm=text[open_at + 1 : close_at],
-            utime_ticks=int(rest[14 - 3]),
-            stime_ticks=int(rest[15 - 3]),
-            start_time_ticks=int(rest[22 - 3]),
-        )
-    except (IndexError, ValueError):
-        raise ValueError(f"{len(rest) + 2} fields, or a non-number among utime/stime/starttime") from None
-
-
-def cpu_and_start(line: bytes) -> tuple[int, int]:
-    """utime + stime and the start time (clock ticks) of a stat line, as bytes: the per-tick read needs no
-    more, and no decoding. Raises ValueError as :func:`parse_stat` does for a line that is not one."""
-    close = line.rfind(b")")
-    rest = line[close + 1 :].split(None, 20) if close >= 0 else []  # rest[0] is field 3, so field n is rest[n - 3]
-    try:
-        return int(rest[14 - 3]) + int(rest[15 - 3]), int(rest[22 - 3])
-    except (IndexError, ValueError):
-        parse_stat(line.decode("utf-8", errors="replace"))  # raises with the reason
-        raise ValueError("not a stat line") from None
-
-
-@dataclass(frozen=True, slots=True)
 class _Identity:
     """What never changes over a process's life, read once per (pid, start time)."""
 
@@ -86,6 +43,9 @@ class _Identity:
     cgroup: CgroupIdentity
     vm: VmIdentity | None = None  # a qemu process's VM, from its cmdline
     cgroup_path: str | None = None  # its cgroup v2 path, for cgroup_root's cpu.stat
+    # Its stat line through comm (exec_head): a line that differs there is of a process that exec'd since (a
+    # container's first process is runc's until its runtime starts it), whose identity is read again.
+    stat_head: bytes | None = None
     # comm, exe, container_id, container_runtime, pod_uid, vm_id, vm_name, hypervisor: a record's own, made once
     fields: tuple[str, str | None, str | None, str | None, str | None, str | None, str | None, str | None] = field(
         init=False
@@ -95,6 +55,11 @@ class _Identity:
         cg, vm = self.cgroup, self.vm
         ids = (None, None, None) if vm is None else (vm.vm_id, vm.vm_name, vm.hypervisor)
         object.__setattr__(self, "fields", (self.comm, self.exe, cg.container_id, cg.runtime, cg.pod_uid, *ids))
+
+    def describes(self, line: bytes) -> bool:
+        """Whether a later stat line of the same process (pid and start time) is still of what this read."""
+        head = self.stat_head
+        return head is None or line[: line.rfind(b")") + 1] == head
 
     def record(self, now: Timestamp, pid: int, cpu_time_s: float | None, start_wall_s: float | None) -> HostProcess:
         """This process's record as read at ``now``."""
@@ -349,7 +314,9 @@ class ProcessTable:
                     cpu_ticks, start_ticks = int(rest[11]) + int(rest[12]), int(rest[19])
                 except (IndexError, ValueError):
                     start_ticks = -1  # malformed: _read_one says so
-                if start_ticks == identity.start_time_ticks:
+                if start_ticks == identity.start_time_ticks and (
+                    (head := identity.stat_head) is None or line[: close + 1] == head
+                ):
                     start_wall_s = None if boot_wall_s is None else boot_wall_s + start_ticks / hz
                     record = identity.record(now, pid, cpu_ticks / hz, start_wall_s)
                     records[pid], cache[pid], lines[pid] = record, identity, line
@@ -451,15 +418,16 @@ class ProcessTable:
                 raise _Gone from None
         cpu_ticks, start_ticks = cpu_and_start(line)
         identity = self._cache.get(pid)
-        if identity is None or identity.start_time_ticks != start_ticks:
-            identity = self._read_identity(f"{self._root}/{pid}", start_ticks, _comm(line))
+        if identity is None or identity.start_time_ticks != start_ticks or not identity.describes(line):
+            identity = self._read_identity(f"{self._root}/{pid}", start_ticks, line)
         hz = self.clock_ticks_per_s
         start_wall_s = None if boot_wall_s is None else boot_wall_s + start_ticks / hz
         return identity.record(now, pid, cpu_ticks / hz if self.cpu_time else None, start_wall_s), identity
 
-    def _read_identity(self, directory: str, start_time_ticks: int, comm: str) -> _Identity:
-        """``comm`` comes from the stat line already read: the kernel writes the same name (task->comm, with a
+    def _read_identity(self, directory: str, start_time_ticks: int, line: bytes) -> _Identity:
+        """comm comes from the stat ``line`` already read: the kernel writes the same name (task->comm, with a
         workqueue worker's suffix) into ``stat`` and ``comm``, so reading ``comm`` too would cost a file for nothing."""
+        comm = comm_of(line)
         cgroup_text = _read(f"{directory}/cgroup")
         cgroup = parse_cgroup(cgroup_text)
         try:
@@ -480,6 +448,7 @@ class ProcessTable:
             cgroup=cgroup,
             vm=vm,
             cgroup_path=unified_path(cgroup_text),
+            stat_head=exec_head(line),
         )
 
     @staticmethod
@@ -488,8 +457,3 @@ class ProcessTable:
             return parse_qemu_cmdline(_read(f"{directory}/cmdline"))
         except OSError:  # not _Gone: a process that ended is left out whole, by the caller
             return None
-
-
-def _comm(line: bytes) -> str:
-    """The ``(comm)`` field of a stat line (from the first ``(`` to the last ``)``: comm may hold either)."""
-    return line[line.find(b"(") + 1 : line.rfind(b")")].decode("utf-8", errors="replace")

@@ -647,3 +647,30 @@ def test_a_container_ends_when_its_last_processs_pid_is_another_processs_at_the_
     out = step(proc, node)
     assert totals(out, "container")[("c9", "cpu:package")].state == "terminated"
     assert totals(out, "process")[("90", "cpu:package")].state == "terminated"
+
+
+def test_a_process_that_execs_into_another_container_is_billed_to_it_from_then_on() -> None:
+    # procfs reads a process again when exec changes its comm: a container's first process is runc's
+    # (``runc:[2:INIT]``) until its runtime starts it, and a runtime may place it in its cgroup late. The same
+    # (pid, start time) then comes with another comm and container: its series follows, its energy continuous;
+    # the new container is billed from that tick on, and the old one ends with its last member gone.
+    node = Node(zones={"intel-rapl:0": ("package", 0, 0, 0)})
+    node.spawn(70, comm="runc:[2:INIT]", container_id="shim")
+    proc = processor()
+    step(proc, node)
+    node.half_busy("intel-rapl:0", 10_000)
+    node.run(70, 1.0)
+    before = step(proc, node)
+    assert totals(before, "container")[("shim", "cpu:package")].energy_mj == 5_000
+    node.procs[70] = replace(node.procs[70], comm="python3", container_id="c7", pod_uid="p7")
+    for tick in (1, 2):
+        node.half_busy("intel-rapl:0", 10_000)
+        node.run(70, 1.0)
+        out = step(proc, node)
+        process = totals(out, "process")[("70", "cpu:package")]
+        assert (dict(process.extra)["comm"], dict(process.extra)["container_id"]) == ("python3", "c7")
+        assert process.energy_mj == 5_000 * (tick + 1)
+        assert totals(out, "container")[("c7", "cpu:package")].energy_mj == 5_000 * tick
+        assert totals(out, "pod")[("p7", "cpu:package")].energy_mj == 5_000 * tick
+        shim = totals(out, "container")[("shim", "cpu:package")]
+        assert (shim.energy_mj, shim.state) == (5_000, "terminated")

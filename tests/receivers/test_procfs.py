@@ -197,11 +197,16 @@ def test_identity_is_read_once_per_pid_and_start_time(tmp_path: Path) -> None:
     first = poll(receiver)[300]
     assert (first.comm, first.exe, first.container_id, first.pod_uid) == ("trainer", "/usr/bin/python3", CID, UID)
 
-    # Same process (same start time), CPU time moved on: identity comes from the cache.
-    (directory / "comm").write_text("renamed\n")
-    (directory / "stat").write_text(stat_line(300, "renamed", utime=250, start=5_000))
+    # Same process (same start time and comm), CPU time moved on: identity comes from the cache.
+    (directory / "cgroup").write_text("0::/system.slice/elsewhere.service\n")  # not read again
+    (directory / "stat").write_text(stat_line(300, "trainer", utime=250, start=5_000))
     again = poll(receiver)[300]
     assert (again.comm, again.container_id, again.cpu_time_s) == ("trainer", CID, 2.5)
+
+    # Its comm changed (exec, or it renamed itself): what it runs is read again (test_procfs_cpu.py).
+    (directory / "stat").write_text(stat_line(300, "renamed", utime=260, start=5_000))
+    renamed = poll(receiver)[300]
+    assert (renamed.comm, renamed.container_id, renamed.cpu_time_s) == ("renamed", None, 2.6)
 
     # The pid is reused by a new process (a later start time): everything is read afresh.
     directory.joinpath("exe").unlink()

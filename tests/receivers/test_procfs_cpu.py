@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.receivers.test_procfs import TICKS, Sim, make_receiver, poll, scenario_data, write_process
+from tests.receivers.test_procfs import TICKS, Sim, make_receiver, poll, scenario_data, stat_line, write_process
 from wattpipe.pipeline.clock import SteppedClock, Timestamp
 from wattpipe.pipeline.records import HostProcess, NodeCpuTime
 from wattpipe.receivers.procfs import ProcfsReceiver, _proc
@@ -304,3 +304,45 @@ def test_a_process_whose_stat_did_not_change_keeps_its_record(tmp_path: Path) ->
     fourth = poll(receiver)
     assert fourth[10].start_time_ticks == 777
     assert fourth[10] is not first[10]
+
+
+CONTAINER = "a" * 64
+SHIM = "0::/system.slice/containerd.service\n"
+POD = "0f3e2d1c-aaaa-bbbb-cccc-1234567890ab"
+IN_POD = f"0::/kubepods.slice/kubepods-pod{POD.replace('-', '_')}.slice/cri-containerd-{CONTAINER}.scope\n"
+
+
+def _exec(root: Path, pid: int, comm: str, exe: str, *, utime: int, cgroup: str) -> None:
+    """What execve does to a process's files: a new comm and exe; the same pid and start time."""
+    (root / str(pid) / "exe").unlink()
+    write_process(root, pid, comm, utime=utime, start=100, cgroup=cgroup, exe=exe)
+
+
+def test_a_process_that_execs_is_described_by_what_it_runs_now(tmp_path: Path) -> None:
+    """A container's first process is ``runc:[2:INIT]`` (exe runc) until its runtime starts it, which can be
+    seconds (create, then start): a scan then reads it as runc. exec keeps its pid and start time but changes
+    comm and exe (and here its cgroup, as a runtime that moves it late would): its records follow."""
+    write_process(tmp_path, 10, "runc:[2:INIT]", utime=0, start=100, cgroup=SHIM, exe="/usr/bin/runc")
+    receiver = make_receiver(tmp_path, cgroup_root="")
+    for _ in range(2):  # read, then again with its stat file kept open
+        assert (poll(receiver)[10].comm, poll(receiver)[10].container_id) == ("runc:[2:INIT]", None)
+    _exec(tmp_path, 10, "python3", "/usr/bin/python3", utime=300, cgroup=IN_POD)
+    after = poll(receiver)[10]
+    assert (after.comm, after.exe, after.container_id, after.pod_uid) == ("python3", "/usr/bin/python3", CONTAINER, POD)
+    assert after.cpu_time_s == 3.0
+    assert poll(receiver)[10].comm == "python3"
+
+
+def test_a_kernel_thread_whose_comm_changes_is_not_read_again(tmp_path: Path) -> None:
+    """A workqueue worker's comm names the work it does now (``kworker/1:2-events``, then ``-mm_percpu_wq``):
+    a kernel thread never execs, so its identity stands (no reads, no new labels for each piece of work)."""
+    kthread = stat_line(7, "kworker/1:2-events", utime=5, start=3).replace(" 4194560 ", f" {0x04208040} ")
+    (tmp_path / "7").mkdir()
+    (tmp_path / "7" / "stat").write_text(kthread)
+    (tmp_path / "7" / "cgroup").write_text("0::/\n")
+    receiver = make_receiver(tmp_path, cgroup_root="")
+    assert poll(receiver)[7].comm == "kworker/1:2-events"
+    (tmp_path / "7" / "cgroup").unlink()  # read again, it would make the process unreadable
+    (tmp_path / "7" / "stat").write_text(kthread.replace("-events)", "-mm_percpu_wq)").replace(" 5 ", " 9 ", 1))
+    after = poll(receiver)[7]
+    assert (after.comm, after.cpu_time_s) == ("kworker/1:2-events", 0.09)
