@@ -101,7 +101,9 @@ class _Identity:
     attrs: dict[str, str]
     groups: list[tuple[GroupScope, str, dict[str, str]]]
     named: bool  # its pod's names were known (from the k8s processor's Workloads)
-    described: tuple[str | None, ...]  # what its listing said (described()): another listing is another identity
+    # Its listing's comm and container: where a later listing's differ, the process exec'd (see _forget_changed).
+    comm: str | None
+    container_id: str | None
     by_zone: dict[str, dict[str, str]] = field(default_factory=dict)  # attrs with the zone: one object per zone
     # Its series per zone type, each labelled with this identity's zone_attrs (a new identity starts empty: its
     # series are found in CpuSeries.processes again, and labelled anew).
@@ -115,22 +117,6 @@ class _Identity:
         if found is None:
             found = self.by_zone[zone] = {**self.attrs, "zone": zone}
         return found
-
-
-def described(host: HostProcess) -> tuple[str | None, ...]:
-    """What a listing says a process is. The same (pid, start time) can say another thing later: exec gives it
-    a new comm and exe (a container's first process is runc's until its runtime starts it), and procfs then
-    reads its cgroup again."""
-    return (
-        host.comm,
-        host.exe,
-        host.container_id,
-        host.container_runtime,
-        host.pod_uid,
-        host.vm_id,
-        host.vm_name,
-        host.hypervisor,
-    )
 
 
 def _process_attrs(host: HostProcess, workload: Workload | None) -> dict[str, str]:
@@ -198,7 +184,8 @@ class CpuSeries:
                 attrs=_process_attrs(host, workload),
                 groups=_group_memberships(host, workload),
                 named=named,
-                described=described(host),
+                comm=host.comm,
+                container_id=host.container_id,
             )
             for scope, group, _ in known.groups:
                 self._members.setdefault((scope, group), set()).add(pk)
@@ -264,12 +251,14 @@ class CpuSeries:
         self._settle(now.wall_s, tick, hosts, listed)
 
     def _forget_changed(self, tick: TickShares) -> None:
-        """The identities of processes whose listing says another thing now (they exec'd) dropped, and with
-        them their memberships (a group ends without other members): their series are labelled anew."""
+        """The identities of processes whose listing says another comm or container now dropped, and with them
+        their memberships (a group ends without other members): their series are labelled and grouped anew.
+        The same (pid, start time) says another thing after an exec (a container's first process is runc's
+        until its runtime starts it): procfs reads what a process is again when its comm changes."""
         known_by_pk, members_by_group = self._known, self._members
         for pk, host in zip(tick.keys, tick.hosts, strict=True):
             known = known_by_pk.get(pk)
-            if known is None or known.described == described(host):
+            if known is None or (host.comm == known.comm and host.container_id == known.container_id):
                 continue
             del known_by_pk[pk]
             for scope, group, _ in known.groups:
