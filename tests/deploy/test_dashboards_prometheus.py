@@ -10,14 +10,12 @@ Needs the Debian ``prometheus`` package (.ci/run installs it); outside CI a mach
 
 from __future__ import annotations
 
-import http.server
 import os
 import re
 import shutil
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +26,7 @@ import pytest
 
 from tests.deploy.chart import ROOT
 from tests.deploy.dashboards import DASHBOARDS, interpolate, load, targets, variables
+from tests.helpers.http_stub import serving
 
 ALL = {"node": ".*", "gpu": ".*", "namespace": ".*", "pod": ".*", "price_per_kwh": "0.30"}
 # Families whose right value on the demos may be 0 (every watt attributed; a free span's exact idle).
@@ -175,25 +174,10 @@ def test_every_picker_lists_values_and_the_picks_are_among_them(prom: str, dashb
 
 def test_waiting_for_the_pods_outlasts_a_prometheus_that_is_not_ready_yet(monkeypatch: pytest.MonkeyPatch) -> None:
     # Prometheus answers 503 "Service Unavailable" (plain text) until its TSDB is open; a slow CI machine hit it.
-    answers = [(503, b"Service Unavailable\n")] * 3
+    answers = [(503, b"Service Unavailable\n", "text/plain")] * 3
     success = b'{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1,"1"]}]}}'
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            code, body = answers.pop(0) if answers else (200, success)
-            self.send_response(code)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     monkeypatch.setattr(time, "sleep", lambda s: None)
-    try:
-        _wait_for_every_pod(f"http://127.0.0.1:{server.server_address[1]}")
-    finally:
-        server.shutdown()
+    with serving(lambda path: answers.pop(0) if answers else (200, success, "application/json")) as url:
+        _wait_for_every_pod(url)
     assert answers == []  # it asked through the three 503s and stopped at the first answer

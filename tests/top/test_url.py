@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import http.server
 import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.http_stub import serving
 from wattpipe import top as top_module
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,28 +104,10 @@ def local_wattpipe(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """A loopback server answering with a recorded exposition, standing in for a wattpipe on the default port."""
     from tests.top.test_model import KEPLER
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = KEPLER.encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
-    monkeypatch.setattr(top_module, "LOCAL_URL", url)
-    try:
+    with serving(lambda path: (200, KEPLER.encode(), "text/plain; version=0.0.4")) as base:
+        url = f"{base}/metrics"
+        monkeypatch.setattr(top_module, "LOCAL_URL", url)
         yield url
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_without_url_top_reads_the_local_wattpipe_when_one_answers(
