@@ -47,6 +47,10 @@ __all__ = ["CpuAttributionConfig", "CpuAttributionProcessor", "factory"]
 # close before it started after it (had it run then, the listing would have had it): its first tick counts.
 _START_SLACK_S = 0.02
 
+# A zone not read for this long is gone (as a GPU is after the energy processor's device_gone_after, 10 minutes):
+# in the idle mode it no longer takes a share of its zone type's idle_w.
+_ZONE_GONE_AFTER_S = 600.0
+
 _Unattributable = Literal["gap", "processes_unknown"] | None
 
 
@@ -243,8 +247,11 @@ class CpuAttributionProcessor:
         once, so a process's shares in one type are one apportioning; a zone's whole active energy is either
         attributed or unattributed (the weights are the same for every zone)."""
         samples = sorted(batch.cpu_zones, key=lambda z: z.path)
-        # Zones per type, every zone read so far: one that did not answer this tick keeps its share of idle_w.
-        zone_of = {path: z.zone for path, z in self._zones.items()} | {z.path: z.zone for z in samples}
+        # Zones per type, every zone read lately: one that did not answer this tick keeps its share of idle_w;
+        # one not read for _ZONE_GONE_AFTER_S (removed: an mmio twin replaced by its MSR zone) gives it back.
+        since_s = max((z.time.monotonic_s for z in samples), default=0.0) - _ZONE_GONE_AFTER_S
+        zone_of = {path: z.zone for path, z in self._zones.items() if z.time.monotonic_s >= since_s}
+        zone_of |= {z.path: z.zone for z in samples}
         per_type: dict[str, int] = {}
         for zone in zone_of.values():
             per_type[zone] = per_type.get(zone, 0) + 1

@@ -59,3 +59,25 @@ def test_process_watts_are_over_the_ticks_interval_when_a_zone_returns_from_a_ga
     out, _ = _gap_run()
     pid2 = totals(out, "process")[("2", "cpu:package")]
     assert pid2.power_w == pytest.approx(5_000 / 1000 / 5.0)
+
+
+def test_idle_mode_a_zone_gone_for_good_stops_taking_its_types_share_of_idle_w() -> None:
+    """The mmio window of package 0 read while intel_rapl_msr was not loaded, then replaced by the MSR zone
+    (the receiver drops the twin): idle_w's package share must not stay split with a zone never read again,
+    else the one package that remains is billed half the idle power as its processes' active energy, forever."""
+    node = Node(zones={"intel-rapl-mmio:0": ("package", 0, 0, 0)})
+    node.spawn(40)
+    proc = processor(mode="idle", idle_w={"package": 40.0})
+    step(proc, node)
+    del node.zones["intel-rapl-mmio:0"]
+    node.zones["intel-rapl:0"] = ("package", 0, 0, 0)
+    power = None
+    for _ in range(12 * 11):  # 11 minutes of 5 s ticks at 50 W
+        node.spend("intel-rapl:0", 250_000)
+        node.total_s += 10.0
+        node.active_s += 1.0
+        node.run(40, 1.0)
+        out = step(proc, node)
+        (power,) = out.device_power or (None,)
+    assert power is not None
+    assert (power.idle_energy_mj, power.active_energy_mj) == (200_000, 50_000)  # all of idle_w's 40 W
