@@ -14,7 +14,8 @@ Failure modes, each degrading rather than stopping:
   records from them;
 - a zone that disappears (driver unloaded) or appears (a package registered after the first discovery): the
   tree's listing (one ``listdir`` a tick) differs from the one the zones were found from, and the tree is read
-  again; a zone that comes back goes on from its last reading, so the energy over its gap is counted.
+  again; a zone gone is one log line naming it (while it lasts), and one that comes back goes on from its last
+  reading, so the energy over its gap is counted.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ class RaplReceiver:
         self.provides: frozenset[str] = _PROVIDES
         self._zones: list[Zone] | None = None
         self._seen: tuple[str, ...] = ()  # the zone directories the zones were found from
+        self._gone: list[str] = []  # zones read before, not in the tree now
         self._counters: dict[str, ZoneCounter] = {}
         self._said: set[str] = set()  # problems logged and not yet gone
         self.resets = ctx.telemetry.counter(
@@ -89,6 +91,13 @@ class RaplReceiver:
                 self._zones = found.zones
                 for z in found.zones:  # a zone back after a gap goes on from its last reading (nothing lost)
                     self._counters.setdefault(z.path, self._new_counter())
+                self._gone = sorted(self._counters.keys() - {z.path for z in found.zones} - set(found.dropped))
+        if self._gone and self._zones is not None:
+            problems[f"gone/{','.join(self._gone)}"] = (
+                f"{', '.join(self._gone)} gone from {self.powercap} (a driver unloaded, a package's CPUs offline); "
+                f"no energy from {'it' if len(self._gone) == 1 else 'them'} until back, when the counter's growth "
+                "meanwhile is counted"
+            )
         records: list[Record] = []
         unreadable: dict[str, list[str]] = {}
         for zone in self._zones or ():

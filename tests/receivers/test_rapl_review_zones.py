@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
 from pathlib import Path
+
+import pytest
 
 from tests.receivers.test_rapl import RANGE_UJ, make, poll, write_zone
 from wattpipe.pipeline.clock import SteppedClock
@@ -47,3 +50,20 @@ def test_a_zone_missing_from_one_discovery_keeps_its_counter_when_it_is_back(tmp
     assert back is not None
     assert back.counter_epoch == wrapped.counter_epoch
     assert back.energy_uj - wrapped.energy_uj == 1_000_000_000
+
+
+def test_a_zone_gone_from_the_tree_is_said_once_naming_it(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Its energy stops while the others' goes on: one warning naming the zone, not silence."""
+    clock = SteppedClock()
+    write_zone(tmp_path, "intel-rapl:0", "package-0", 1_000)
+    write_zone(tmp_path, "intel-rapl:1", "package-1", 5_000)
+    receiver = make(tmp_path, clock)
+    poll(receiver)
+    shutil.rmtree(tmp_path / "class" / "powercap" / "intel-rapl:1")
+    with caplog.at_level(logging.WARNING):
+        for _ in range(4):
+            clock.advance(5.0)
+            assert set(poll(receiver)) == {"intel-rapl:0"}
+    said = [r.getMessage() for r in caplog.records if "intel-rapl:1" in r.getMessage()]
+    assert len(said) == 1
+    assert "gone" in said[0]
