@@ -8,9 +8,9 @@ process's share of the active energy is its CPU-time delta over the sum of all p
 exactly (``processors/_cpu_split.py``). A process that started inside the tick counts all its CPU time.
 Per zone per tick ``idle + Σ processes + unattributed == delta`` exactly, the same invariant and units as
 the GPU path. A zone back from ticks it missed is measured across them, but the processes' deltas do not span
-its absence: its active energy is unattributed (``unattributable="gap"``). Processes' shares are summed per zone *type* (two sockets' ``package`` zones are one
-``package`` series per process, as Kepler labels them), then into containers, pods and VMs
-(``processors/_cpu_series.py``).
+its absence: its active energy is unattributed (``unattributable="gap"``). Processes' shares are summed per
+zone *type* (two sockets' ``package`` zones are one ``package`` series per process, as Kepler labels them),
+then into containers, pods and VMs (``processors/_cpu_series.py``).
 
 Out: a ``DevicePower`` (``device_type="cpu"``) and a ``DeviceTotals`` per zone, labelled ``zone`` and
 ``path``; a ``Totals`` per process, container and pod per zone type, with ``device_id`` ``cpu:<zone>``; and the
