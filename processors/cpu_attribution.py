@@ -7,9 +7,10 @@ Per zone (``intel-rapl:0``, ``intel-rapl:0:0``, …) per tick: the counter's del
 process's share of the active energy is its CPU-time delta over the sum of all processes' deltas, split
 exactly (``processors/_cpu_split.py``). A process that started inside the tick counts all its CPU time.
 Per zone per tick ``idle + Σ processes + unattributed == delta`` exactly, the same invariant and units as
-the GPU path. Processes' shares are summed per zone *type* (two sockets' ``package`` zones are one
-``package`` series per process, as Kepler labels them), then into containers, pods and VMs
-(``processors/_cpu_series.py``).
+the GPU path. A zone back from ticks it missed is measured across them, but the processes' deltas do not span
+its absence: its active energy is unattributed (``unattributable="gap"``). Processes' shares are summed per
+zone *type* (two sockets' ``package`` zones are one ``package`` series per process, as Kepler labels them),
+then into containers, pods and VMs (``processors/_cpu_series.py``).
 
 Out: a ``DevicePower`` (``device_type="cpu"``) and a ``DeviceTotals`` per zone, labelled ``zone`` and
 ``path``; a ``Totals`` per process, container and pod per zone type, with ``device_id`` ``cpu:<zone>``; and the
@@ -46,6 +47,12 @@ __all__ = ["CpuAttributionConfig", "CpuAttributionProcessor", "factory"]
 # read up to about 20 ms before the process truly started. One not in the last listing that reads as started this
 # close before it started after it (had it run then, the listing would have had it): its first tick counts.
 _START_SLACK_S = 0.02
+
+# A zone not read for this long is gone (as a GPU is after the energy processor's device_gone_after, 10 minutes):
+# in the idle mode it no longer takes a share of its zone type's idle_w.
+_ZONE_GONE_AFTER_S = 600.0
+
+_Unattributable = Literal["gap", "processes_unknown"] | None
 
 
 class CpuAttributionConfig(ComponentConfig):
@@ -95,6 +102,7 @@ class _Weights:
     cpu_s: list[float]
     listed: bool  # /proc answered this tick
     exited: AbstractSet[tuple[int, int]] = frozenset()  # in the last listing, not in this one
+    since_tick: int | None = None  # the tick of the listing the deltas start from (None: no earlier one)
 
 
 class CpuAttributionProcessor:
@@ -109,6 +117,9 @@ class CpuAttributionProcessor:
         self._node: NodeCpuTime | None = None
         self._hosts: Mapping[int, HostProcess] = {}  # the last listing, by pid: the deltas start from it
         self._last_wall_s: float | None = None
+        self._tick = 0  # process() calls: a zone's last reading and the last listing are placed by it
+        self._zone_tick: dict[str, int] = {}  # the tick each zone was last read in
+        self._listing_tick: int | None = None  # the tick of the last listing that answered
         self.zone_totals: dict[str, _ZoneTotals] = {}
         self.series = CpuSeries(config.terminated_retention, config.max_terminated)
         self._idles = ZoneIdles(config.idle_w, config.learn_idle) if config.mode == "idle" else None
@@ -140,6 +151,7 @@ class CpuAttributionProcessor:
         return {"zones": zones, **self.series.snapshot()}
 
     def process(self, batch: Batch) -> Batch:
+        self._tick += 1
         ratio = self._ratio(batch)
         if ratio is not None:  # the tick's ratio on its node CPU time: kepler_node_cpu_usage_ratio
             batch = batch.replace(node_cpu=(replace(batch.node_cpu[0], usage_ratio=ratio), *batch.node_cpu[1:]))
@@ -158,8 +170,8 @@ class CpuAttributionProcessor:
             )
         weights = self._weights(batch, hosts)
         powers, by_zone, split_zones = self._split(batch, ratio, weights)
-        tick = TickShares(
-            interval_s=powers[0].interval_s if powers else batch.interval_s,
+        tick = TickShares(  # the watts are over the interval of the energy that was split (a gap's is longer)
+            interval_s=next((p.interval_s for p in powers if p.unattributable != "gap"), batch.interval_s),
             keys=weights.keys,
             hosts=weights.hosts,
             by_zone=by_zone,
@@ -224,7 +236,8 @@ class CpuAttributionProcessor:
             exited = {process_key(h) for h in gone + reused}
         self._hosts = hosts
         self._last_wall_s = batch.time.wall_s  # when the readings the next deltas start from were taken
-        return _Weights(keys, listings, cpu_s, listed=True, exited=exited)
+        since_tick, self._listing_tick = self._listing_tick, self._tick
+        return _Weights(keys, listings, cpu_s, listed=True, exited=exited, since_tick=since_tick)
 
     # --- the split ---------------------------------------------------------------------------------
 
@@ -235,28 +248,38 @@ class CpuAttributionProcessor:
         once, so a process's shares in one type are one apportioning; a zone's whole active energy is either
         attributed or unattributed (the weights are the same for every zone)."""
         samples = sorted(batch.cpu_zones, key=lambda z: z.path)
-        # Zones per type, every zone read so far: one that did not answer this tick keeps its share of idle_w.
-        zone_of = {path: z.zone for path, z in self._zones.items()} | {z.path: z.zone for z in samples}
+        # Zones per type, every zone read lately: one that did not answer this tick keeps its share of idle_w;
+        # one not read for _ZONE_GONE_AFTER_S (removed: an mmio twin replaced by its MSR zone) gives it back.
+        since_s = max((z.time.monotonic_s for z in samples), default=0.0) - _ZONE_GONE_AFTER_S
+        zone_of = {path: z.zone for path, z in self._zones.items() if z.time.monotonic_s >= since_s}
+        zone_of |= {z.path: z.zone for z in samples}
         per_type: dict[str, int] = {}
         for zone in zone_of.values():
             per_type[zone] = per_type.get(zone, 0) + 1
-        parts: list[tuple[CpuZoneSample, float, int, int, bool, bool, ZoneIdle | None, bool]] = []
+        parts: list[tuple[CpuZoneSample, float, int, int, bool, _Unattributable, ZoneIdle | None, bool]] = []
         active_by_type: dict[str, int] = {}
         for sample in samples:
             previous, self._zones[sample.path] = self._zones.get(sample.path), sample
+            read_tick, self._zone_tick[sample.path] = self._zone_tick.get(sample.path, 0), self._tick
             if previous is None or previous.counter_epoch != sample.counter_epoch:
                 continue  # a baseline (first reading, or after a reset): no energy yet
             energy_mj = sample.energy_uj // 1000 - previous.energy_uj // 1000  # floors telescope: nothing lost
             if energy_mj < 0:
                 continue  # went backwards in one epoch: the receiver should have said reset; not energy
             interval_s = sample.time.monotonic_s - previous.time.monotonic_s
-            zone_idle = self._zone_idle(sample, per_type[sample.zone], energy_mj, interval_s, ratio)
+            # A zone that missed ticks the processes' CPU-time deltas do not span: they cannot say who used its gap.
+            gap = weights.since_tick is not None and read_tick < weights.since_tick
+            zone_idle = self._zone_idle(sample, per_type[sample.zone], energy_mj, interval_s, None if gap else ratio)
             idle_mj = None if zone_idle is None else round(zone_idle.idle_w * interval_s * 1000)
             idle, active = idle_active(energy_mj, ratio, idle_mj)
             idle_known = ratio is not None or idle_mj is not None
-            known = weights.listed and idle_known
-            split = splittable(weights.cpu_s, ratio, idle_mj, weights.listed)
-            parts.append((sample, interval_s, idle, active, split, known, zone_idle, idle_known))
+            why: _Unattributable = None
+            if not (weights.listed and idle_known):
+                why = "processes_unknown"
+            elif gap:
+                why = "gap"
+            split = splittable(weights.cpu_s, ratio, idle_mj, weights.listed) and not gap
+            parts.append((sample, interval_s, idle, active, split, why, zone_idle, idle_known))
             if split:
                 active_by_type[sample.zone] = active_by_type.get(sample.zone, 0) + active
         by_zone = {zone: apportion(active, weights.cpu_s) for zone, active in active_by_type.items()}
@@ -267,7 +290,8 @@ class CpuAttributionProcessor:
     def _zone_idle(
         self, sample: CpuZoneSample, zones_of_type: int, energy_mj: int, interval_s: float, ratio: float | None
     ) -> ZoneIdle | None:
-        """The idle mode's idle for this zone and tick (None: split by the usage ratio)."""
+        """The idle mode's idle for this zone and tick (None: split by the usage ratio); learned from the tick
+        where ``ratio`` is given (not over a zone's gap: the ratio is the last tick's, the power the gap's)."""
         if self._idles is None:
             return None
         if ratio is not None and interval_s > 0 and self._idles.learns(sample.zone):
@@ -282,13 +306,14 @@ class CpuAttributionProcessor:
         idle_mj: int,
         active_mj: int,
         split: bool,
-        known: bool,
+        why: _Unattributable,
         zone_idle: ZoneIdle | None,
         idle_known: bool,
     ) -> DevicePower:
         """The zone's tick record, and its totals. ``split``: its active energy went to processes (else it is
-        unattributed); ``known`` False (the listing failed, or the ratio is not known) marks the tick
-        unattributable; ``idle_known`` False (no ratio, no idle): the idle watts are absent, all is active."""
+        unattributed); ``why`` marks the tick unattributable: ``processes_unknown`` (the listing failed, or the
+        ratio is not known), ``gap`` (the zone missed ticks); ``idle_known`` False (no ratio, no idle): the idle
+        watts are absent, all is active."""
         totals = self.zone_totals.get(sample.path)
         if totals is None:
             extra = (("path", sample.path), ("zone", sample.zone))
@@ -316,7 +341,7 @@ class CpuAttributionProcessor:
             energy_mj=energy_mj,
             idle_energy_mj=idle_mj,
             active_energy_mj=active_mj,
-            unattributable=None if known else "processes_unknown",
+            unattributable=why,
             idle_source=None if zone_idle is None else zone_idle.source,
             idle_uncertainty_w=None if zone_idle is None else zone_idle.uncertainty_w,
         )

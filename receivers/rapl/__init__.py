@@ -12,7 +12,10 @@ Failure modes, each degrading rather than stopping:
   the path and why, no records, ``cpu_zones`` absent (not empty); looked for again every tick;
 - ``energy_uj`` unreadable (root-only since Linux 5.10): one log line naming the zones and the reason, no
   records from them;
-- a zone that disappears (driver unloaded): the tree is read again the next tick.
+- a zone that disappears (driver unloaded) or appears (a package registered after the first discovery): the
+  tree's listing (one ``listdir`` a tick) differs from the one the zones were found from, and the tree is read
+  again; a zone gone is one log line naming it (while it lasts), and one that comes back goes on from its last
+  reading, so the energy over its gap is counted.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
 from wattpipe.pipeline.records import CpuZoneSample, Record
 from wattpipe.receivers.rapl._counter import ZoneCounter
-from wattpipe.receivers.rapl._zones import Discovery, Zone, discover, read_int, zone_kind
+from wattpipe.receivers.rapl._zones import Discovery, Zone, discover, listing, read_int, zone_kind
 
 __all__ = ["RaplConfig", "RaplReceiver", "Zone", "ZoneCounter", "discover", "factory", "zone_kind"]
 
@@ -65,6 +68,8 @@ class RaplReceiver:
         # What this tick's records fill: nothing when there is no RAPL to read (absent, not empty).
         self.provides: frozenset[str] = _PROVIDES
         self._zones: list[Zone] | None = None
+        self._seen: tuple[str, ...] = ()  # the zone directories the zones were found from
+        self._gone: list[str] = []  # zones read before, not in the tree now
         self._counters: dict[str, ZoneCounter] = {}
         self._said: set[str] = set()  # problems logged and not yet gone
         self.resets = ctx.telemetry.counter(
@@ -76,13 +81,23 @@ class RaplReceiver:
     async def collect(self) -> Sequence[Record]:
         now = self.clock.now()
         problems: dict[str, str] = {}
-        if self._zones is None:
+        if self._zones is None or listing(self.powercap) != self._seen:  # (one listdir a tick: zones come later)
             found = discover(self.powercap)
+            self._seen = found.seen
             if found.problem is not None:
                 problems["discovery"] = found.problem
+                self._zones = None
             else:
                 self._zones = found.zones
-                self._counters = {z.path: self._counters.get(z.path) or self._new_counter() for z in found.zones}
+                for z in found.zones:  # a zone back after a gap goes on from its last reading (nothing lost)
+                    self._counters.setdefault(z.path, self._new_counter())
+                self._gone = sorted(self._counters.keys() - {z.path for z in found.zones} - set(found.dropped))
+        if self._gone and self._zones is not None:
+            problems[f"gone/{','.join(self._gone)}"] = (
+                f"{', '.join(self._gone)} gone from {self.powercap} (a driver unloaded, a package's CPUs offline); "
+                f"no energy from {'it' if len(self._gone) == 1 else 'them'} until back, when the counter's growth "
+                "meanwhile is counted"
+            )
         records: list[Record] = []
         unreadable: dict[str, list[str]] = {}
         for zone in self._zones or ():

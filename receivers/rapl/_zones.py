@@ -14,7 +14,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["Discovery", "Zone", "discover", "read_int", "zone_kind"]
+__all__ = ["Discovery", "Zone", "discover", "listing", "read_int", "zone_kind"]
 
 _ZONE_DIR = re.compile(r"^(?P<control>intel-rapl(?:-mmio)?):(?P<top>\d+)(?::(?P<sub>\d+))?$")
 _PACKAGE = re.compile(r"^package-(?P<index>\d+)(?:-die-\d+)?$")  # multi-die parts: package-0-die-1
@@ -39,6 +39,9 @@ class Discovery:
     zones: list[Zone] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)  # intel-rapl-mmio duplicates, by path
     problem: str | None = None
+    # The zone directories it was made from (named ones; ``listing`` of the tree then): where the tree's listing
+    # differs later (a package registered after the others, psys after the packages, a zone gone), read it again.
+    seen: tuple[str, ...] = ()
 
 
 def read_int(path: str) -> int:
@@ -91,6 +94,12 @@ def _listing(powercap: str) -> tuple[list[str], str | None]:
         return [], f"no RAPL: cannot list {powercap} ({exc.strerror or type(exc).__name__}); no CPU energy"
 
 
+def listing(powercap: str) -> tuple[str, ...]:
+    """The zone directories under ``powercap`` now, sorted (empty when it cannot be listed)."""
+    names, _ = _listing(powercap)
+    return tuple(n for n in names if _ZONE_DIR.match(n))
+
+
 def discover(powercap: str) -> Discovery:
     """The RAPL zones under ``powercap`` (a ``class/powercap`` directory), packages before their subzones."""
     out = Discovery()
@@ -104,8 +113,9 @@ def discover(powercap: str) -> Discovery:
         if match is None:
             continue
         name = _read_name(os.path.join(powercap, entry))
-        if name is not None:
+        if name is not None:  # (one without a name yet, half made, differs from the next listing: read again)
             found.append((match["control"], match["top"], entry, name))
+    out.seen = tuple(path for _, _, path, _ in found)
     msr_names = {name for control, _, _, name in found if control == "intel-rapl"}
     top_name = {(control, top): name for control, top, path, name in found if path.count(":") == 1}
     for control, top, path, name in found:
