@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import errno
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from wattpipe.pipeline.clock import Timestamp
@@ -418,11 +418,25 @@ class ProcessTable:
                 raise _Gone from None
         cpu_ticks, start_ticks = cpu_and_start(line)
         identity = self._cache.get(pid)
-        if identity is None or identity.start_time_ticks != start_ticks or not identity.describes(line):
+        if identity is None or identity.start_time_ticks != start_ticks:
             identity = self._read_identity(f"{self._root}/{pid}", start_ticks, line)
+        elif not identity.describes(line):
+            identity = self._read_exec(identity, f"{self._root}/{pid}", line)
         hz = self.clock_ticks_per_s
         start_wall_s = None if boot_wall_s is None else boot_wall_s + start_ticks / hz
         return identity.record(now, pid, cpu_ticks / hz if self.cpu_time else None, start_wall_s), identity
+
+    def _read_exec(self, identity: _Identity, directory: str, line: bytes) -> _Identity:
+        """A process whose comm changed: exec'd (its exe differs, or cannot be read), its identity read again;
+        or renamed itself (prctl, the same exe), its identity kept, its first comm too (a label that followed
+        every rename would make a new series each time), and the new line's head remembered."""
+        try:
+            exe: str | None = os.readlink(f"{directory}/exe")
+        except OSError:
+            exe = None
+        if exe is not None and exe == identity.exe:
+            return replace(identity, stat_head=exec_head(line))
+        return self._read_identity(directory, identity.start_time_ticks, line)
 
     def _read_identity(self, directory: str, start_time_ticks: int, line: bytes) -> _Identity:
         """comm comes from the stat ``line`` already read: the kernel writes the same name (task->comm, with a

@@ -203,10 +203,15 @@ def test_identity_is_read_once_per_pid_and_start_time(tmp_path: Path) -> None:
     again = poll(receiver)[300]
     assert (again.comm, again.container_id, again.cpu_time_s) == ("trainer", CID, 2.5)
 
-    # Its comm changed (exec, or it renamed itself): what it runs is read again (test_procfs_cpu.py).
+    # It renamed itself (prctl: its comm changed, its exe did not): its identity stands, its first comm too.
     (directory / "stat").write_text(stat_line(300, "renamed", utime=260, start=5_000))
     renamed = poll(receiver)[300]
-    assert (renamed.comm, renamed.container_id, renamed.cpu_time_s) == ("renamed", None, 2.6)
+    assert (renamed.comm, renamed.container_id, renamed.cpu_time_s) == ("trainer", CID, 2.6)
+    # It exec'd (another exe): what it runs is read again (test_procfs_cpu.py).
+    directory.joinpath("exe").unlink()
+    directory.joinpath("exe").symlink_to("/usr/bin/bash")
+    (directory / "stat").write_text(stat_line(300, "bash", utime=270, start=5_000))
+    assert (poll(receiver)[300].comm, poll(receiver)[300].container_id) == ("bash", None)
 
     # The pid is reused by a new process (a later start time): everything is read afresh.
     directory.joinpath("exe").unlink()
