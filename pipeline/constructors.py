@@ -55,7 +55,7 @@ def new_share(
 def new_totals(
     time: Timestamp,
     extra: Attrs,
-    scope: Literal["process", "container", "pod", "instance"],
+    scope: Literal["process", "container", "pod", "instance", "vm"],
     key: str,
     device_id: str,
     energy_mj: int,

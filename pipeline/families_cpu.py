@@ -24,8 +24,6 @@ def _cpu_node(kepler: str, otel: str, record: type[Record], value: str, unit: st
 def _cpu_consumer(
     scope: Literal["process", "container", "pod", "vm"], key: str, optional: tuple[str, ...]
 ) -> tuple[Family, Family]:
-    # A VM's totals are scope "instance" records (Totals has no "vm" scope), of a CPU zone type's device_id.
-    record_scope = "instance" if scope == "vm" else scope
     who = "VM" if scope == "vm" else scope
     kind: Literal["process", "container", "pod"] = "container" if scope == "vm" else scope
     return _consumer_families(
@@ -35,7 +33,7 @@ def _cpu_consumer(
         key,
         (key, "state"),
         ("zone", *optional),
-        (("scope", record_scope), ("device_id", _CPU_TOTALS)),
+        (("scope", scope), ("device_id", _CPU_TOTALS)),
         f"CPU energy (a RAPL zone type's active energy) attributed to a {who} by CPU time since its series "
         "began; terminated series stay for cpu_attribution's retention.",
         f"CPU power attributed to a {who} in one zone type over the last tick (0 once terminated).",

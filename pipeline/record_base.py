@@ -15,7 +15,7 @@ __all__ = ["Attrs", "Record", "RecordKind", "record_kind"]
 Attrs = tuple[tuple[str, str], ...]
 """Extra attributes on a record: sorted (name, value) pairs, so a record stays hashable and frozen."""
 
-RecordKind = Literal["device", "process", "container", "pod", "instance"]
+RecordKind = Literal["device", "process", "container", "pod", "instance", "vm"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

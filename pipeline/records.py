@@ -379,14 +379,15 @@ class Workload(Record):
 class Totals(Record):
     """A monotonic energy total for one consumer on one device (integer mJ, see above).
 
-    ``scope`` says which consumer: a process (``key`` = pid), a container (container id) or a pod (UID).
+    ``scope`` says which consumer: a process (``key`` = pid), a container (container id), a pod (UID), a MIG
+    instance (its GPU instance id) or a virtual machine (``vm``: its qemu ``-uuid``; CPU energy only).
     ``start`` is when the series began (its first tick), for exporters that carry start times.
     """
 
     # KIND is per instance here (its scope): always ask record_kind(), never read .KIND directly.
     IDENTITY: ClassVar[tuple[str, ...]] = ("scope", "key", "device_id", "state")
 
-    scope: Literal["process", "container", "pod", "instance"]
+    scope: Literal["process", "container", "pod", "instance", "vm"]
     key: str
     device_id: str
     energy_mj: int

@@ -376,12 +376,7 @@ class CpuSeries:
         rows: list[tuple[Series, Scope, str, str]] = [
             (s, "process", str(pid), device_id_of(zone)) for (pid, _, zone), s in sorted(self.processes.items())
         ]
-        # A VM travels as scope "instance" (Totals has no "vm" scope; a virtual machine is an instance): the
-        # catalog's kepler_vm_cpu_* select instance totals of a CPU zone type, the MIG families the others.
-        rows += [
-            (s, "instance" if scope == "vm" else scope, key, device_id_of(zone))
-            for (scope, key, zone), s in sorted(self.groups.items())
-        ]
+        rows += [(s, scope, key, device_id_of(zone)) for (scope, key, zone), s in sorted(self.groups.items())]
         for s, *_ in rows:
             if s.start is None:  # a series new this tick (or restored): when it began, once
                 s.start = start_at(now, s.start_wall_s)

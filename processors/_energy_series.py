@@ -13,7 +13,7 @@ from wattpipe.pipeline.records import Totals
 
 __all__ = ["Order", "Series", "prune", "restore", "saved", "start_at", "to_totals"]
 
-Scope = Literal["process", "container", "pod", "instance"]
+Scope = Literal["process", "container", "pod", "instance", "vm"]
 
 
 @dataclass(slots=True)

@@ -154,8 +154,7 @@ def _groups(
                 "attributed_j": by_pod.get(pod.uid, 0) / 1000,
             }
         )
-    # A VM's series travel as scope "instance" Totals of a CPU zone type (kepler_vm_cpu_*).
-    vm_mj = collector.attributed_mj("instance")
+    vm_mj = collector.attributed_mj("vm")
     vms = [
         {"vm_id": vm_id, "true_j": truth.sum_energy_j(pids, t0, t1), "attributed_j": vm_mj.get(vm_id, 0) / 1000}
         for vm_id, pids in sorted(truth.vms.items())

@@ -158,7 +158,10 @@ def test_unquoted_env_reference_with_digits_is_an_attribute_value() -> None:
         ({"action": "insert", "key": "cluster", "value": "a", "new_key": "b"}, "insert takes no new_key"),
         ({"action": "replace", "key": "cluster", "value": "a"}, "'insert', 'upsert', 'rename' or 'drop'"),
         ({"action": "drop", "key": ""}, "at least 1 character"),
-        ({"action": "drop", "key": "exe", "kinds": ["gpu"]}, "'device', 'process', 'container', 'pod' or 'instance'"),
+        (
+            {"action": "drop", "key": "exe", "kinds": ["gpu"]},
+            "'device', 'process', 'container', 'pod', 'instance' or 'vm'",
+        ),
     ],
 )
 def test_invalid_action_is_a_validation_error_saying_what_is_wrong(action: dict[str, Any], message: str) -> None:

@@ -139,7 +139,7 @@ def test_seed_example_40_w_at_25_percent_is_10_w_active_all_to_the_one_vm() -> N
     assert power.power_w == pytest.approx(40.0)
     assert power.active_w == pytest.approx(10.0)
     assert totals(out, "process")[("100", "cpu:package")].energy_mj == 50_000
-    vm = totals(out, "instance")[("vm-1", "cpu:package")]  # a VM's series: scope "instance", a CPU zone type
+    vm = totals(out, "vm")[("vm-1", "cpu:package")]  # a VM's series: scope "vm", a CPU zone type
     assert vm.energy_mj == 50_000
     assert vm.power_w == pytest.approx(10.0)
 
