@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from wattpipe.pipeline.catalog import ATTRIBUTES, FAMILIES, NODE, Family, prometheus_label, prometheus_name
 
-__all__ = ["CpuZone", "Gpu", "Row", "Snapshot", "parse"]
+__all__ = ["CpuZone", "Gpu", "Row", "Snapshot", "is_wattpipe", "parse"]
 
 # Sample name in either scheme → (the family, the scheme it was named in).
 _SAMPLES: dict[str, tuple[Family, str]] = {}
@@ -275,6 +275,20 @@ def _cpu_zones(samples: list[_Sample], found: dict[tuple[str, str, str], _Found]
     for cpu in zones.values():
         cpu.rows = _tree(cpu.key, found, (None, cpu.unattributed_j))
     return list(zones.values())
+
+
+def is_wattpipe(text: str) -> bool:
+    """Whether ``text`` is an exposition with a family of the catalog (either scheme), even one with no sample
+    yet: a wattpipe on a node without GPUs (or without RAPL) is still one."""
+    try:
+        for metric in text_string_to_metric_families(text):
+            if {metric.name, f"{metric.name}_total"} & _SAMPLES.keys():
+                return True
+            if any(sample.name in _SAMPLES for sample in metric.samples):
+                return True
+    except ValueError:
+        return False
+    return False
 
 
 def parse(text: str) -> Snapshot:

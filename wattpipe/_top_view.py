@@ -267,6 +267,14 @@ def render(snapshot: Snapshot | None, history: History, view: View) -> Renderabl
         parts.append(Text(view.status, style="yellow"))
     if snapshot is not None and (snapshot.gpus or snapshot.cpus):
         parts.append(_Fitted(_rows(snapshot, history, view)))
+    elif snapshot is not None and (snapshot.scheme or snapshot.node):  # a wattpipe, with nothing to show yet
+        parts.append(
+            Text(
+                "no GPU power and no RAPL zone series (no GPU, RAPL absent or unreadable, or no tick yet): "
+                "`wattpipe probe rapl` and `wattpipe probe nvml` on the node say why",
+                style="yellow",
+            )
+        )
     elif snapshot is not None:
         parts.append(Text("no GPU or CPU series in the exposition (is this a wattpipe /metrics?)", style="yellow"))
     parts.extend(Text(e, style="red") for e in view.errors)
