@@ -141,3 +141,12 @@ def test_once_with_a_cpu_only_demo_prints_as_soon_as_cpu_energy_is_attributed(mo
     assert time.monotonic() - started < 5.0, "waited for GPU power on a node that has none"
     assert source.fetches == 1
     assert "CPU package intel-rapl:0 + intel-rapl:1" in out.getvalue()
+
+
+def test_a_cpu_only_wattpipe_in_otel_names_is_recognised_too() -> None:
+    from tests.top.test_cpu import CPU_OTEL
+    from wattpipe._top_model import is_wattpipe
+
+    assert is_wattpipe(CPU_OTEL)
+    assert is_wattpipe("# HELP kepler_node_cpu_joules_total x\n# TYPE kepler_node_cpu_joules_total counter\n")
+    assert not is_wattpipe("not an exposition {\n")
