@@ -239,6 +239,7 @@ def _live(source: _Source, view: View, console: Console, every_s: float) -> int:
     next_scrape = started
     with _keys(sys.stdin) as interactive, Live(console=console, screen=True, auto_refresh=False) as live:
         while True:
+            view.height = console.size.height  # the rows fit it (a resized terminal too): no device falls off
             if time.monotonic() >= next_scrape:
                 next_scrape = time.monotonic() + every_s
                 if not view.paused:
