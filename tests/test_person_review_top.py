@@ -150,3 +150,28 @@ def test_a_cpu_only_wattpipe_in_otel_names_is_recognised_too() -> None:
     assert is_wattpipe(CPU_OTEL)
     assert is_wattpipe("# HELP kepler_node_cpu_joules_total x\n# TYPE kepler_node_cpu_joules_total counter\n")
     assert not is_wattpipe("not an exposition {\n")
+
+
+# A process that ended (its series kept, state="terminated", for the exporter's retention) and a new one the
+# kernel gave its pid: two series, two processes. top keyed process rows by pid alone and merged them, mixing
+# one's state and name with the other's watts and joules.
+PID_REUSED = """\
+kepler_process_cpu_watts{comm="oldjob",pid="900",state="terminated",type="regular",zone="package"} 0.0
+kepler_process_cpu_joules_total{comm="oldjob",pid="900",state="terminated",type="regular",zone="package"} 55.0
+"""
+
+
+@pytest.mark.parametrize("text", [CPU_KEPLER + PID_REUSED, PID_REUSED + CPU_KEPLER], ids=["after", "before"])
+def test_a_reused_pid_is_two_rows_not_one_mixed_row(text: str) -> None:
+    snapshot = parse(text)
+    (package,) = [cpu for cpu in snapshot.cpus if cpu.zone == "package"]
+    rows = {(row.name, row.state): (row.watts, row.joules) for row in package.rows if row.kind == "process"}
+    assert rows == {("900 sshd", "running"): (0.5, 1.3), ("900 oldjob", "terminated"): (0.0, 55.0)}
+
+
+def test_a_reused_pid_with_the_same_name_is_told_apart_by_its_state() -> None:
+    same = PID_REUSED.replace('comm="oldjob"', 'comm="sshd"')
+    for text in (CPU_KEPLER + same, same + CPU_KEPLER):
+        (package,) = [cpu for cpu in parse(text).cpus if cpu.zone == "package"]
+        rows = {(row.name, row.state): (row.watts, row.joules) for row in package.rows if row.kind == "process"}
+        assert rows == {("900 sshd", "running"): (0.5, 1.3), ("900 sshd", "terminated"): (0.0, 55.0)}

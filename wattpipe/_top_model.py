@@ -207,7 +207,11 @@ def _consumer_key(kind: str, labels: dict[str, str]) -> tuple[str, str]:
         return gi, f"MIG {gi}" + (f" {profile}" if profile else "")
     pid = labels.get("pid", "?")
     comm = labels.get("comm")
-    return pid, f"{pid} {comm}" if comm else pid
+    # A pid names two processes when one ended (its series kept, terminated) and the kernel gave its pid to
+    # another: their names (or containers) tell them apart, their states too (_consumer_rows); nothing refers to a
+    # process's key, so it can be the whole identity.
+    identity = "\0".join((pid, comm or "", labels.get("container_id", "")))
+    return identity, f"{pid} {comm}" if comm else pid
 
 
 @dataclass
@@ -226,6 +230,10 @@ def _consumer_rows(samples: list[_Sample]) -> dict[tuple[str, str, str], _Found]
             continue
         kind, value = what
         key, name = _consumer_key(kind, sample.labels)
+        state = sample.labels.get("state")
+        known = found.get((uuid, kind, key))
+        if kind == "process" and state and known and known.row.state and known.row.state != state:
+            key = f"{key}\0{state}"  # the same pid and name, one ended and one running: two processes
         parent = {"container": "pod_uid", "process": "container_id"}.get(kind)
         item = found.setdefault((uuid, kind, key), _Found(Row(kind, name), sample.labels.get(parent or "")))
         setattr(item.row, value, sample.value)
