@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from wattpipe.pipeline.catalog import ATTRIBUTES, FAMILIES, NODE, Family, prometheus_label, prometheus_name
 
-__all__ = ["CpuZone", "Gpu", "Row", "Snapshot", "parse"]
+__all__ = ["CpuZone", "Gpu", "Row", "Snapshot", "is_wattpipe", "parse"]
 
 # Sample name in either scheme → (the family, the scheme it was named in).
 _SAMPLES: dict[str, tuple[Family, str]] = {}
@@ -207,7 +207,11 @@ def _consumer_key(kind: str, labels: dict[str, str]) -> tuple[str, str]:
         return gi, f"MIG {gi}" + (f" {profile}" if profile else "")
     pid = labels.get("pid", "?")
     comm = labels.get("comm")
-    return pid, f"{pid} {comm}" if comm else pid
+    # A pid names two processes when one ended (its series kept, terminated) and the kernel gave its pid to
+    # another: their names (or containers) tell them apart, their states too (_consumer_rows); nothing refers to a
+    # process's key, so it can be the whole identity.
+    identity = "\0".join((pid, comm or "", labels.get("container_id", "")))
+    return identity, f"{pid} {comm}" if comm else pid
 
 
 @dataclass
@@ -226,6 +230,10 @@ def _consumer_rows(samples: list[_Sample]) -> dict[tuple[str, str, str], _Found]
             continue
         kind, value = what
         key, name = _consumer_key(kind, sample.labels)
+        state = sample.labels.get("state")
+        known = found.get((uuid, kind, key))
+        if kind == "process" and state and known and known.row.state and known.row.state != state:
+            key = f"{key}\0{state}"  # the same pid and name, one ended and one running: two processes
         parent = {"container": "pod_uid", "process": "container_id"}.get(kind)
         item = found.setdefault((uuid, kind, key), _Found(Row(kind, name), sample.labels.get(parent or "")))
         setattr(item.row, value, sample.value)
@@ -275,6 +283,20 @@ def _cpu_zones(samples: list[_Sample], found: dict[tuple[str, str, str], _Found]
     for cpu in zones.values():
         cpu.rows = _tree(cpu.key, found, (None, cpu.unattributed_j))
     return list(zones.values())
+
+
+def is_wattpipe(text: str) -> bool:
+    """Whether ``text`` is an exposition with a family of the catalog (either scheme), even one with no sample
+    yet: a wattpipe on a node without GPUs (or without RAPL) is still one."""
+    try:
+        for metric in text_string_to_metric_families(text):
+            if {metric.name, f"{metric.name}_total"} & _SAMPLES.keys():
+                return True
+            if any(sample.name in _SAMPLES for sample in metric.samples):
+                return True
+    except ValueError:
+        return False
+    return False
 
 
 def parse(text: str) -> Snapshot:

@@ -68,6 +68,7 @@ class View:
     status: str = ""
     paused: bool = False
     errors: list[str] = field(default_factory=list)
+    height: int | None = None  # the terminal's lines (the live view); None: every row (into a pipe or a file)
 
 
 def _number(value: float | None, digits: int = 1) -> str:
@@ -185,15 +186,38 @@ def _consumer_cells(device: Gpu | CpuZone, rows: list[Row], depth: int, view: Vi
     return out
 
 
-def _rows(snapshot: Snapshot, history: History, view: View) -> list[tuple[Cells, str]]:
+def _rows(snapshot: Snapshot, history: History, view: View, budget: int | None = None) -> list[tuple[Cells, str]]:
+    """The table's rows; with a ``budget`` of lines, each device keeps its row and its first consumers (in the
+    view's order) and a line counting those left out, so that no device falls off the bottom of the screen."""
+    devices = [
+        (_gpu_cells(gpu, history), _consumer_cells(gpu, gpu.rows, 1, view))
+        for gpu in sorted(snapshot.gpus, key=_order(view), reverse=view.reverse)
+    ] + [  # the CPU zone types after the GPUs, as a group
+        (_cpu_cells(cpu, history), _consumer_cells(cpu, cpu.rows, 1, view))
+        for cpu in sorted(snapshot.cpus, key=_order(view), reverse=view.reverse)
+    ]
+    quota = _quota([len(consumers) for _, consumers in devices], budget)
     rows: list[tuple[Cells, str]] = []
-    for gpu in sorted(snapshot.gpus, key=_order(view), reverse=view.reverse):
-        rows.append((_gpu_cells(gpu, history), "bold"))
-        rows.extend(_consumer_cells(gpu, gpu.rows, 1, view))
-    for cpu in sorted(snapshot.cpus, key=_order(view), reverse=view.reverse):  # after the GPUs, as a group
-        rows.append((_cpu_cells(cpu, history), "bold"))
-        rows.extend(_consumer_cells(cpu, cpu.rows, 1, view))
+    for cells, consumers in devices:
+        rows.append((cells, "bold"))
+        if len(consumers) <= quota + 1:  # one row left out would take the line that says so: shown instead
+            rows.extend(consumers)
+        else:
+            rows.extend(consumers[:quota])
+            rows.append(([f"  … {len(consumers) - quota} more rows"], "dim"))
     return rows
+
+
+def _quota(sizes: list[int], budget: int | None) -> int:
+    """The most consumer rows each device may show so that all of them, with their device rows and the lines
+    counting what is left out, fit in ``budget`` lines (no budget: all of them)."""
+    most = max(sizes, default=0)
+    if budget is None:
+        return most
+    for quota in range(most, 0, -1):
+        if sum(1 + min(n, quota + 1) for n in sizes) <= budget:  # a device's row, its rows or quota + "… more"
+            return quota
+    return 0
 
 
 def _natural(rows: list[tuple[Cells, str]]) -> list[int]:
@@ -266,7 +290,17 @@ def render(snapshot: Snapshot | None, history: History, view: View) -> Renderabl
     if view.status:
         parts.append(Text(view.status, style="yellow"))
     if snapshot is not None and (snapshot.gpus or snapshot.cpus):
-        parts.append(_Fitted(_rows(snapshot, history, view)))
+        # The lines left for the table's rows: less the title, status, errors, keys, header and hidden-columns note.
+        budget = None if view.height is None else view.height - 4 - bool(view.status) - len(view.errors)
+        parts.append(_Fitted(_rows(snapshot, history, view, budget)))
+    elif snapshot is not None and (snapshot.scheme or snapshot.node):  # a wattpipe, with nothing to show yet
+        parts.append(
+            Text(
+                "no GPU power and no RAPL zone series (no GPU, RAPL absent or unreadable, or no tick yet): "
+                "`wattpipe probe rapl` and `wattpipe probe nvml` on the node say why",
+                style="yellow",
+            )
+        )
     elif snapshot is not None:
         parts.append(Text("no GPU or CPU series in the exposition (is this a wattpipe /metrics?)", style="yellow"))
     parts.extend(Text(e, style="red") for e in view.errors)

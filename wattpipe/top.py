@@ -31,7 +31,7 @@ import httpx
 from rich.console import Console
 from rich.live import Live
 
-from wattpipe._top_model import Snapshot, parse
+from wattpipe._top_model import CpuZone, Gpu, Snapshot, is_wattpipe, parse
 from wattpipe._top_view import SORTS, History, View, render
 
 __all__ = ["add_arguments", "main", "metrics_url"]
@@ -99,10 +99,11 @@ def _free_port() -> int:
 
 
 def _answers(url: str) -> bool:
-    """Whether a wattpipe serves ``url`` (its exposition has GPU families)."""
+    """Whether a wattpipe serves ``url``: its exposition has a family of the catalog (GPU, CPU or its own; a
+    node without GPUs serves no GPU family, and is read all the same)."""
     try:
         response = httpx.get(url, timeout=1.0)
-        return response.status_code == 200 and "gpu" in response.text
+        return response.status_code == 200 and is_wattpipe(response.text)
     except httpx.HTTPError:
         return False
 
@@ -183,9 +184,14 @@ def _apply_key(key: str, view: View) -> bool:
     return True
 
 
+def _devices(snapshot: Snapshot) -> list[Gpu] | list[CpuZone]:
+    """What ``--once`` waits on with the demo: the GPUs, or on a node without any its CPU zone types."""
+    return snapshot.gpus or snapshot.cpus
+
+
 def _settled(snapshot: Snapshot, first_measured: float | None) -> bool:
     """The demo's screen is worth printing: a tick attributed something, or none did for a while after power."""
-    attributed = any(row.kind != "unattributed" for gpu in snapshot.gpus for row in gpu.rows)
+    attributed = any(row.kind != "unattributed" for device in _devices(snapshot) for row in device.rows)
     return attributed or (first_measured is not None and time.monotonic() - first_measured > _ONCE_DEMO_SETTLE_S)
 
 
@@ -203,7 +209,7 @@ def _once(source: _Source, view: View, console: Console, wait_s: float) -> int:
                 return EXIT_RUNTIME
             time.sleep(0.5)
             continue
-        measured = any(gpu.watts is not None for gpu in snapshot.gpus)
+        measured = any(device.watts is not None for device in _devices(snapshot))
         first_measured = first_measured or (time.monotonic() if measured else None)
         if source.demo is None or time.monotonic() > deadline or (measured and _settled(snapshot, first_measured)):
             history.add(snapshot)
@@ -233,6 +239,7 @@ def _live(source: _Source, view: View, console: Console, every_s: float) -> int:
     next_scrape = started
     with _keys(sys.stdin) as interactive, Live(console=console, screen=True, auto_refresh=False) as live:
         while True:
+            view.height = console.size.height  # the rows fit it (a resized terminal too): no device falls off
             if time.monotonic() >= next_scrape:
                 next_scrape = time.monotonic() + every_s
                 if not view.paused:
