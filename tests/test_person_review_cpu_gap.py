@@ -8,7 +8,11 @@ tick's CPU-time deltas. The receiver keeps the zone's counter across the gap (no
 processor takes the zone's delta since its previous reading, but its ``_ratio`` and ``_weights`` are since the
 previous *tick*: a process that ran during the gap and not in the last tick gets none of the gap's energy,
 and the idle/active split of the gap is the last tick's. Conservation still holds (every mJ lands somewhere);
-the numbers per process are wrong. processors/cpu_attribution.py is not the reviewer's to change.
+the numbers per process were wrong. Since the rev-zones review such a tick is a gap: its idle part split by the
+ratio, its active part unattributed (``unattributable="gap"``), nobody wrongly billed. What this test asks for,
+splitting the gap's active energy by the CPU time each process used over the gap, is not built (it would keep
+the CPU-time deltas per zone across its absence, and bill processes that ended meanwhile): strict xfail, the
+known limit in docs/attribution.md.
 """
 
 from __future__ import annotations
@@ -30,8 +34,8 @@ def _step_without_rapl(proc: CpuAttributionProcessor, node: Node) -> Batch:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="cpu_attribution splits a zone's energy since its previous reading by the last tick's usage ratio and "
-    "CPU-time deltas only (processors/cpu_attribution.py _ratio/_weights are per tick, the zone delta spans the gap)",
+    reason="a zone back from a gap has its active energy unattributed (unattributable=gap): splitting it by the "
+    "CPU time used over the gap is not built",
 )
 def test_energy_over_a_zone_gap_goes_to_who_used_the_cpu_during_the_gap() -> None:
     node = Node(zones={"intel-rapl:0": ("package", 0, 5_000_000, 0)})
@@ -60,7 +64,7 @@ def test_energy_over_a_zone_gap_goes_to_who_used_the_cpu_during_the_gap() -> Non
     assert power.energy_mj == 60_000  # the gap's energy is counted (the receiver kept the counter): right
 
     by_pid = {key: t.energy_mj for (key, _), t in totals(out, "process").items()}
-    assert sum(by_pid.values()) == power.active_energy_mj  # conserved either way
+    assert power.unattributable == "gap"  # (today: all of the active energy unattributed, nobody wrongly billed)
     # Over the 15 s the delta covers, process 10 used 10 CPU-s and process 20 5: 2/3 and 1/3 of the active energy.
     active = power.active_energy_mj
     assert by_pid.get("10", 0) == pytest.approx(active * 2 / 3, rel=0.01)
