@@ -21,8 +21,8 @@ Failure modes, each degrading rather than stopping:
 - ``exe`` unreadable (a kernel thread, or another user's process without CAP_SYS_PTRACE): absent;
 - a scan still running when the next tick asks (a hung /proc read): that tick gets no records;
 - ``/proc/stat`` unreadable: a warning, and ``node_cpu`` absent that tick.
-- ``/proc/cpuinfo`` missing, unreadable or not parseable: one warning naming the path and why, and no
-  ``cpu_info`` (not read again).
+- ``/proc/cpuinfo`` unreadable or not parseable: one warning naming the path and why, and no ``cpu_info``
+  (not read again); missing (a test's tree): a debug line, the same.
 - ``cgroup_root`` not a cgroup v2 mount (cgroup v1, not mounted): one info line (``auto``) or warning (a
   path said outright) naming it, and every process's ``stat`` read every tick, as without it; in a cgroup
   namespace whose root it cannot find under the mount, one info line, the same.
