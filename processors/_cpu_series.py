@@ -207,7 +207,7 @@ class CpuSeries:
         grouped: list[tuple[Series, int]] = []  # the group series with a share this tick, and their energy before
         processes, known_by_pk = self.processes, self._known
         nameable = bool(names.by_pid or names.by_container or names.by_pod)  # else no pod gets named this tick
-        self._forget_changed(tick)
+        self._forget_changed(tick, names)
         for zone, shares in tick.by_zone.items():
             for pk, host, mj in zip(tick.keys, tick.hosts, shares, strict=True):
                 known = known_by_pk.get(pk)
@@ -250,9 +250,10 @@ class CpuSeries:
             gseries.ended_wall_s = None
         self._settle(now.wall_s, tick, hosts, listed)
 
-    def _forget_changed(self, tick: TickShares) -> None:
-        """The identities of processes whose listing says another comm or container now dropped, and with them
-        their memberships (a group ends without other members): their series are labelled and grouped anew.
+    def _forget_changed(self, tick: TickShares, names: Names) -> None:
+        """The identities of processes whose listing says another comm or container now made anew, their old
+        memberships dropped (a group ends without other members) and their new ones joined at once (a group
+        they stay in does not end in a tick that gives them no share): their series are labelled anew.
         The same (pid, start time) says another thing after an exec (a container's first process is runc's
         until its runtime starts it): procfs reads what a process is again when its comm changes."""
         known_by_pk, members_by_group = self._known, self._members
@@ -265,6 +266,7 @@ class CpuSeries:
                 members = members_by_group.get((scope, group))
                 if members is not None:
                     members.discard(pk)
+            self._identity(pk, host, names)
 
     def _join(self, known: _Identity, zone: str, series: Series) -> tuple[int, tuple[Series, ...]]:
         """A process's group series in a zone type, found or begun (at its series' start), and labelled by its
