@@ -122,6 +122,6 @@ factory = Factory.of(
     type="filter",
     kind="processor",
     config_model=FilterConfig,
-    description="Keeps or drops records by kind (device, process, container, pod, instance) and attribute regex.",
+    description="Keeps or drops records by kind (device, process, container, pod, instance, vm) and attribute regex.",
     stability="beta",
 )
