@@ -58,6 +58,9 @@ class TickShares:
     exited: AbstractSet[tuple[int, int]]  # the processes in the last listing and not in this one
     split_zones: frozenset[str]  # zone types whose active energy went to processes this tick (or could have)
     read_zones: frozenset[str]  # zone types that answered this tick (split or not)
+    # Per zone type, the interval its split energy spans where it is not interval_s (a zone read again after a
+    # tick that the listing missed too: its energy and the deltas span both): its watts are over it.
+    zone_intervals: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,12 +206,14 @@ class CpuSeries:
         self._tick += 1
         tick_no = self._tick
         tick_start_s = now.wall_s - tick.interval_s
-        per_mj = 1 / 1000.0 / tick.interval_s if tick.interval_s > 0 else None
-        grouped: list[tuple[Series, int]] = []  # the group series with a share this tick, and their energy before
+        # the group series with a share this tick, their energy before, and their zone type's mJ → W factor
+        grouped: list[tuple[Series, int, float | None]] = []
         processes, known_by_pk = self.processes, self._known
         nameable = bool(names.by_pid or names.by_container or names.by_pod)  # else no pod gets named this tick
         self._forget_changed(tick, names)
         for zone, shares in tick.by_zone.items():
+            zone_s = tick.zone_intervals.get(zone, tick.interval_s)
+            per_mj = 1 / 1000.0 / zone_s if zone_s > 0 else None
             for pk, host, mj in zip(tick.keys, tick.hosts, shares, strict=True):
                 known = known_by_pk.get(pk)
                 series = known.series.get(zone) if known is not None else None
@@ -242,9 +247,9 @@ class CpuSeries:
                 for gseries in joined[1]:
                     if gseries.seen != tick_no:
                         gseries.seen = tick_no
-                        grouped.append((gseries, gseries.energy_mj))
+                        grouped.append((gseries, gseries.energy_mj, per_mj))
                     gseries.energy_mj += mj
-        for gseries, before_mj in grouped:
+        for gseries, before_mj, per_mj in grouped:
             mj = gseries.energy_mj - before_mj  # the sum of its processes' shares
             gseries.power_w = None if per_mj is None else mj * per_mj
             gseries.ended_wall_s = None

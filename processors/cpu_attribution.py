@@ -178,6 +178,7 @@ class CpuAttributionProcessor:
             exited=weights.exited,
             split_zones=frozenset(split_zones),
             read_zones=frozenset(p.device_name or "" for p in powers),
+            zone_intervals=self._intervals(powers),
         )
         self.series.update(now, tick, hosts, Names.of(batch.workloads), weights.listed)
         return batch.replace(
@@ -185,6 +186,16 @@ class CpuAttributionProcessor:
             device_totals=batch.device_totals + self._device_totals(now),
             totals=batch.totals + tuple(self.series.totals(now)),
         )
+
+    @staticmethod
+    def _intervals(powers: list[DevicePower]) -> dict[str, float]:
+        """Each split zone type's interval (its first zone's, by path): a type read again after a tick that the
+        listing missed too spans both, where another type spans one."""
+        out: dict[str, float] = {}
+        for p in powers:
+            if p.unattributable is None:
+                out.setdefault(p.device_name or "", p.interval_s)
+        return out
 
     # --- the tick's inputs ------------------------------------------------------------------------
 
