@@ -13,12 +13,32 @@ from wattpipe.exporters._otlp_snapshot import AttributeValue, Point
 
 __all__ = ["DeltaState", "PendingDeltas"]
 
-SeriesKey = tuple[str, frozenset[tuple[str, AttributeValue]]]
+SeriesKey = tuple[str, int, frozenset[tuple[str, AttributeValue]]]
 
-_NOT_IDENTITY = frozenset({"wattpipe.state"})
-"""Attributes that change during a series' life: for deltas, a process's ``terminated`` series goes on from its
-``running`` one (a new series would start over from the process's start, and a backend summing deltas by
-process would count its energy twice)."""
+_DESCRIBING = frozenset(
+    {
+        "wattpipe.state",
+        "process.command",
+        "process.executable.path",
+        "wattpipe.process.type",
+        "container.id",
+        "container.runtime",
+        "k8s.container.name",
+        "k8s.pod.uid",
+        "k8s.pod.name",
+        "k8s.namespace.name",
+        "wattpipe.vm.id",
+        "wattpipe.vm.name",
+        "wattpipe.vm.hypervisor",
+    }
+)
+"""Attributes that describe a consumer without naming it, and may change while its series goes on: its state
+(``running``, then ``terminated``), its pod's names (known once the k8s cache synced), what a process runs and
+where (after an exec). A series is named by the rest and its start: under new attributes its deltas go on from
+what was last sent (a new series would start over from its whole total, and a backend summing deltas would
+count that energy twice). A family's own key (``container.id`` for a container's) always names it; where a
+point lacks its key (a pod known by name only, before its UID), all its attributes but the state name it."""
+_STATE = frozenset({"wattpipe.state"})
 
 
 class DeltaState:
@@ -54,9 +74,13 @@ class PendingDeltas:
         self._state = state
         self._updates: dict[SeriesKey, tuple[float, int]] = {}
 
-    def of(self, metric: str, point: Point) -> tuple[float, int]:
-        """``point``'s (value, start_ns) as a delta of the series ``metric`` + its identifying attributes."""
-        key = (metric, frozenset(i for i in point.attributes.items() if i[0] not in _NOT_IDENTITY))
+    def of(self, metric: str, point: Point, own: str | None = None) -> tuple[float, int]:
+        """``point``'s (value, start_ns) as a delta of its series: ``metric``, its start and its naming attributes
+        (all but the describing ones, ``own`` among them: the family's key attribute)."""
+        attributes = point.attributes
+        describing = _DESCRIBING if own is not None and own in attributes else _STATE
+        named = frozenset(i for i in attributes.items() if i[0] not in describing or i[0] == own)
+        key = (metric, point.start_ns, named)
         last = self._state._last_sent.get(key)
         self._updates[key] = (point.raw, point.time_ns)
         # A series that restarted (its total fell, or it began after what we last sent) starts over.

@@ -24,11 +24,12 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from wattpipe.exporters._otlp_delta import DeltaState, PendingDeltas
 from wattpipe.exporters._otlp_snapshot import Point, Snapshot
-from wattpipe.pipeline.catalog import Family
+from wattpipe.pipeline.catalog import ATTRIBUTES, Family
 
 __all__ = ["Encoder"]
 
 _SCOPE = InstrumentationScope("wattpipe")
+_OTEL_NAME = {a.name: a.otel for a in ATTRIBUTES}
 
 
 class Encoder:
@@ -49,9 +50,13 @@ class Encoder:
     @staticmethod
     def _metric(family: Family, points: tuple[Point, ...], pending: PendingDeltas | None) -> Metric:
         counter = family.instrument == "counter"
+        # A consumer family's key (process.pid, container.id, k8s.pod.uid, wattpipe.vm.id) names its series.
+        own = _OTEL_NAME.get(family.labels[0]) if family.kind != "device" and family.labels else None
         data_points: list[NumberDataPoint] = []
         for p in points:
-            value, start_ns = pending.of(family.otel, p) if counter and pending is not None else (p.raw, p.start_ns)
+            value, start_ns = (
+                pending.of(family.otel, p, own) if counter and pending is not None else (p.raw, p.start_ns)
+            )
             data_points.append(
                 NumberDataPoint(
                     attributes=dict(p.attributes),

@@ -14,9 +14,9 @@ def point(raw: float, time_ns: int, start_ns: int = 100, attributes: Mapping[str
     return Point({**PID, **attributes}, raw, start_ns, time_ns)
 
 
-def sent(state: DeltaState, p: Point, metric: str = "e") -> tuple[float, int]:
+def sent(state: DeltaState, p: Point, metric: str = "e", own: str | None = "process.pid") -> tuple[float, int]:
     pending = state.begin()
-    delta = pending.of(metric, p)
+    delta = pending.of(metric, p, own)
     pending.commit()
     return delta
 
@@ -64,3 +64,39 @@ def test_memory_is_bounded_by_forgetting_the_series_least_recently_sent() -> Non
     assert len(state) == 2
     assert sent(state, point(3_000, 400, attributes={"hw.id": "GPU-0"})) == (1_000, 300)  # remembered
     assert sent(state, point(3_000, 400, attributes={"hw.id": "GPU-1"})) == (3_000, 100)  # forgotten: from its start
+
+
+def test_a_series_whose_description_changed_goes_on_from_what_was_sent() -> None:
+    # An exec (another command, another container) or a pod named once the k8s cache synced relabels a series
+    # that carries its total on: a backend summing deltas must not get that total again as a new series' first.
+    state = DeltaState()
+    sent(state, point(1_000, 200, attributes={"process.command": "runc:[2:INIT]"}))
+    moved = {"process.command": "python3", "container.id": "c7", "k8s.pod.uid": "p7", "k8s.pod.name": "web-0"}
+    assert sent(state, point(1_500, 300, attributes=moved)) == (500, 200)
+
+
+def test_a_consumers_own_key_still_tells_series_apart() -> None:
+    state = DeltaState()
+    pending = state.begin()
+    assert pending.of("c", point(1_000, 200, attributes={"container.id": "a"}), own="container.id") == (1_000, 100)
+    assert pending.of("c", point(700, 200, attributes={"container.id": "b"}), own="container.id") == (700, 100)
+
+
+def test_without_its_key_a_series_is_named_by_its_describing_attributes_too() -> None:
+    # Two pods known by name only (no UID yet) on one GPU, their series begun in the same tick.
+    state = DeltaState()
+    for name, raw in (("a", 1_000), ("b", 300)):
+        assert sent(state, point(raw, 200, attributes={"k8s.pod.name": name}), own="k8s.pod.uid") == (raw, 100)
+    assert sent(state, point(1_100, 300, attributes={"k8s.pod.name": "a"}), own="k8s.pod.uid") == (100, 200)
+    assert sent(state, point(350, 300, attributes={"k8s.pod.name": "b"}), own="k8s.pod.uid") == (50, 200)
+
+
+def test_processes_that_share_a_pid_are_told_apart_by_their_start() -> None:
+    # Within the retention an ended process's series and the new one given its pid are both sent, their
+    # attributes alike but for the state: each goes on from its own last point.
+    state = DeltaState()
+    ended = {"wattpipe.state": "terminated"}
+    sent(state, point(1_000, 200, attributes=ended))
+    sent(state, point(40, 200, start_ns=150))
+    assert sent(state, point(1_000, 300, attributes=ended)) == (0, 200)
+    assert sent(state, point(90, 300, start_ns=150)) == (50, 200)
