@@ -9,15 +9,14 @@ And ``top --demo --once`` on a CPU-only scenario waited its whole 60 s start bud
 
 from __future__ import annotations
 
-import http.server
 import io
-import threading
 import time
 from collections.abc import Iterator
 
 import pytest
 from rich.console import Console
 
+from tests.helpers.http_stub import serving
 from tests.top.test_cpu import CPU_KEPLER
 from wattpipe import top as top_module
 from wattpipe._top_model import Snapshot, parse
@@ -39,26 +38,8 @@ kepler_process_cpu_seconds_total{comm="process_api",node_name="vm",pid="1",type=
 
 
 def _serving(body: str) -> Iterator[str]:
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            data = body.encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(lambda path: (200, body.encode(), "text/plain; version=0.0.4")) as base:
+        yield f"{base}/metrics"
 
 
 @pytest.fixture
