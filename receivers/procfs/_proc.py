@@ -26,7 +26,8 @@ __all__ = ["FULL_READ_EVERY", "ProcStat", "ProcessTable", "Scan", "cpu_and_start
 # With cgroup_root, every this many scans reads every process all the same (the first scan is one): a process is
 # watched through the cgroup it was in when first read, and one that moved since (read before its runtime
 # placed it) while that cgroup idles would otherwise keep its CPU time for good; so it stands still for fewer
-# scans than this (a minute at the default 5 s), and its delta then arrives whole.
+# scans than this (a minute at the default 5 s), its delta then arrives whole, and its identity (cgroup,
+# container, pod) is read again: its CPU time grew while the cgroup it was read in did not.
 FULL_READ_EVERY = 12
 
 # ENOENT: the directory or file is gone; ESRCH: the kernel found the task gone while producing the file.
@@ -202,10 +203,13 @@ class ProcessTable:
         boot_wall_s = self._boot_wall_s(now)
         # cpu_time off: a known process is not read again; on, with cgroup_root: nor one whose cgroup is idle.
         known = self._records if names is not None else self._idle()
+        moved: dict[int, HostProcess] = {}
         self._scans += 1
         if names is None and self._scans % FULL_READ_EVERY == 1:
-            known = {}  # every process read (see FULL_READ_EVERY)
-        self._read_all(pids, known, now, boot_wall_s, out, records, cache)
+            # Every process read (see FULL_READ_EVERY); one of an idle cgroup whose CPU time grew anyway runs in
+            # another cgroup now (moved: their last records), and its identity is read again.
+            known, moved = {}, known
+        self._read_all(pids, known, now, boot_wall_s, out, records, cache, moved)
         self._cache = cache  # pids that are gone (or skipped) are forgotten
         self.stat_files.keep_only(cache)
         if self.cpu_time:
@@ -277,16 +281,16 @@ class ProcessTable:
         out: Scan,
         records: dict[int, HostProcess],
         cache: dict[int, _Identity],
+        moved: dict[int, HostProcess],
     ) -> None:
-        """Each pid's record (``known``'s where it has one) into ``records`` and ``out.records``, in pid order,
-        and its identity into ``cache``. The common case inline: a process whose stat file is kept open, whose
-        line parses and whose start time is the cached identity's; any other goes through :meth:`_read_one`."""
+        """Each pid's record (``known``'s where it has one, ``moved``: see scan) into ``records`` and
+        ``out.records``, in pid order, and its identity into ``cache``. Inline, the common case: a kept stat file
+        whose line parses and is the cached identity's; any other goes through :meth:`_read_one`."""
         fds, pread, fstat, check = self.stat_files.fds, os.pread, os.fstat, self.stat_files.checks_links()
         last, append, lines, previous = self._cache, out.records.append, self._lines, self._last
         hz = self.clock_ticks_per_s  # (no file is kept with cpu_time off: every record below carries its CPU time)
         for pid in pids:
-            # A known record is handed on as it was read: with cgroup_root its CPU time is known unchanged as of
-            # now (an exporter that stamps points sends it at the tick's time: exporters/_otlp_snapshot.py).
+            # A known record is handed on as read: its CPU time is unchanged as of now (exporters/_otlp_snapshot.py).
             record = known.get(pid)
             if record is not None:
                 records[pid], cache[pid] = record, last[pid]
@@ -314,26 +318,35 @@ class ProcessTable:
                     cpu_ticks, start_ticks = int(rest[11]) + int(rest[12]), int(rest[19])
                 except (IndexError, ValueError):
                     start_ticks = -1  # malformed: _read_one says so
-                if start_ticks == identity.start_time_ticks and (
-                    (head := identity.stat_head) is None or line[: close + 1] == head
+                if (
+                    start_ticks == identity.start_time_ticks
+                    and ((head := identity.stat_head) is None or line[: close + 1] == head)
+                    and ((kept := moved.get(pid)) is None or kept.cpu_time_s == cpu_ticks / hz)
                 ):
                     start_wall_s = None if boot_wall_s is None else boot_wall_s + start_ticks / hz
                     record = identity.record(now, pid, cpu_ticks / hz, start_wall_s)
                     records[pid], cache[pid], lines[pid] = record, identity, line
                     append(record)
                     continue
-            got = self._read_one(pid, now, boot_wall_s, out, line)
+            got = self._read_one(pid, now, boot_wall_s, out, line, moved.get(pid))
             if got is not None:
                 records[pid], cache[pid] = got
                 append(got[0])
 
     def _read_one(
-        self, pid: int, now: Timestamp, boot_wall_s: float | None, out: Scan, line: bytes | None = None
+        self,
+        pid: int,
+        now: Timestamp,
+        boot_wall_s: float | None,
+        out: Scan,
+        line: bytes | None = None,
+        kept: HostProcess | None = None,
     ) -> tuple[HostProcess, _Identity] | None:
-        """One process's record and identity (from its stat ``line`` where it was read already), or None
-        (gone: silently; unreadable: a problem noted)."""
+        """One process's record and identity (from its stat ``line`` where it was read already; ``kept``: its
+        last record, its cgroup idle since: see _read_all), or None (gone: silently; unreadable: a problem
+        noted)."""
         try:
-            return self._read_process(pid, now, boot_wall_s, line)
+            return self._read_process(pid, now, boot_wall_s, line, kept)
         except _Gone:
             return None
         except ValueError as exc:
@@ -409,7 +422,12 @@ class ProcessTable:
             return None
 
     def _read_process(
-        self, pid: int, now: Timestamp, boot_wall_s: float | None, line: bytes | None = None
+        self,
+        pid: int,
+        now: Timestamp,
+        boot_wall_s: float | None,
+        line: bytes | None = None,
+        kept: HostProcess | None = None,
     ) -> tuple[HostProcess, _Identity]:
         if line is None:
             try:
@@ -418,11 +436,12 @@ class ProcessTable:
                 raise _Gone from None
         cpu_ticks, start_ticks = cpu_and_start(line)
         identity = self._cache.get(pid)
-        if identity is None or identity.start_time_ticks != start_ticks:
+        hz = self.clock_ticks_per_s
+        moved = kept is not None and kept.cpu_time_s != cpu_ticks / hz  # it ran, its cgroup did not: elsewhere
+        if identity is None or identity.start_time_ticks != start_ticks or moved:
             identity = self._read_identity(f"{self._root}/{pid}", start_ticks, line)
         elif not identity.describes(line):
             identity = self._read_exec(identity, f"{self._root}/{pid}", line)
-        hz = self.clock_ticks_per_s
         start_wall_s = None if boot_wall_s is None else boot_wall_s + start_ticks / hz
         return identity.record(now, pid, cpu_ticks / hz if self.cpu_time else None, start_wall_s), identity
 

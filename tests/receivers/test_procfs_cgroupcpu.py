@@ -415,3 +415,27 @@ def test_probe_says_whether_the_cgroup_shortcut_is_on_and_why_not(tmp_path: Path
     assert set(off) == {"off"}
     assert "is not a cgroup v2 mount" in off["off"]
     assert make_receiver(bare.proc, clock, cgroup_root="").describe()["cgroup_root"] == {"off": 'cgroup_root: ""'}
+
+
+def test_a_process_that_moved_cgroups_is_described_by_its_new_one_after_the_full_read(tmp_path: Path) -> None:
+    """The full read finds a process whose CPU time grew while the cgroup it was first read in did not move:
+    it is elsewhere now (a runtime that placed it late, a move by hand). Its identity is read again, so its
+    container is the one it runs in, and from then on it is watched through that cgroup (read when it moves)."""
+    first, second = "a" * 64, "b" * 64
+    path_a, path_b = f"/system.slice/cri-containerd-{first}.scope", f"/system.slice/cri-containerd-{second}.scope"
+    proc, cgroups = tmp_path / "proc", mount(tmp_path / "cgroup")
+    write_process(proc, 10, "moved", utime=100, cgroup=f"0::{path_a}\n")
+    usage(cgroups, path_a, 1_000_000)
+    usage(cgroups, path_b, 0)
+    receiver = make_receiver(proc, cgroup_root=str(cgroups))
+    assert poll(receiver)[10].container_id == first
+    (proc / "10" / "cgroup").write_text(f"0::{path_b}\n")
+    got = []
+    for tick in range(1, FULL_READ_EVERY + 3):
+        (proc / "10" / "stat").write_text(stat_line(10, "moved", utime=100 + 100 * tick, start=100))
+        usage(cgroups, path_b, 1_000_000 * tick)
+        record = poll(receiver)[10]
+        got.append((record.container_id, record.cpu_time_s))
+    assert got[FULL_READ_EVERY - 2] == (first, 2.0)  # (kept: its first cgroup idles)
+    assert got[FULL_READ_EVERY - 1] == (second, 1.0 + FULL_READ_EVERY)  # the full read: moved, read again
+    assert got[FULL_READ_EVERY:] == [(second, 2.0 + FULL_READ_EVERY), (second, 3.0 + FULL_READ_EVERY)]
