@@ -169,9 +169,13 @@ class RaplReceiver:
                 entry["readable"] = False
                 entry["error"] = _reason(exc)
             zones.append(entry)
+        problem = found.problem
+        if zones and not any(z["readable"] for z in zones):
+            reasons = "; ".join(sorted({z["error"] for z in zones}))
+            problem = f"no zone's energy_uj under {self.powercap} can be read ({reasons}): no CPU energy"
         return {
             "powercap": self.powercap,
-            "problem": found.problem,
+            "problem": problem,
             "dropped_duplicates": found.dropped,
             "zones": zones,
         }

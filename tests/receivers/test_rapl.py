@@ -190,6 +190,10 @@ def test_root_only_energy_files_are_one_line_naming_paths_and_reason(
     described = receiver.describe()
     assert [z["readable"] for z in described["zones"]] == [False] * 7
     assert described["dropped_duplicates"] == ["intel-rapl-mmio:0"]
+    # The probe's summary says it too, not "problem": null beside seven unreadable zones.
+    assert described["problem"].startswith("no zone's energy_uj under")
+    assert "root only since Linux 5.10" in described["problem"]
+    assert described["problem"].endswith("no CPU energy")
 
 
 def test_describe_shows_zones_counters_and_ranges(tmp_path: Path) -> None:
@@ -273,7 +277,8 @@ def test_this_machines_own_sys(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING):
         zones = poll(receiver)
     lines = [r.getMessage() for r in caplog.records]
-    if described["problem"] is not None:  # no powercap tree, or no RAPL zones in it
+    if not described["zones"]:  # no powercap tree, or no RAPL zones in it
+        assert described["problem"] is not None
         assert zones == {}
         assert len(lines) == 1
         assert "/sys/class/powercap" in lines[0]
