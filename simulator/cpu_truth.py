@@ -39,10 +39,12 @@ class CpuTruth:
         cpu = truth.scenario.cpu
         self.w_per_core = cpu.w_per_core + cpu.dram_w_per_core
         self.vms: dict[str, list[int]] = {}
+        self.vm_names: dict[str, str | None] = {}  # its qemu's -name (guest=…), None without one
         for process in truth.scenario.processes:
             identity = qemu_identity(process.cmdline)
             if identity is not None:
                 self.vms.setdefault(identity[0], []).append(process.pid)
+                self.vm_names.setdefault(identity[0], identity[1])
 
     def process_cpu_s(self, pid: int, t0_s: float, t1_s: float) -> float:
         return self.truth.process_cpu_s(pid, t1_s) - self.truth.process_cpu_s(pid, t0_s)

@@ -106,12 +106,14 @@ def cpu_report(collector: CpuCollector, node: simulator.SimulatedNode) -> dict[s
     ]
     by_pid = collector.attributed_mj("process")
     pids = sorted({int(k) for k in by_pid} | {p.pid for p in node.scenario.processes if p.cpu_cores > 0})
+    comms = {p.pid: p.comm for p in node.scenario.processes}
     processes = []
     for pid in pids:
         seen = collector.processes.get(pid)
         processes.append(
             {
                 "pid": pid,
+                "comm": comms.get(pid),
                 "true_j": truth.process_energy_j(pid, t0, t1) if pid in node.truth.plans else None,
                 "attributed_j": by_pid.get(str(pid), 0) / 1000,
                 "cpu_s": seen.last_cpu_s - seen.baseline_cpu_s if seen is not None else None,  # never read: unknown
@@ -156,7 +158,12 @@ def _groups(
         )
     vm_mj = collector.attributed_mj("vm")
     vms = [
-        {"vm_id": vm_id, "true_j": truth.sum_energy_j(pids, t0, t1), "attributed_j": vm_mj.get(vm_id, 0) / 1000}
+        {
+            "vm_id": vm_id,
+            "vm_name": truth.vm_names.get(vm_id),
+            "true_j": truth.sum_energy_j(pids, t0, t1),
+            "attributed_j": vm_mj.get(vm_id, 0) / 1000,
+        }
         for vm_id, pids in sorted(truth.vms.items())
     ]
     return {"containers": containers, "pods": pods, "vms": vms}
@@ -171,9 +178,13 @@ def print_cpu_report(report: dict[str, Any], err: TextIO) -> None:
             f"(residual {z['residual_j']:g})",
             file=err,
         )
-    rows = [(f"cpu pid {p['pid']}", p) for p in report["processes"] if p["true_j"] or p["attributed_j"]]
+    rows = [
+        (f"cpu pid {p['pid']} {p['comm'] or ''}".rstrip(), p)
+        for p in report["processes"]
+        if p["true_j"] or p["attributed_j"]
+    ]
     rows += [(f"cpu pod {p['namespace']}/{p['name']}", p) for p in report["pods"]]
-    rows += [(f"cpu vm {v['vm_id'][:13]}", v) for v in report["vms"]]
+    rows += [(f"cpu vm {v['vm_name'] or v['vm_id'][:13]}", v) for v in report["vms"]]
     for what, row in rows:
         true_j = row["true_j"] or 0.0
         error = f"{(row['attributed_j'] - true_j) / true_j * 100:+.2f}%" if true_j else "—"

@@ -81,7 +81,8 @@ def test_seed_model_shares_by_cpu_time_and_groups_are_sums(tmp_path: Path, monke
     assert containers[("shop", "shop-web", "app")] == pytest.approx(processes[2201]["attributed_j"], abs=1e-9)
     assert pods[("batch", "etl-1")] == pytest.approx(sum(processes[p]["attributed_j"] for p in (3001, 3002, 3003)))
     (vm,) = cpu["vms"]
-    assert vm["vm_id"] == "6f1c2a4e-9b1d-4c1e-8a53-2b7f0d9e4c11"
+    assert (vm["vm_id"], vm["vm_name"]) == ("6f1c2a4e-9b1d-4c1e-8a53-2b7f0d9e4c11", "db-vm")
+    assert (processes[7001]["comm"], processes[2201]["comm"]) == ("qemu-system-x86", "python")  # a reader's names
     assert vm["attributed_j"] == pytest.approx(processes[7001]["attributed_j"], abs=1e-9)
     # A process that lives inside one tick is never seen in /proc: its CPU time goes to the others.
     assert processes[3003]["attributed_j"] == 0.0
