@@ -164,18 +164,21 @@ class ProcfsWriter:
         directory = self.proc / str(pid)
         if new:
             # A new process appears whole: its directory is filled under a hidden name and renamed into
-            # place. comm, cmdline and cgroup never change over a process's life.
+            # place. Its cgroup never changes over its life; comm and cmdline only when it execs (``init``).
             staging = self.proc / f".{pid}.new"
             shutil.rmtree(staging, ignore_errors=True)
             staging.mkdir()
-            (staging / "comm").write_text(spec.comm + "\n")
-            (staging / "cmdline").write_text("\0".join(spec.cmdline or [spec.comm]) + "\0")
+            (staging / "comm").write_text(spec.comm_at(t_s) + "\n")
+            (staging / "cmdline").write_text("\0".join(spec.cmdline_at(t_s)) + "\0")
             (staging / "cgroup").write_text(cgroup_text(self.node.scenario, spec))
             (staging / "stat").write_text(self._stat_line(pid, t_s))
             _remove_process(directory)  # one left by an earlier writer, if any
             os.replace(staging, directory)
             return
         _overwrite(directory / "stat", self._stat_line(pid, t_s))
+        if spec.init is not None:  # runc's init until it execs: what it runs then
+            _overwrite(directory / "comm", spec.comm_at(t_s) + "\n")
+            _overwrite(directory / "cmdline", "\0".join(spec.cmdline_at(t_s)) + "\0")
 
     def _stat_line(self, pid: int, t_s: float) -> str:
         spec = self.node.truth.plans[pid].spec
@@ -187,7 +190,7 @@ class ProcfsWriter:
         state = "R" if spec.cpu_cores > 0 else "S"
         rss_pages = 25_600  # 100 MiB: host memory is not modelled
         fields = [
-            str(pid), f"({spec.comm})", state, str(spec.ppid), str(pid), str(pid), "0", "-1", "4194560",
+            str(pid), f"({spec.comm_at(t_s)})", state, str(spec.ppid), str(pid), str(pid), "0", "-1", "4194560",
             "0", "0", "0", "0", str(utime), str(stime), "0", "0", "20", "0", str(threads), "0",
             str(start_ticks), str(rss_pages * 4096 * 4), str(rss_pages),
             *(["0"] * 28),

@@ -152,6 +152,16 @@ class Pod(_Model):
     containers: list[Container] = Field(default_factory=list)
 
 
+class Init(_Model):
+    """What a container's process is before it execs its own command: its runtime's init (``runc:[2:INIT]``,
+    ``runc init``), from its start until the runtime starts it at ``exec_s`` (scenario time), already in its
+    container's cgroup and drawing its CPU (the truth is the process's throughout)."""
+
+    comm: str = Field(default="runc:[2:INIT]", min_length=1, max_length=15)
+    cmdline: list[str] = Field(default_factory=lambda: ["runc", "init"])
+    exec_s: float = Field(gt=0)
+
+
 class Process(_Model):
     pid: int = Field(gt=1, lt=4_194_304)
     comm: str = Field(min_length=1, max_length=15)  # the kernel truncates comm to 15 bytes
@@ -172,11 +182,23 @@ class Process(_Model):
     end_s: float | None = None
     cpu_cores: float = Field(default=0.0, ge=0)
     memory_mib: float = Field(default=0.0, ge=0)
+    init: Init | None = None  # runc's init until it execs (its comm and cmdline then; None: its own from the start)
+
+    def comm_at(self, t_s: float) -> str:
+        return self.init.comm if self.init is not None and t_s < self.init.exec_s else self.comm
+
+    def cmdline_at(self, t_s: float) -> list[str]:
+        if self.init is not None and t_s < self.init.exec_s:
+            return self.init.cmdline
+        return self.cmdline or [self.comm]
 
     @model_validator(mode="after")
     def _check(self) -> Process:
         if self.end_s is not None and self.end_s <= self.start_s:
             raise ValueError(f"end_s ({self.end_s}) must be after start_s ({self.start_s})")
+        exec_s = None if self.init is None else self.init.exec_s
+        if exec_s is not None and not (self.start_s < exec_s and (self.end_s is None or exec_s < self.end_s)):
+            raise ValueError(f"init.exec_s ({exec_s}) must fall within the process's life")
         for name, schedule in (("util", self.util), ("mem_util", self.mem_util)):
             times = [at for at, _ in schedule]
             if times != sorted(times) or len(times) != len(set(times)):

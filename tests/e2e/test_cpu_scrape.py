@@ -79,3 +79,12 @@ def test_otel_names(tmp_path: Path, naming: str) -> None:
     metrics = scrape(tmp_path, naming)
     assert {s["wattpipe_cpu_zone"] for s, _ in metrics["wattpipe_cpu_energy_joules_total"]} == {"package", "dram"}
     assert any(s["process_pid"] == "7001" for s, _ in metrics["wattpipe_process_cpu_energy_joules_total"])
+
+
+def test_a_process_read_as_runcs_init_is_labelled_by_what_it_execd(tmp_path: Path) -> None:
+    # pid 3001 is runc:[2:INIT] at the 40 s tick and spark from 43 s: its series carry spark, none runc's.
+    metrics = scrape(tmp_path, "kepler")
+    for family in ("kepler_process_cpu_joules_total", "kepler_process_cpu_seconds_total"):
+        comms = {s["comm"] for s, _ in metrics[family] if s["pid"] == "3001"}
+        assert comms == {"spark"}, family
+    assert not [s for name, series in metrics.items() for s, _ in series if s.get("comm") == "runc:[2:INIT]"]

@@ -170,3 +170,30 @@ def test_cgroup_usage_counts_descendants_and_kernel_threads_live_in_the_root(tmp
     assert usage_usec("/") == pytest.approx(sum(truth.values()) * 1e6, abs=10)
     assert usage_usec("/") > usage_usec("/system.slice") > 0  # one kernel thread in ten wakes
     assert (cgroups / "cgroup.controllers").is_file()
+
+
+def test_a_process_is_its_runtimes_init_until_it_execs(tmp_path: Path) -> None:
+    """``init``: a container's process is runc's (``runc:[2:INIT]``, ``runc init``) from its start until its
+    runtime starts it at ``exec_s``; then exec gives it its own comm and cmdline, the same pid and start time."""
+    data = two_gpu_data()
+    data["processes"][0]["init"] = {"exec_s": 4.0}
+    clock = SteppedClock()
+    writer = ProcfsWriter(simulator.build(parse_scenario(data), clock), tmp_path)
+    writer.refresh()
+    directory = tmp_path / "proc" / "100"
+    before = _stat_fields(tmp_path, 100)
+    assert (before[1], (directory / "comm").read_text()) == ("(runc:[2:INIT])", "runc:[2:INIT]\n")
+    assert (directory / "cmdline").read_bytes() == b"runc\0init\0"
+    clock.advance(5.0)
+    writer.refresh()
+    after = _stat_fields(tmp_path, 100)
+    assert (after[1], (directory / "comm").read_text()) == ("(python)", "python\n")
+    assert (directory / "cmdline").read_bytes() == b"python\0"
+    assert after[21] == before[21]  # the same start time: the same process
+
+
+def test_an_init_that_execs_outside_the_processs_life_is_refused() -> None:
+    data = two_gpu_data()
+    data["processes"][1]["init"] = {"exec_s": 40.0}  # pid 101 ends at 30 s
+    with pytest.raises(ValueError, match="exec_s"):
+        parse_scenario(data)
