@@ -223,6 +223,12 @@ class _Found:
 def _consumer_rows(samples: list[_Sample]) -> dict[tuple[str, str, str], _Found]:
     """(device, kind, key) → the row, with its values from the watts and joules series."""
     found: dict[tuple[str, str, str], _Found] = {}
+    # A VM's name is on its own series (kepler_vm_cpu_*), its qemu process's series carry only its vm_id.
+    vm_names = {
+        s.labels["vm_id"]: s.labels.get("vm_name")
+        for s in samples
+        if "vm_id" in s.labels and s.family.startswith("kepler_vm_")
+    }
     for sample in samples:
         what = _CONSUMERS.get(sample.family) or _CPU_CONSUMERS.get(sample.family)
         uuid = _consumer_device(sample)
@@ -230,6 +236,8 @@ def _consumer_rows(samples: list[_Sample]) -> dict[tuple[str, str, str], _Found]
             continue
         kind, value = what
         key, name = _consumer_key(kind, sample.labels)
+        if kind == "process" and (vm_id := sample.labels.get("vm_id")) is not None:
+            name += f" (VM {vm_names.get(vm_id) or vm_id[:8]})"
         state = sample.labels.get("state")
         known = found.get((uuid, kind, key))
         if kind == "process" and state and known and known.row.state and known.row.state != state:

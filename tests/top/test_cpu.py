@@ -144,3 +144,19 @@ def test_a_node_with_cpu_series_only_is_drawn_and_fits_80_columns() -> None:
     assert names == ["dram", "package"]  # sorted by name (the long name shrunk with an ellipsis to fit)
     package = next(line for line in shown if line.startswith("CPU package"))
     assert package.split()[-5:] == ["140.0", "10.0", "3,000", "130.0", "—"]  # the numbers whole; sharing: none
+
+
+def test_a_vms_qemu_process_is_named_with_its_vm() -> None:
+    """A qemu process's series carry its ``vm_id``; the VM's own series its ``vm_name``: the process row says
+    which VM it runs (no VM row of its own: a KubeVirt qemu sits in a pod, whose row already counts it)."""
+    uuid = "6f1c2a4e-9b1d-4c1e-8a53-2b7f0d9e4c11"
+    vm = (
+        f'kepler_process_cpu_watts{{comm="qemu-system-x86",pid="7001",state="running",type="vm",vm_id="{uuid}",'
+        'zone="package"} 40.0\n'
+        f'kepler_vm_cpu_watts{{hypervisor="kvm",state="running",vm_id="{uuid}",vm_name="db-vm",zone="package"}} 40.0\n'
+    )
+    snapshot = parse(CPU_KEPLER + vm)
+    (package,) = [c for c in snapshot.cpus if c.zone == "package"]
+    names = [row.name for row in package.rows]
+    assert "7001 qemu-system-x86 (VM db-vm)" in names
+    assert "900 sshd" in names  # not a VM's: as before
