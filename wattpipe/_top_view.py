@@ -13,6 +13,7 @@ names those left out.
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ _BARS = "▁▂▃▄▅▆▇█"
 HISTORY_POINTS = 20
 
 SORTS = {"w": "watts", "j": "joules", "n": "name"}
-"""Key → what the rows are sorted by (watts and joules largest first, names A→Z; ``r`` reverses)."""
+"""Key → what the rows are sorted by (watts and joules largest first, names A→Z with numbers by value; ``r`` reverses)."""
 
 
 class History:
@@ -85,15 +86,20 @@ def _share(watts: float | None, active_w: float | None) -> str:
     return f"{100 * watts / active_w:.1f}%"
 
 
-def _order(view: View) -> Callable[[Row | Gpu | CpuZone], tuple[bool, float | str]]:
+def _name_key(name: str) -> tuple[str | int, ...]:
+    """``name`` with its runs of digits as numbers: pid 95 before 900 before 1001."""
+    return tuple(int(part) if i % 2 else part for i, part in enumerate(re.split(r"(\d+)", name)))
+
+
+def _order(view: View) -> Callable[[Row | Gpu | CpuZone], tuple[bool, float | tuple[str | int, ...]]]:
     by = SORTS.get(view.sort, "watts")
 
-    def key(row: Row | Gpu | CpuZone) -> tuple[bool, float | str]:
+    def key(row: Row | Gpu | CpuZone) -> tuple[bool, float | tuple[str | int, ...]]:
         if by == "name":
             if isinstance(row, CpuZone):
-                return (False, _cpu_name(row))
+                return (False, _name_key(_cpu_name(row)))
             name = row.name if isinstance(row, Row) else f"{row.index or ''} {row.name or row.uuid}"
-            return (False, name or "")
+            return (False, _name_key(name or ""))
         value: float | None = getattr(row, by)
         return (value is None, -value if value is not None else 0.0)  # absent values last
 

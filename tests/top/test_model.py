@@ -218,3 +218,11 @@ def test_a_wide_terminal_shows_every_column() -> None:
     gpu = next(line for line in lines if line.startswith("GPU 0"))
     assert "time_slicing (learned)" in gpu
     assert "▃▅█" in gpu
+
+
+def test_sorting_by_name_orders_pids_as_numbers() -> None:
+    from wattpipe._top_model import Row
+    from wattpipe._top_view import _sorted
+
+    rows = [Row("process", name) for name in ("1001 python", "95 sh", "900 sshd", "900 sshd-session")]
+    assert [r.name for r in _sorted(rows, View(sort="n"))] == ["95 sh", "900 sshd", "900 sshd-session", "1001 python"]
