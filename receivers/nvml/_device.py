@@ -128,6 +128,10 @@ class DeviceReader:
         procs = nvml_optional(problems, self.list_processes, self.handle)
         if procs is None:
             # Unknown, not empty: "nobody on it" would let idle learn busy power and bill no one.
+            # This tick's reading still goes out (its energy unattributed), so the next tick's utilisation
+            # window starts here too: reaching back, it billed this tick's processes (one that exited in it)
+            # a share of the next tick's energy.
+            self.prev_read_wall_s = now.wall_s
             return Reading(dataclasses.replace(device, processes_known=False), [], problems, signals=saturation)
         mig_enabled = device.mig_enabled is True  # (always a bool here: this reader read the mode)
         processes = self._process_samples(now, procs, mig_enabled, problems)
