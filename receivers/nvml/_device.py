@@ -119,8 +119,17 @@ class DeviceReader:
     utilisation_samples: UtilisationSamples = field(default_factory=UtilisationSamples)
     busy_means: dict[int, float] = field(default_factory=dict)  # the last read's, by pid (see integrate_…)
     mem_utils: dict[int, float] = field(default_factory=dict)  # the last read's memory utilisation, by pid
+    _window_before: tuple[float | None, int] | None = None  # the utilisation window before the last read
+
+    def rewind(self) -> None:
+        """The last read's reading was dropped (it came after device_timeout): its utilisation window is
+        given back, so the next read covers it too, as the next delivered reading's energy does."""
+        if self._window_before is not None:
+            self.prev_read_wall_s, self.last_seen_us = self._window_before
+            self._window_before = None
 
     def read(self, now: Timestamp) -> Reading:
+        self._window_before = (self.prev_read_wall_s, self.last_seen_us)
         problems: list[str] = []
         device = self._device_sample(now, problems)
         signals = read_saturation(self.handle, self.uuid, now, problems) if self.read_saturation else None
