@@ -153,8 +153,12 @@ class DeviceReader:
 
     def _device_sample(self, now: Timestamp, problems: list[str]) -> DeviceSample:
         """The device's own readings: power, energy counter, compute and MIG mode, utilisation."""
-        # Power first: if the GPU is gone, this is where we learn it (DeviceLost propagates).
-        power_mw = nvml_call(pynvml.nvmlDeviceGetPowerUsage, self.handle)
+        # Power first: if the GPU is gone, this is where we learn it (any failure but NotSupported propagates,
+        # and marks it down). A board that cannot read its power (a vGPU guest) is up, its power absent.
+        try:
+            power_mw: int | None = nvml_call(pynvml.nvmlDeviceGetPowerUsage, self.handle)
+        except NotSupported:
+            power_mw = None
         energy_mj = nvml_optional(problems, pynvml.nvmlDeviceGetTotalEnergyConsumption, self.handle)
         mode = nvml_optional(problems, pynvml.nvmlDeviceGetComputeMode, self.handle)
         mig = nvml_optional(problems, pynvml.nvmlDeviceGetMigMode, self.handle)
@@ -172,7 +176,7 @@ class DeviceReader:
             device_index=self.index,
             device_name=self.name,
             vendor="nvidia",
-            power_w=power_mw / 1000.0,
+            power_w=power_mw / 1000.0 if power_mw is not None else None,
             energy_mj=float(energy_mj) if energy_mj is not None else None,
             compute_mode=COMPUTE_MODES.get(mode) if mode is not None else None,
             mig_enabled=mig_enabled,
