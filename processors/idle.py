@@ -14,8 +14,8 @@ power the device ever read, if higher) could have drawn over the interval plus o
 that tick's energy is power × time, the trapezoid of the two power readings (``source="power"``), as for
 devices with no counter (pre-Volta GPUs). So is a tick whose counter could not be read (absent at one
 end); where the next reading is of the same epoch, its delta since the counter's last reading, less what
-the ticks between gave by power × time (never below 0), is that tick's energy: the totals stay on the
-counter.
+the ticks between gave by power × time (never below 0), is that tick's energy (``source="power"``: not
+its own delta): the totals stay on the counter.
 
 **Gaps.** An interval longer than ``max_gap`` times the device's usual interval (the median of its last
 9 non-gap intervals; the pipeline's interval until there is one) spans an outage: its energy is measured
@@ -256,12 +256,14 @@ class IdleProcessor:
         gap = self._is_gap(dev, interval_s, pipeline_interval_s)
         delta_mj = self._counter_delta(s, dev, interval_s, dev.energy_mj, dev.epoch)
         continuous = delta_mj is not None or s.energy_mj is None or dev.energy_mj is None  # no reset
-        if delta_mj is None and dev.energy_mj is None:
-            bridged = self._bridged(s, dev)
-            if bridged is not None:
-                # Not this tick's own energy (it corrects the ticks before): nothing to learn from.
-                delta_mj, continuous = bridged, False
-        energy_mj = delta_mj if delta_mj is not None else _trapezoid_mj(dev.power_w, s.power_w, interval_s)
+        bridged = self._bridged(s, dev) if delta_mj is None and dev.energy_mj is None else None
+        if bridged is not None:
+            # Not this tick's own counter delta (it corrects the ticks before): nothing to learn from, and
+            # marked "power" (MIG attribution reads a "counter" tick's start reading from its energy).
+            energy_mj: int | None = bridged
+            continuous = False
+        else:
+            energy_mj = delta_mj if delta_mj is not None else _trapezoid_mj(dev.power_w, s.power_w, interval_s)
         given_mj = dev.since_counter_mj + (energy_mj or 0)
         dev.remember(s)
         if s.energy_mj is None:
