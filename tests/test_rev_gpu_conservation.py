@@ -71,7 +71,7 @@ def _batch(n: int, t: dict[str, object]) -> Batch:
                         window_s=30.0,
                         collected_after_s=time.monotonic_s - TICK_S if t["collected"] else None,
                         collected_by_s=time.monotonic_s if t["collected"] else None,
-                    )  # fmt: skip
+                    )
                     for gi, a in activity.items()
                 )
             )
