@@ -54,6 +54,8 @@ class MigAttribution:
         self._last: dict[str, tuple[dict[int, float], float]] = {}  # device → (activity by GI, when read)
         self._mode: dict[str, SharingMode] = {}
         self._holds: dict[str, Hold] = {}
+        self._new_s: dict[str, float] = {}  # device → when a new dcgm-exporter collection was last seen
+        self._stale: set[str] = set()  # devices whose exporter repeats an overdue collection (warned)
 
     def holding(self, device_id: str, device: DeviceSample | None) -> bool:
         """Energy of this MIG device is held: its ticks go through :meth:`split` even without processes."""
@@ -69,6 +71,7 @@ class MigAttribution:
         batch: Batch,
     ) -> tuple[list[GpuShare], list[InstanceEnergy]]:
         dev = power.device_id
+        activity = self._fresh(dev, power.time.monotonic_s, activity, batch)
         activity, mode = self._activity(dev, power.time.monotonic_s, activity, bool(instances))
         slices = {gi: inst.compute_slices for gi, inst in instances.items()}
         unique = sorted({p.pid: p for p in procs}.values(), key=lambda p: p.pid)
@@ -106,6 +109,31 @@ class MigAttribution:
         return tuple(
             dataclasses.replace(p, held_energy_mj=held[p.device_id]) if p.device_id in held else p for p in powers
         )
+
+    def _fresh(self, dev: str, now_s: float, activity: dict[int, float], batch: Batch) -> dict[int, float]:
+        """``activity``, or none where dcgm-exporter repeats a collection overdue by more than twice its
+        interval (a hung collection serves its last answer for ever): that is silence, as a failed scrape."""
+        windows = [a.window_s for a in batch.mig_activity if a.device_id == dev and a.window_s]
+        if not activity or not windows:
+            return activity
+        if dev not in self._new_s or any(
+            a.collected_by_s is not None for a in batch.mig_activity if a.device_id == dev
+        ):
+            self._new_s[dev] = now_s
+            self._stale.discard(dev)
+            return activity
+        if now_s - self._new_s[dev] <= 2 * max(windows):
+            return activity
+        if dev not in self._stale:
+            self._stale.add(dev)
+            self.log.warning(
+                "device %s (MIG): dcgm-exporter has repeated one collection for %.0f s (its interval is %g s): "
+                "its activity is stale, treated as not answering",
+                dev,
+                now_s - self._new_s[dev],
+                max(windows),
+            )
+        return {}
 
     def _activity(
         self, dev: str, now_s: float, activity: dict[int, float], layout_known: bool

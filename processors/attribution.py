@@ -116,15 +116,20 @@ class AttributionProcessor:
             mig = self._mig.holding(dev, device) or (
                 power.unattributable is None and self._mode(device, procs) == "mig"
             )
+            drained = False
             if mig:
                 tick, per_instance = self._mig.split(power, procs, instances.get(dev, {}), activity.get(dev, {}), batch)
                 instance_energy.extend(per_instance)
             elif power.unattributable is not None:
                 tick = [_unattributed(power, power.unattributable)]
             else:
-                tick = self._mig.drained(dev, power, self._device(power, device, procs, starts))
+                own = self._device(power, device, procs, starts)
+                tick = self._mig.drained(dev, power, own)
+                # A tick that carries what a MIG hold released is not idle-held: holding zeroes its shares'
+                # energy, and the released part (earlier ticks', not in this tick's energy) was lost.
+                drained = tick is not own
             tick, power = self._idle_held(
-                power, tick, holdable=not mig and not (device is not None and device.mig_enabled)
+                power, tick, holdable=not mig and not drained and not (device is not None and device.mig_enabled)
             )
             shares.extend(tick)
             powers.append(power)

@@ -12,7 +12,10 @@ bus keeps its counter, far above that: its delta stays energy), or the delta is 
 power the device ever read, if higher) could have drawn over the interval plus one counter update
 (~100 ms). Each reset is logged once and counted (``wattpipe_idle_counter_resets{device,reason}``), and
 that tick's energy is power × time, the trapezoid of the two power readings (``source="power"``), as for
-devices with no counter (pre-Volta GPUs).
+devices with no counter (pre-Volta GPUs). So is a tick whose counter could not be read (absent at one
+end); where the next reading is of the same epoch, its delta since the counter's last reading, less what
+the ticks between gave by power × time (never below 0), is that tick's energy (``source="power"``: not
+its own delta): the totals stay on the counter.
 
 **Gaps.** An interval longer than ``max_gap`` times the device's usual interval (the median of its last
 9 non-gap intervals; the pipeline's interval until there is one) spans an outage: its energy is measured
@@ -92,6 +95,12 @@ class _Device:
     seen: bool = False
     max_power_w: float = 0.0
     intervals_s: deque[float] = field(default_factory=lambda: deque(maxlen=_USUAL_INTERVALS))
+    # The counter's last reading (kept while a tick cannot read it), its time and epoch, and the energy given
+    # out by power × time since: where it is read again, the delta over the whole span corrects the total.
+    counter_mj: float | None = None
+    counter_s: float = 0.0
+    counter_epoch: int = 0
+    since_counter_mj: int = 0
 
     def remember(self, s: DeviceSample) -> None:
         self.monotonic_s, self.energy_mj, self.power_w, self.epoch = (
@@ -101,6 +110,9 @@ class _Device:
             s.counter_epoch,
         )
         self.seen = True
+        if s.energy_mj is not None:
+            self.counter_mj, self.counter_s, self.counter_epoch = s.energy_mj, s.time.monotonic_s, s.counter_epoch
+            self.since_counter_mj = 0
         if s.power_w is not None and s.power_w > self.max_power_w:
             self.max_power_w = s.power_w
 
@@ -242,10 +254,20 @@ class IdleProcessor:
             return None
         interval_s = now_s - dev.monotonic_s
         gap = self._is_gap(dev, interval_s, pipeline_interval_s)
-        delta_mj = self._counter_delta(s, dev, interval_s)
+        delta_mj = self._counter_delta(s, dev, interval_s, dev.energy_mj, dev.epoch)
         continuous = delta_mj is not None or s.energy_mj is None or dev.energy_mj is None  # no reset
-        energy_mj = delta_mj if delta_mj is not None else _trapezoid_mj(dev.power_w, s.power_w, interval_s)
+        bridged = self._bridged(s, dev) if delta_mj is None and dev.energy_mj is None else None
+        if bridged is not None:
+            # Not this tick's own counter delta (it corrects the ticks before): nothing to learn from, and
+            # marked "power" (MIG attribution reads a "counter" tick's start reading from its energy).
+            energy_mj: int | None = bridged
+            continuous = False
+        else:
+            energy_mj = delta_mj if delta_mj is not None else _trapezoid_mj(dev.power_w, s.power_w, interval_s)
+        given_mj = dev.since_counter_mj + (energy_mj or 0)
         dev.remember(s)
+        if s.energy_mj is None:
+            dev.since_counter_mj = given_mj
         if energy_mj is None:
             self.estimators.forget_runs(s.device_id)
             return None
@@ -287,30 +309,41 @@ class IdleProcessor:
         dev.intervals_s.append(interval_s)
         return False
 
-    def _counter_delta(self, s: DeviceSample, dev: _Device, interval_s: float) -> int | None:
-        """The counter's delta in mJ; None where there is no counter at one end, or it reset."""
-        if s.energy_mj is None or dev.energy_mj is None:
+    def _bridged(self, s: DeviceSample, dev: _Device) -> int | None:
+        """The counter read again after ticks that could not read it (their energy was power × time): its delta
+        since its last reading less what those ticks gave, so the totals stay on the counter (never below 0)."""
+        if s.energy_mj is None or dev.counter_mj is None or dev.counter_epoch != s.counter_epoch:
+            return None
+        span_s = s.time.monotonic_s - dev.counter_s
+        delta_mj = self._counter_delta(s, dev, span_s, dev.counter_mj, dev.counter_epoch)
+        return None if delta_mj is None else max(0, delta_mj - dev.since_counter_mj)
+
+    def _counter_delta(
+        self, s: DeviceSample, dev: _Device, interval_s: float, before_mj: float | None, before_epoch: int
+    ) -> int | None:
+        """The counter's delta in mJ since ``before_mj``; None where there is no counter at one end, or it reset."""
+        if s.energy_mj is None or before_mj is None:
             return None
         # Deltas of floored absolute readings telescope: however many ticks, the sum of the deltas is the
         # counter's own difference to the millijoule (rounding each delta would drift).
-        delta_mj = math.floor(s.energy_mj) - math.floor(dev.energy_mj)
+        delta_mj = math.floor(s.energy_mj) - math.floor(before_mj)
         limit_mj = self._limit_w(s, dev) * (interval_s + COUNTER_UPDATE_S) * 1000.0
-        if s.counter_epoch != dev.epoch and not (delta_mj >= 0 and s.energy_mj > limit_mj):
+        if s.counter_epoch != before_epoch and not (delta_mj >= 0 and s.energy_mj > limit_mj):
             # Re-acquired (maybe a reloaded driver): a counter restarted within this interval holds at most
             # limit_mj, so only a reading above that (and the old one) is the old counter still counting.
-            self._reset(s, dev, interval_s, "epoch")
+            self._reset(s, before_mj, before_epoch, interval_s, "epoch")
             return None
         if delta_mj < 0 and s.energy_counter_max_mj:
             # A counter with a declared range (RAPL) wrapped: at most once per tick, since a wrap takes minutes
             # even at full power.
             delta_mj += math.floor(s.energy_counter_max_mj)
         if delta_mj < 0:
-            self._reset(s, dev, interval_s, "backwards")
+            self._reset(s, before_mj, before_epoch, interval_s, "backwards")
             return None
         # A reload whose new counter is above the old one gives a delta *below* the true energy, so only the
         # epoch catches it; this bound catches counters that jump (a glitch, another origin).
         if delta_mj > limit_mj:
-            self._reset(s, dev, interval_s, "implausible")
+            self._reset(s, before_mj, before_epoch, interval_s, "implausible")
             return None
         return delta_mj
 
@@ -320,17 +353,17 @@ class IdleProcessor:
         peak_w = max(dev.max_power_w, s.power_w or 0.0)
         return max(self.config.counter_max_w, PEAK_MARGIN * peak_w)
 
-    def _reset(self, s: DeviceSample, dev: _Device, interval_s: float, reason: str) -> None:
+    def _reset(self, s: DeviceSample, before_mj: float, before_epoch: int, interval_s: float, reason: str) -> None:
         self.resets.inc(device=s.device_id, reason=reason)
         self.log.warning(
             "device %s: energy counter reset: %s (%.0f → %.0f mJ in %.1f s, epoch %d → %d); this tick's energy "
             "is power × time",
             s.device_id,
             _RESET_WHY[reason],
-            dev.energy_mj,
+            before_mj,
             s.energy_mj,
             interval_s,
-            dev.epoch,
+            before_epoch,
             s.counter_epoch,
         )
 

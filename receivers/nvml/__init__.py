@@ -77,6 +77,7 @@ class _Slot:
     executor: ThreadPoolExecutor
     pending: Future[Reading] | None = None
     down: bool = False
+    dropped: bool = False  # ``pending`` timed out: its reading, when it comes, is not delivered
     retry: _Retry = field(default_factory=_Retry)
 
 
@@ -235,6 +236,9 @@ class NvmlReceiver:
                     slot, "slow", f"GPU {slot.reader.index} ({slot.reader.uuid}) is still answering the last tick"
                 )
                 continue
+            if slot.dropped:
+                slot.dropped = False
+                slot.reader.rewind()
             if slot.down and now.monotonic_s < slot.retry.at_s:
                 readings[pos] = [self._down_sample(slot, now)]
                 continue
@@ -245,6 +249,7 @@ class NvmlReceiver:
             for slot in waiting:
                 pending = slot.pending
                 if pending is None or not pending.done():
+                    slot.dropped = True
                     self.failures.inc(gpu=str(slot.reader.index), reason="timeout")
                     self._warn(
                         slot,

@@ -119,8 +119,17 @@ class DeviceReader:
     utilisation_samples: UtilisationSamples = field(default_factory=UtilisationSamples)
     busy_means: dict[int, float] = field(default_factory=dict)  # the last read's, by pid (see integrate_…)
     mem_utils: dict[int, float] = field(default_factory=dict)  # the last read's memory utilisation, by pid
+    _window_before: tuple[float | None, int] | None = None  # the utilisation window before the last read
+
+    def rewind(self) -> None:
+        """The last read's reading was dropped (it came after device_timeout): its utilisation window is
+        given back, so the next read covers it too, as the next delivered reading's energy does."""
+        if self._window_before is not None:
+            self.prev_read_wall_s, self.last_seen_us = self._window_before
+            self._window_before = None
 
     def read(self, now: Timestamp) -> Reading:
+        self._window_before = (self.prev_read_wall_s, self.last_seen_us)
         problems: list[str] = []
         device = self._device_sample(now, problems)
         signals = read_saturation(self.handle, self.uuid, now, problems) if self.read_saturation else None
@@ -128,6 +137,10 @@ class DeviceReader:
         procs = nvml_optional(problems, self.list_processes, self.handle)
         if procs is None:
             # Unknown, not empty: "nobody on it" would let idle learn busy power and bill no one.
+            # This tick's reading still goes out (its energy unattributed), so the next tick's utilisation
+            # window starts here too: reaching back, it billed this tick's processes (one that exited in it)
+            # a share of the next tick's energy.
+            self.prev_read_wall_s = now.wall_s
             return Reading(dataclasses.replace(device, processes_known=False), [], problems, signals=saturation)
         mig_enabled = device.mig_enabled is True  # (always a bool here: this reader read the mode)
         processes = self._process_samples(now, procs, mig_enabled, problems)
@@ -140,8 +153,12 @@ class DeviceReader:
 
     def _device_sample(self, now: Timestamp, problems: list[str]) -> DeviceSample:
         """The device's own readings: power, energy counter, compute and MIG mode, utilisation."""
-        # Power first: if the GPU is gone, this is where we learn it (DeviceLost propagates).
-        power_mw = nvml_call(pynvml.nvmlDeviceGetPowerUsage, self.handle)
+        # Power first: if the GPU is gone, this is where we learn it (any failure but NotSupported propagates,
+        # and marks it down). A board that cannot read its power (a vGPU guest) is up, its power absent.
+        try:
+            power_mw: int | None = nvml_call(pynvml.nvmlDeviceGetPowerUsage, self.handle)
+        except NotSupported:
+            power_mw = None
         energy_mj = nvml_optional(problems, pynvml.nvmlDeviceGetTotalEnergyConsumption, self.handle)
         mode = nvml_optional(problems, pynvml.nvmlDeviceGetComputeMode, self.handle)
         mig = nvml_optional(problems, pynvml.nvmlDeviceGetMigMode, self.handle)
@@ -159,7 +176,7 @@ class DeviceReader:
             device_index=self.index,
             device_name=self.name,
             vendor="nvidia",
-            power_w=power_mw / 1000.0,
+            power_w=power_mw / 1000.0 if power_mw is not None else None,
             energy_mj=float(energy_mj) if energy_mj is not None else None,
             compute_mode=COMPUTE_MODES.get(mode) if mode is not None else None,
             mig_enabled=mig_enabled,
