@@ -137,8 +137,10 @@ class GroupSeries:
             if series.seen == tick:
                 continue
             series.power_w = 0.0 if key[2] in split else None  # none of its processes ran; or not known
+            # A name's series that a UID (container id) took is that pod's (container's): listed by it, not by
+            # the name, which a recreated pod (a restarted container) now has.
             if series.ended_wall_s is None and (
-                key[2] in gone or (roster is not None and not roster.lists(key, series))
+                key[2] in gone or (roster is not None and not roster.lists(self._claimed.get(key, key), series))
             ):
                 series.ended_wall_s = wall_s
 
@@ -154,7 +156,11 @@ class GroupSeries:
         if first is None:
             name = _name(key[0], attrs)
             by_name = (key[0], name or "", key[2])
-            if name is not None and name != key[1] and by_name in self.groups and by_name not in self._claimed:
+            # Not a name's series that ended: its pod was gone (a pod under the name now is another).
+            taken = (
+                by_name not in self.groups or by_name in self._claimed or self.groups[by_name].ended_wall_s is not None
+            )
+            if name is not None and name != key[1] and not taken:
                 self.aliases[key], self._claimed[by_name] = by_name, key
                 first = by_name
         if first is not None:
