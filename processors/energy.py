@@ -321,6 +321,13 @@ class EnergyProcessor:
                     # Its start time is known now (procfs answered): file the series under it.
                     del self.series[running]
                     running = (pid, device_id, start)
+                    earlier = self.series.get(running)
+                    if earlier is not None:
+                        # This very process's series, ended while it was off the GPU: it goes on (replacing
+                        # it lost its energy from the totals, and restarted its counter).
+                        earlier.energy_mj += series.energy_mj
+                        earlier.attrs.update(series.attrs)
+                        series = earlier
                     self.series[running] = series
                     self._running[(pid, device_id)] = running
                 self._describe(series, host)
