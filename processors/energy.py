@@ -286,8 +286,10 @@ class EnergyProcessor:
     def _instances(
         self, batch: Batch, powers: dict[str, DevicePower], split: set[str], gone: set[str], wall_s: float
     ) -> None:
+        named: set[tuple[str, int]] = set()
         for inst in batch.instance_energy:
             ikey = (inst.device_id, inst.gpu_instance_id)
+            named.add(ikey)
             interval_s = powers[inst.device_id].interval_s if inst.device_id in powers else batch.interval_s
             instance = self.instances.get(ikey)
             if instance is None:
@@ -297,8 +299,12 @@ class EnergyProcessor:
             instance.ended_wall_s = None
             if inst.profile is not None:
                 instance.attrs["profile"] = inst.profile
-        for (device_id, _), instance in self.instances.items():
-            if device_id not in split:
+        for ikey, instance in self.instances.items():
+            device_id = ikey[0]
+            if device_id in split:
+                if ikey not in named:  # none of the split energy was its (a repartition removed it): not its last
+                    instance.power_w = 0.0
+            else:
                 instance.power_w = None
                 if instance.ended_wall_s is None and device_id in gone:
                     instance.ended_wall_s = wall_s
