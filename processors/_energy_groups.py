@@ -10,6 +10,8 @@ likewise when its id does, so the exported series does not fork.
 see ``processors/_mig_attribution.py``) goes to the container and pod the process was in, as the k8s
 processor remembers them, but says nothing about whether they run: it neither starts their watts nor
 brings back a series that ended (a pod gone since gets it in its ended series, while that is retained).
+A pid the driver lists again (reused on another GPU) has its new process's Workload only: the old process's
+late energy then goes to the new one's container and pod (tests/test_rev_energy_late_reuse.py, an xfail).
 """
 
 from __future__ import annotations
