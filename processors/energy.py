@@ -321,25 +321,25 @@ class EnergyProcessor:
         start = host.start_time_ticks if host is not None and host.start_time_ticks is not None else _UNKNOWN_START
         running = self._running.get((pid, device_id))
         if running is not None:
-            if start == _UNKNOWN_START or running[2] in (_UNKNOWN_START, start):
-                series = self.series[running]
+            series = self.series[running]
+            known = series.start_ticks if running[2] == _UNKNOWN_START else running[2]
+            if start == _UNKNOWN_START or known in (None, start):
+                # Its start time is known now (procfs answered): file the series under it. Unless that process
+                # has a series there already (ended while it was off the GPU): replacing it lost its energy, and
+                # adding this one's to it would send this one's energy twice to a backend summing OTLP deltas
+                # (it was exported as a series of its own). It goes on as it is, under an unknown start.
                 if running[2] == _UNKNOWN_START and start != _UNKNOWN_START:
-                    # Its start time is known now (procfs answered): file the series under it.
-                    del self.series[running]
-                    running = (pid, device_id, start)
-                    earlier = self.series.get(running)
-                    if earlier is not None:
-                        # This very process's series, ended while it was off the GPU: it goes on (replacing
-                        # it lost its energy from the totals, and restarted its counter).
-                        earlier.energy_mj += series.energy_mj
-                        earlier.attrs.update(series.attrs)
-                        series = earlier
-                    self.series[running] = series
-                    self._running[(pid, device_id)] = running
+                    if (pid, device_id, start) in self.series:
+                        series.start_ticks = start  # (kept under an unknown start: tells a reused pid apart still)
+                    else:
+                        del self.series[running]
+                        running = (pid, device_id, start)
+                        self.series[running] = series
+                        self._running[(pid, device_id)] = running
                 self._describe(series, host)
                 return running, series
             # Same pid, another start time: the kernel reused the pid for a new process.
-            self._end(running, self.series[running], wall_s)
+            self._end(running, series, wall_s)
         key = (pid, device_id, start)
         series = self.series.get(key) or Series(energy_mj=0, start_wall_s=wall_s - interval_s)
         self.series[key] = series
