@@ -171,9 +171,11 @@ class GroupSeries:
         if first is None:
             name = _name(key[0], attrs)
             by_name = (key[0], name or "", key[2])
-            # Not a name's series that ended: its pod was gone (a pod under the name now is another).
+            # Not a name's series that ended with its pod (a pod under the name now is another); one that ended
+            # with its device (back now) is that pod's still.
+            ended = by_name in self.groups and self.groups[by_name].ended_wall_s is not None
             taken = (
-                by_name not in self.groups or by_name in self._claimed or self.groups[by_name].ended_wall_s is not None
+                by_name not in self.groups or by_name in self._claimed or (ended and by_name not in self._device_gone)
             )
             if name is not None and name != key[1] and not taken:
                 self.aliases[key], self._claimed[by_name] = by_name, key

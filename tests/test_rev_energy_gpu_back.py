@@ -29,3 +29,16 @@ def test_a_pod_whose_gpu_came_back_runs_again_while_it_exists() -> None:
     }
     b = step(proc, clock, [], [COMPLETE])  # and it ends when the pod is gone
     assert {t.state for t in b.totals if t.scope != "process"} == {"terminated"}
+
+
+def test_a_pod_first_known_by_name_whose_uid_comes_with_its_gpu_back_stays_one_series() -> None:
+    clock = SteppedClock()
+    proc = energy(clock, terminated_retention=60.0, device_gone_after=20.0)
+    step(proc, clock, [share(clock, 1, 100)], [member(1, container_id=None, pod_uid=None)])  # before the API synced
+    for _ in range(6):  # G gone; meanwhile the API synced
+        proc.process(Batch(time=clock.now(), interval_s=5.0, node="n").replace(workloads=(listed(), COMPLETE)))
+        clock.advance(5.0)
+    b = step(proc, clock, [share(clock, 1, 10)], [member(1), listed(), COMPLETE])  # back: its UID known now
+    b = step(proc, clock, [], [listed(), COMPLETE])
+    groups = sorted((t.scope, t.key, t.energy_mj, t.state) for t in b.totals if t.scope != "process")
+    assert groups == [("container", "ml/trainer-0/main", 110, "running"), ("pod", "ml/trainer-0", 110, "running")]
