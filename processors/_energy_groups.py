@@ -10,6 +10,8 @@ likewise when its id does, so the exported series does not fork.
 see ``processors/_mig_attribution.py``) goes to the container and pod the process was in, as the k8s
 processor remembers them, but says nothing about whether they run: it neither starts their watts nor
 brings back a series that ended (a pod gone since gets it in its ended series, while that is retained).
+A pid the driver lists again (reused on another GPU) has its new process's Workload only: the old process's
+late energy then goes to the new one's container and pod (tests/test_rev_energy_late_reuse.py, an xfail).
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ class GroupSeries:
         # and first key → the later one that took it (one only: a pod recreated under the name is another).
         self.aliases: dict[GroupKey, GroupKey] = {}
         self._claimed: dict[GroupKey, GroupKey] = {}
+        self._device_gone: set[GroupKey] = set()  # series ended because their device was gone (not saved)
         self._order = Order(_group_columns)
 
     # --- state -------------------------------------------------------------------------------
@@ -133,14 +136,28 @@ class GroupSeries:
             # Not seen: its state and watts are decided below, by whether its pod exists, as without it.
             series = self.groups.get(key) or self._series(key, attrs, wall_s - _interval(key, powers, batch))[0]
             series.energy_mj += mj
+        self._unseen(tick, split, gone, roster, wall_s)
+
+    def _unseen(self, tick: int, split: set[str], gone: set[str], roster: _Roster | None, wall_s: float) -> None:
+        """The series with no share this tick: running at 0 W while their pod exists, ended when it is not."""
         for key, series in self.groups.items():
             if series.seen == tick:
                 continue
             series.power_w = 0.0 if key[2] in split else None  # none of its processes ran; or not known
-            if series.ended_wall_s is None and (
-                key[2] in gone or (roster is not None and not roster.lists(key, series))
-            ):
-                series.ended_wall_s = wall_s
+            # A name's series that a UID (container id) took is that pod's (container's): listed by it, not by
+            # the name, which a recreated pod (a restarted container) now has.
+            if series.ended_wall_s is None:
+                if key[2] in gone:
+                    series.ended_wall_s = wall_s
+                    self._device_gone.add(key)
+                elif roster is not None and not roster.lists(self._claimed.get(key, key), series):
+                    series.ended_wall_s = wall_s
+                    self._device_gone.discard(key)  # (back since, it ran again: its pod is gone now)
+            elif key in self._device_gone and key[2] in split and roster is not None:
+                # Ended with its device, which is back: it runs again while its pod exists (not a new series).
+                self._device_gone.discard(key)
+                if roster.lists(self._claimed.get(key, key), series):
+                    series.ended_wall_s = None
 
     def _series(self, key: GroupKey, attrs: dict[str, str], start_wall_s: float) -> tuple[Series, bool]:
         """The series of a key that none is filed under, and whether it is another key's (then it keeps its
@@ -154,7 +171,13 @@ class GroupSeries:
         if first is None:
             name = _name(key[0], attrs)
             by_name = (key[0], name or "", key[2])
-            if name is not None and name != key[1] and by_name in self.groups and by_name not in self._claimed:
+            # Not a name's series that ended with its pod (a pod under the name now is another); one that ended
+            # with its device (back now) is that pod's still.
+            ended = by_name in self.groups and self.groups[by_name].ended_wall_s is not None
+            taken = (
+                by_name not in self.groups or by_name in self._claimed or (ended and by_name not in self._device_gone)
+            )
+            if name is not None and name != key[1] and not taken:
                 self.aliases[key], self._claimed[by_name] = by_name, key
                 first = by_name
         if first is not None:
@@ -164,6 +187,7 @@ class GroupSeries:
 
     def prune(self, now_wall_s: float, retention_s: Callable[[str], float], max_terminated: int) -> None:
         for first in prune(self.groups, now_wall_s, lambda key: retention_s(key[2]), max_terminated):
+            self._device_gone.discard(first)
             later = self._claimed.pop(first, None)
             if later is not None:
                 del self.aliases[later]

@@ -27,6 +27,7 @@ class Series:
     start: Timestamp | None = None
     extra: tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]] = ((), ())  # (attrs as read, sorted)
     seen: int = -1  # the last tick (the processor's count) that had a share of a running process for it
+    start_ticks: int | None = None  # a process series' start time, where its key could not take it (not saved)
 
 
 def restore(row: Mapping[str, Any]) -> Series:

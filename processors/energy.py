@@ -286,8 +286,10 @@ class EnergyProcessor:
     def _instances(
         self, batch: Batch, powers: dict[str, DevicePower], split: set[str], gone: set[str], wall_s: float
     ) -> None:
+        named: set[tuple[str, int]] = set()
         for inst in batch.instance_energy:
             ikey = (inst.device_id, inst.gpu_instance_id)
+            named.add(ikey)
             interval_s = powers[inst.device_id].interval_s if inst.device_id in powers else batch.interval_s
             instance = self.instances.get(ikey)
             if instance is None:
@@ -297,8 +299,12 @@ class EnergyProcessor:
             instance.ended_wall_s = None
             if inst.profile is not None:
                 instance.attrs["profile"] = inst.profile
-        for (device_id, _), instance in self.instances.items():
-            if device_id not in split:
+        for ikey, instance in self.instances.items():
+            device_id = ikey[0]
+            if device_id in split:
+                if ikey not in named:  # none of the split energy was its (a repartition removed it): not its last
+                    instance.power_w = 0.0
+            else:
                 instance.power_w = None
                 if instance.ended_wall_s is None and device_id in gone:
                     instance.ended_wall_s = wall_s
@@ -315,18 +321,25 @@ class EnergyProcessor:
         start = host.start_time_ticks if host is not None and host.start_time_ticks is not None else _UNKNOWN_START
         running = self._running.get((pid, device_id))
         if running is not None:
-            if start == _UNKNOWN_START or running[2] in (_UNKNOWN_START, start):
-                series = self.series[running]
+            series = self.series[running]
+            known = series.start_ticks if running[2] == _UNKNOWN_START else running[2]
+            if start == _UNKNOWN_START or known in (None, start):
+                # Its start time is known now (procfs answered): file the series under it. Unless that process
+                # has a series there already (ended while it was off the GPU): replacing it lost its energy, and
+                # adding this one's to it would send this one's energy twice to a backend summing OTLP deltas
+                # (it was exported as a series of its own). It goes on as it is, under an unknown start.
                 if running[2] == _UNKNOWN_START and start != _UNKNOWN_START:
-                    # Its start time is known now (procfs answered): file the series under it.
-                    del self.series[running]
-                    running = (pid, device_id, start)
-                    self.series[running] = series
-                    self._running[(pid, device_id)] = running
+                    if (pid, device_id, start) in self.series:
+                        series.start_ticks = start  # (kept under an unknown start: tells a reused pid apart still)
+                    else:
+                        del self.series[running]
+                        running = (pid, device_id, start)
+                        self.series[running] = series
+                        self._running[(pid, device_id)] = running
                 self._describe(series, host)
                 return running, series
             # Same pid, another start time: the kernel reused the pid for a new process.
-            self._end(running, self.series[running], wall_s)
+            self._end(running, series, wall_s)
         key = (pid, device_id, start)
         series = self.series.get(key) or Series(energy_mj=0, start_wall_s=wall_s - interval_s)
         self.series[key] = series
