@@ -123,6 +123,8 @@ class IdleEstimators:
         regress = continuous and counter and not gap and "regression" in self.settings.enabled
         if regress and interval_s >= self.settings.guard.min_interval_s:
             self._regress(s, work, energy_mj / 1000.0 / interval_s)
+        elif regress and interval_s > 0 and work.known and work.processes > 0:
+            self._bound(s.device_id, energy_mj / 1000.0 / interval_s)  # too short a point, still a power seen
 
     def refit_one(self, monotonic_s: float) -> None:
         """Fit the regression of the device whose fit is the stalest of those due: at most one fit per tick,
@@ -172,10 +174,17 @@ class IdleEstimators:
         if regression is None:
             regression = self._regressions[s.device_id] = Regression(self.settings.regression)
         regression.add(s.time.monotonic_s, work.util, power_w)
-        known = self._estimates.get(s.device_id, {}).get("regression")
+        self._bound(s.device_id, power_w)
+
+    def _bound(self, device_id: str, power_w: float) -> None:
+        """Never above a power the device was seen drawing while held, in a point or in a tick too short to be
+        one: that tick's power is a closer bound, for the estimate in use and for the fits to come."""
+        regression = self._regressions.get(device_id)
+        if regression is not None:
+            regression.lowest_w = min(regression.lowest_w, power_w)
+        known = self._estimates.get(device_id, {}).get("regression")
         if known is not None and power_w < known.power_w:
-            # Never above a power the device was seen drawing while held: that tick's power is a closer bound.
-            self._set(s.device_id, "regression", Estimate(power_w, known.uncertainty_w))
+            self._set(device_id, "regression", Estimate(power_w, known.uncertainty_w))
 
     def _set(self, device_id: str, name: Observed, estimate: Estimate | None, *, restored: bool = False) -> None:
         estimates = self._estimates.setdefault(device_id, {})

@@ -41,7 +41,8 @@ the value's source (``DevicePower.idle_source``; processors/_idle_chain.py):
 - ``regression``: the intercept of power = idle + slope × Σ utilisation, fitted robustly over the ticks of
   the last ``regression.window`` in which processes held the device with known utilisation; accepted only
   with enough points, spread and fit quality (processors/_idle_regression.py), with its standard error as
-  the uncertainty, never above the lowest power such a tick showed nor below 0.
+  the uncertainty, never above the lowest power such a tick showed (one too short to be a point included) nor
+  below 0.
 
 The first of free, quiet, regression with a value is used; a ``priors`` entry for the device's model
 only fills the gap where none has one. Until then idle is *absent* (not 0) and all energy counts as
