@@ -6,12 +6,10 @@ the failed tick (whose energy is left unattributed as ``processes_unknown``)."""
 
 from __future__ import annotations
 
-import threading
-from typing import Any
-
 import pynvml
 import pytest
 
+from tests.helpers.nvml_hang import Hang
 from tests.receivers.test_nvml import Harness, scenario
 from wattpipe.pipeline.clock import SteppedClock
 
@@ -62,30 +60,18 @@ def test_a_reading_dropped_for_its_timeout_leaves_its_utilisation_to_the_next_ti
         clock.advance(5.0)
         h.poll()
         lib = pynvml.nvmlLib
-        release = threading.Event()
-
-        class Hung:
-            def __getattr__(self, name: str) -> Any:
-                fn = getattr(lib, name)
-
-                def call(*args: Any) -> Any:
-                    if name == "nvmlDeviceGetComputeRunningProcesses_v3":
-                        release.wait(5.0)
-                    return fn(*args)
-
-                return call
-
+        hung = Hang(lib, "nvmlDeviceGetComputeRunningProcesses_v3")
         monkeypatch.setattr(pynvml, "_nvmlGetFunctionPointer_cache", {})
-        pynvml.nvmlLib = Hung()
+        pynvml.nvmlLib = hung
         try:
             clock.advance(5.0)
             assert h.poll()[0] == []  # 10 s: both GPUs absent this tick
-            release.set()
+            hung.release.set()
             for slot in h.receiver.slots:
                 assert slot.pending is not None
                 slot.pending.result(timeout=5.0)
         finally:
-            release.set()
+            hung.release.set()
             pynvml.nvmlLib = lib  # (not by monkeypatch: that would put the simulator back after close)
             pynvml._nvmlGetFunctionPointer_cache.clear()
         clock.advance(5.0)

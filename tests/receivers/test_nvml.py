@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.helpers.context import make_context
+from tests.helpers.nvml_hang import Hang
 from wattpipe import simulator
 from wattpipe.pipeline.clock import SteppedClock, Timestamp
 from wattpipe.pipeline.records import DeviceSample, GpuProcessSample, MigInstance, Record
@@ -616,22 +616,10 @@ def test_a_gpu_slower_than_device_timeout_is_counted_as_timeout_then_busy(
     clock: SteppedClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     h = Harness(scenario(), clock, device_timeout=0.05)
+    hung = Hang(pynvml.nvmlLib, "nvmlDeviceGetPowerUsage")
+    release = hung.release
     try:
-        lib = pynvml.nvmlLib
-        release = threading.Event()
-
-        class Hung:
-            def __getattr__(self, name: str) -> Any:
-                fn = getattr(lib, name)
-
-                def call(*args: Any) -> Any:
-                    if name == "nvmlDeviceGetPowerUsage":
-                        release.wait(5.0)
-                    return fn(*args)
-
-                return call
-
-        monkeypatch.setattr(pynvml, "nvmlLib", Hung())
+        monkeypatch.setattr(pynvml, "nvmlLib", hung)
         monkeypatch.setattr(pynvml, "_nvmlGetFunctionPointer_cache", {})
         clock.advance(5.0)
         assert h.poll() == ([], [])  # both GPUs absent this tick, not zero
