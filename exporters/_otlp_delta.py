@@ -8,6 +8,9 @@ actually received, means a dropped or given-up batch widens the next delta inste
 from __future__ import annotations
 
 import collections
+import threading
+from collections.abc import Iterable
+from typing import Any
 
 from wattpipe.exporters._otlp_snapshot import AttributeValue, Point
 
@@ -49,9 +52,37 @@ class DeltaState:
     def __init__(self, max_series: int = 100_000) -> None:
         self.max_series = max_series
         self._last_sent: collections.OrderedDict[SeriesKey, tuple[float, int]] = collections.OrderedDict()
+        self._lock = threading.Lock()  # the sender thread commits while the service's checkpoint dumps
 
     def __len__(self) -> int:
         return len(self._last_sent)
+
+    # --- the state file: what was sent goes on across a restart ----------------------------------------------
+
+    def dump(self) -> list[list[Any]]:
+        """What was last sent per series, least recently sent first: ``[metric, start_ns, [[name, value], …],
+        raw, time_ns]`` rows (JSON)."""
+        with self._lock:
+            items = list(self._last_sent.items())
+        return [
+            [metric, start_ns, sorted(map(list, named)), raw, time_ns]
+            for (metric, start_ns, named), (raw, time_ns) in items
+        ]
+
+    def load(self, rows: Iterable[Any]) -> int:
+        """Rows from :meth:`dump` (a restart's); a malformed row is skipped. How many were taken."""
+        taken: dict[SeriesKey, tuple[float, int]] = {}
+        for row in rows:
+            try:
+                metric, start_ns, named, raw, time_ns = row
+                attributes = frozenset(
+                    (str(name), value if isinstance(value, int) else str(value)) for name, value in named
+                )
+                taken[(str(metric), int(start_ns), attributes)] = (float(raw), int(time_ns))
+            except (TypeError, ValueError):
+                continue
+        self._commit(taken)
+        return len(taken)
 
     def begin(self) -> PendingDeltas:
         """The deltas of one request: committed only once the request was sent."""
@@ -59,11 +90,12 @@ class DeltaState:
 
     def _commit(self, updates: dict[SeriesKey, tuple[float, int]]) -> None:
         last_sent = self._last_sent
-        for key, value in updates.items():
-            last_sent[key] = value
-            last_sent.move_to_end(key)
-        while len(last_sent) > self.max_series:
-            last_sent.popitem(last=False)
+        with self._lock:
+            for key, value in updates.items():
+                last_sent[key] = value
+                last_sent.move_to_end(key)
+            while len(last_sent) > self.max_series:
+                last_sent.popitem(last=False)
 
 
 class PendingDeltas:

@@ -5,6 +5,9 @@ during an outage. So the tick takes only what the request needs (value, attribut
 time the value was read, the time its series began) and nothing that the next tick changes or that would
 keep the whole batch alive while it waits.
 
+A counter point's start is its record's ``start`` (a total's series start), or a process's start for its CPU
+time (``process.cpu.time``), else the exporter's creation.
+
 A point's time is its record's (when the value was read), but never older than the batch that sends it: a
 record handed on from an earlier read because its value is known to hold now (procfs ``cgroup_root``: a
 process whose cgroup ran nothing) is stamped with the tick, as a backend expects of a point sent again.
@@ -60,6 +63,25 @@ class SnapshotTaker:
         self._attributes: dict[int, tuple[SeriesLabels, Mapping[str, AttributeValue]]] = {}
         self._labels = LabelEngine()
         """This exporter's own label caches (see pipeline.labels.LabelEngine)."""
+        self._began: dict[tuple[int, int | None], int] = {}
+        self._begun: dict[tuple[int, int | None], int] = {}  # the last snapshot's (a tick's processes' starts)
+
+    def _start_ns(self, record: object) -> int:
+        """A counter's start where its record has no ``start``: a process's (``process.cpu.time`` counts from it,
+        also after a restart of wattpipe), else the exporter's creation. A process's start time is read from
+        /proc against /proc/uptime, which moves by some 10 ms from read to read: it is taken down to the whole
+        second once, and kept while the process is listed, so that its series keeps one start."""
+        began = getattr(record, "start_wall_s", None)
+        if began is None:
+            return self.created_ns
+        key = (getattr(record, "pid", 0), getattr(record, "start_time_ticks", None))
+        start_ns = self._began.get(key)
+        if start_ns is None:
+            start_ns = self._begun.get(key)
+            if start_ns is None:
+                start_ns = int(began) * 1_000_000_000
+            self._began[key] = start_ns
+        return start_ns
 
     def take(self, batch: Batch) -> Snapshot:
         """``batch``'s points as the sender needs them, detached from the catalog's shared label mappings."""
@@ -69,6 +91,7 @@ class SnapshotTaker:
         # label mapping (held in the entry, so the identity cannot be reused), only this tick's kept. That
         # identity is promised by wattpipe.pipeline.series_labels.SeriesLabels (see its docstring).
         known, self._attributes = self._attributes, {}
+        self._began, self._begun = {}, self._began
         tick_ns = batch.time.wall_ns
         for family in FAMILIES:
             out: list[Point] = []
@@ -80,7 +103,7 @@ class SnapshotTaker:
                 raw = value * family.divisor if family.value is None else getattr(record, family.value)
                 time_ns = max(record.time.wall_ns, tick_ns)
                 start = getattr(record, "start", None)
-                start_ns = min(start.wall_ns if start is not None else self.created_ns, time_ns)
+                start_ns = min(start.wall_ns if start is not None else self._start_ns(record), time_ns)
                 out.append(Point(entry[1], float(raw), start_ns, time_ns))
             if out:
                 metrics.append((family, tuple(out)))

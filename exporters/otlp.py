@@ -23,6 +23,7 @@ dropped batch widens the next delta instead of losing its energy (see docs/otlp.
 from __future__ import annotations
 
 import socket
+from typing import Any
 
 from opentelemetry.sdk.resources import Resource
 
@@ -72,8 +73,11 @@ class OtlpExporter:
         self.log = ctx.logger
         self.resource = _resource(config, ctx.node_name)
         self._snapshots = SnapshotTaker(created_ns=ctx.clock.now().wall_ns)
-        delta = DeltaState() if config.temporality == "delta" else None
-        self._encoder = Encoder(self.resource, delta)
+        self._delta = DeltaState() if config.temporality == "delta" else None
+        self._encoder = Encoder(self.resource, self._delta)
+        self._state, self._state_key = ctx.state, ctx.state_key
+        if self._delta is not None:  # the service checkpoints a component's ``snapshot()``, if it has one
+            self.snapshot = self._delta_snapshot
         self._sdk: Sender | None = None
         settings = queue_settings(config)
         events = SendLog(
@@ -101,6 +105,7 @@ class OtlpExporter:
     def start(self) -> None:
         if self.sender.running:
             return
+        self._restore()
         self._sdk = self._sdk or make_sender(self.config)
         SDK_LOGS.install()
         self._warn_unused_tls_files()
@@ -114,6 +119,23 @@ class OtlpExporter:
         if self._sdk is not None:
             self._sdk.shutdown(timeout_millis=1000)
             self._sdk = None
+
+    # --- state: with delta temporality, what was last sent goes on across a restart ---------------------
+
+    def _restore(self) -> None:
+        saved = self._state.section(self._state_key)
+        if self._delta is None or not saved or len(self._delta):
+            return
+        rows = saved.get("delta_last_sent")
+        taken = self._delta.load(rows) if isinstance(rows, list) else 0
+        self.log.info("exporter %s: deltas go on from what was last sent for %d series", self.component_id, taken)
+
+    def _delta_snapshot(self) -> dict[str, Any]:
+        """Delta temporality's durable state (``snapshot``): what was last sent per series, so that after a
+        restart each series' first delta runs from it, not from the series' start again (a backend summing
+        deltas would count the energy before the restart twice). Cumulative temporality keeps nothing."""
+        assert self._delta is not None
+        return {"delta_last_sent": self._delta.dump()}
 
     def _warn_unused_tls_files(self) -> None:
         unused = [name for name in ("ca_file", "cert_file", "key_file") if getattr(self.config, name)]
@@ -131,7 +153,7 @@ class OtlpExporter:
     async def export(self, batch: Batch) -> None:
         self.sender.submit(self.capture(batch))
 
-    # Not named ``snapshot``: the service calls a component's ``snapshot()`` for its durable state.
+    # Not named ``snapshot``: that is the component's durable state (above).
     def capture(self, batch: Batch) -> Snapshot:
         """``batch``'s points as the sender needs them, detached from the catalog's shared label mappings."""
         return self._snapshots.take(batch)

@@ -318,6 +318,9 @@ class Service:
                 log.error("%s failed to shut down: %s", name, _describe(exc))
         if not checkpointed and self._started:
             checkpoint(self.graph)
+        elif checkpointed and any(hasattr(e, "snapshot") for e in self.graph.exporters.values()):
+            # An exporter's state (the otlp exporter's last delta sent) moved on while it flushed: saved again.
+            checkpoint(self.graph)
         self._started.clear()
 
     async def run(self, max_ticks: int | None = None) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import sys
 import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -54,6 +53,7 @@ class Node:
     """The simulated node, running on across wattpipe's restarts."""
 
     tmp: Path
+    config: str = CONFIG
     clock: SteppedClock = field(default_factory=SteppedClock)
     batches: list[list[Batch]] = field(default_factory=list)  # per run
 
@@ -63,7 +63,9 @@ class Node:
 
     def service(self) -> Service:
         registry = Registry.from_entry_points()
-        text = textwrap.dedent(CONFIG).replace("ROOT", str(self.tmp)).replace("STATE", str(self.tmp / "state.json"))
+        text = (
+            textwrap.dedent(self.config).replace("ROOT", str(self.tmp)).replace("STATE", str(self.tmp / "state.json"))
+        )
         graph = build(load_config_text(text, "restart.yaml", registry, {}), registry, self.clock, Telemetry(self.clock))
         return Service(graph, before_tick=self.refresh)
 
@@ -227,10 +229,8 @@ def test_a_clean_stop_loses_no_gpu_energy_held_for_idle(node: Node) -> None:
     "estimators survive restarts. Fix: ZoneIdles.dump()/load() (each zone's points and fit, as "
     "processors/idle.py's estimators) in CpuAttributionProcessor.snapshot()/start()",
 )
-def test_a_restart_keeps_the_cpu_idle_learned_in_mode_idle(node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(
-        sys.modules[__name__], "CONFIG", CONFIG.replace("  cpu_attribution:\n", "  cpu_attribution: {mode: idle}\n")
-    )
+def test_a_restart_keeps_the_cpu_idle_learned_in_mode_idle(node: Node) -> None:
+    node.config = CONFIG.replace("  cpu_attribution:\n", "  cpu_attribution: {mode: idle}\n")
     first = node.run(20)  # the package zones' idle is learned (a regression fit) by 75 s
     assert {p.idle_source for p in first[-1].device_power if p.device_type == "cpu"} == {"regression"}
     second = node.run(3)
