@@ -76,7 +76,7 @@ class OtlpExporter:
         self._delta = DeltaState() if config.temporality == "delta" else None
         self._encoder = Encoder(self.resource, self._delta)
         self._state, self._state_key = ctx.state, ctx.state_key
-        if self._delta is not None:  # the service checkpoints a component's ``snapshot()``, if it has one
+        if self._delta is not None and ctx.state.path is not None:  # checkpointed: a component's ``snapshot()``
             self.snapshot = self._delta_snapshot
         self._sdk: Sender | None = None
         settings = queue_settings(config)

@@ -37,11 +37,14 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def checkpoint(graph: Graph) -> bool:
-    """Ask every component with ``snapshot()`` for its state and write the state file."""
+def checkpoint(graph: Graph, started: Sequence[object] | None = None) -> bool:
+    """Ask every component with ``snapshot()`` for its state and write the state file. With ``started``, only
+    those components: one that did not start has not read its section yet, and its empty state must not
+    replace it (a start that failed on a busy port would otherwise write every total away)."""
+    only = None if started is None else {id(c) for c in started}
     for key, component in graph.stateful():
         snapshot = getattr(component, "snapshot", None)
-        if snapshot is None:
+        if snapshot is None or (only is not None and id(component) not in only):
             continue
         try:
             graph.state.put(key, snapshot())
@@ -287,9 +290,14 @@ class Service:
             *[(f"processor {name}", p) for name, p in self._processors()],
             *[(f"receiver {cid}", r) for cid, r in self.graph.receivers.items()],
         ]
+        keys = {id(component): key for key, component in self.graph.stateful()}
         for name, component in order:
             try:
-                await call_optional(component, "start")
+                try:
+                    await call_optional(component, "start")
+                except Exception as exc:
+                    if not await self._start_afresh(name, component, keys.get(id(component)), exc):
+                        raise
             except Exception:
                 # Unwind what did start, so a failed start never leaves half a pipeline running.
                 await self.shutdown()
@@ -297,17 +305,44 @@ class Service:
             self._started.append((name, component))
         settle_heap()
 
+    async def _start_afresh(self, name: str, component: object, key: str | None, exc: Exception) -> bool:
+        """A component that failed to start with a section in the state file, started again without it: True if
+        it started then (its section, one edited by hand or written by another build in the same format, is set
+        aside and said so: the file as it was is copied for a person to look at). False: it had no section, or
+        it fails without it too (the section is kept: the state file is not why)."""
+        state = self.graph.state
+        saved = None if key is None else state.section(key)
+        if key is None or saved is None:
+            return False
+        state.drop(key)
+        try:
+            await call_optional(component, "start")
+        except Exception:
+            state.put(key, saved)
+            return False
+        kept = state.keep_copy()
+        log.error(
+            "state file %s: %s cannot use its section %s (%s); it starts afresh%s",
+            state.path,
+            name,
+            key,
+            _describe(exc),
+            f" (the file as it was is kept as {kept})" if kept is not None else "",
+        )
+        return True
+
     async def shutdown(self, timeout_s: float | None = None) -> None:
         """Receivers first, then processors (state), then exporters (flush): the reverse of start."""
         budget = timeout_s if timeout_s is not None else self.graph.config.service.shutdown_timeout
         loop = asyncio.get_running_loop()
         deadline = loop.time() + budget
         checkpointed = False
+        started = [component for _, component in self._started]
         for name, component in reversed(self._started):
             if name.startswith("exporter") and not checkpointed and self._started:
                 # Receivers are stopped and processors done: nothing more will be measured, so the
                 # last checkpoint is complete. Write it before exporters flush (which may be slow).
-                checkpoint(self.graph)
+                checkpoint(self.graph, started)
                 checkpointed = True
             remaining = max(0.1, deadline - loop.time())
             try:
@@ -317,10 +352,10 @@ class Service:
             except Exception as exc:
                 log.error("%s failed to shut down: %s", name, _describe(exc))
         if not checkpointed and self._started:
-            checkpoint(self.graph)
+            checkpoint(self.graph, started)
         elif checkpointed and any(hasattr(e, "snapshot") for e in self.graph.exporters.values()):
             # An exporter's state (the otlp exporter's last delta sent) moved on while it flushed: saved again.
-            checkpoint(self.graph)
+            checkpoint(self.graph, started)
         self._started.clear()
 
     async def run(self, max_ticks: int | None = None) -> None:

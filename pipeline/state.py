@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -108,6 +109,24 @@ class StateStore:
             log.error("state file %s: %s; moved it to %s and starting afresh", self.path, problem, target)
         except OSError as exc:
             log.error("state file %s: %s, and it cannot be moved aside (%s); starting afresh", self.path, problem, exc)
+
+    def drop(self, key: str) -> None:
+        """Forget a section (the next checkpoint writes what its component keeps now)."""
+        self._sections.pop(key, None)
+
+    def keep_copy(self) -> Path | None:
+        """A copy of the file as it was loaded, as ``<name>.bad-<unix time>``, for a person to look at (a section
+        of it could not be used); None where there is none or it could not be copied (logged)."""
+        if self.loaded_from is None:
+            return None
+        target = self.loaded_from.with_name(f"{self.loaded_from.name}.bad-{int(self.clock.wall())}")
+        try:
+            if not target.exists():  # (two sections in one second: the first copy is the file as it was)
+                shutil.copy2(self.loaded_from, target)
+        except OSError as exc:
+            log.error("state file %s: cannot keep a copy as %s (%s)", self.loaded_from, target, exc)
+            return None
+        return target
 
     def section(self, key: str) -> JsonObject | None:
         """What a component saved last time, or None."""
