@@ -235,3 +235,18 @@ def test_a_restart_keeps_the_cpu_idle_learned_in_mode_idle(node: Node) -> None:
     assert {p.idle_source for p in first[-1].device_power if p.device_type == "cpu"} == {"regression"}
     second = node.run(3)
     assert {p.idle_source for p in second[1].device_power if p.device_type == "cpu"} == {"regression"}
+
+
+def test_a_series_that_ended_before_a_clean_stop_comes_back_terminated(node: Node) -> None:
+    first = node.run(17)  # 0–80 s: pid 3002 (61–73 s) ended at the 75 s tick
+    second = node.run(3)  # 85–95 s: within terminated_retention (60 s) of its end
+    ended = {_key(r): r for r in first[-1].totals if r.key == "3002"}
+    assert ended
+    assert {r.state for r in ended.values()} == {"terminated"}
+    for batch in second:
+        again = {_key(r): r for r in batch.totals if r.key == "3002"}
+        assert again.keys() == ended.keys()
+        for key, r in again.items():
+            assert (r.state, r.energy_mj, start_s(r)) == ("terminated", ended[key].energy_mj, start_s(ended[key]))
+            assert r.power_w in (None, 0.0)
+    assert not restored_ok(first[-1], second[0], True, first[-1])
