@@ -338,6 +338,7 @@ class Service:
         deadline = loop.time() + budget
         checkpointed = False
         started = [component for _, component in self._started]
+        exporters = list(self.graph.exporters.values())
         for name, component in reversed(self._started):
             if name.startswith("exporter") and not checkpointed and self._started:
                 # Receivers are stopped and processors done: nothing more will be measured, so the
@@ -353,9 +354,10 @@ class Service:
                 log.error("%s failed to shut down: %s", name, _describe(exc))
         if not checkpointed and self._started:
             checkpoint(self.graph, started)
-        elif checkpointed and any(hasattr(e, "snapshot") for e in self.graph.exporters.values()):
-            # An exporter's state (the otlp exporter's last delta sent) moved on while it flushed: saved again.
-            checkpoint(self.graph, started)
+        elif checkpointed and (flushed := [c for c in started if c in exporters and hasattr(c, "snapshot")]):
+            # An exporter's state (the otlp exporter's last delta sent) moved on while it flushed: saved again,
+            # beside the others' sections as the checkpoint before the flush took them.
+            checkpoint(self.graph, flushed)
         self._started.clear()
 
     async def run(self, max_ticks: int | None = None) -> None:
