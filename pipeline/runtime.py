@@ -322,7 +322,7 @@ class Service:
             return False
         kept = state.keep_copy()
         log.error(
-            "state file %s: %s cannot use its section %s (%s); it starts afresh%s",
+            "state file %s: %s cannot use its section %s (%s); it starts again without it%s",
             state.path,
             name,
             key,

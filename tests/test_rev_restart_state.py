@@ -119,3 +119,23 @@ def test_a_start_that_fails_on_a_busy_port_keeps_the_totals_in_the_state_file(no
     again = node.run(1)
     before = {r.device_id: r.energy_mj for r in first[-1].device_totals}
     assert {r.device_id: r.energy_mj for r in again[0].device_totals} == before
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="processors/cpu_attribution.py CpuAttributionProcessor.start() restores the series (self.series.restore) "
+    "before it reads the zone rows: when a zone row is bad it has raised with the process, container, pod and VM "
+    "series already restored, and started again without its section it keeps them beside zone totals from 0 "
+    "(Σ processes > the zones' attributed energy). Fix: parse the zone rows into a local dict first, then "
+    "restore the series, then assign (all or nothing)",
+)
+def test_a_bad_cpu_attribution_section_is_used_all_or_nothing(node: Node) -> None:
+    node.run(6)
+    path = node.tmp / "state.json"
+    document = json.loads(path.read_text())
+    document["sections"]["metrics/cpu_attribution"]["zones"]["intel-rapl:0"].pop("start_wall_s")
+    path.write_text(json.dumps(document))
+    (batch,) = node.run(1)
+    zones = sum(r.attributed_energy_mj for r in batch.device_totals if r.device_type == "cpu")
+    processes = sum(r.energy_mj for r in batch.totals if r.scope == "process" and r.device_id.startswith("cpu:"))
+    assert processes <= zones
