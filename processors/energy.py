@@ -229,7 +229,7 @@ class EnergyProcessor:
             if share.gpu_instance_id is not None:
                 series.attrs["gpu_instance_id"] = str(share.gpu_instance_id)
             series.seen = tick
-        self._released_unanswered(unanswered, now)
+        self._released_unanswered(unanswered)
         self.containers_and_pods.update(batch, tick, powers, split, gone, hosts, late)
         self._instances(batch, powers, split, gone, now.wall_s)
         self._absent(tick, split, gone, now.wall_s)
@@ -239,12 +239,14 @@ class EnergyProcessor:
             device_totals=batch.device_totals + self._device_totals(now),
         )
 
-    def _released_unanswered(self, released: dict[str, int], now: Timestamp) -> None:
+    def _released_unanswered(self, released: dict[str, int]) -> None:
         """Energy released by attribution's idle hold for devices that did not answer this tick (processors/
         _idle_hold.py: down past ``idle_wait``): all active, it joins their totals now, and their held level
         falls by it (no energy and no idle this tick: held now == held before − Σ shares)."""
         for device_id, mj in released.items():
-            d = self.devices.setdefault(device_id, _Device(start_wall_s=now.wall_s))
+            d = self.devices.get(device_id)
+            if d is None:
+                continue  # never answered here (its DevicePower filtered out upstream): no totals to add to
             d.energy_mj += mj
             d.active_energy_mj += mj
             if d.last is not None and d.last.held_energy_mj:
