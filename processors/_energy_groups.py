@@ -10,8 +10,9 @@ likewise when its id does, so the exported series does not fork.
 see ``processors/_mig_attribution.py``) goes to the container and pod the process was in, as the k8s
 processor remembers them, but says nothing about whether they run: it neither starts their watts nor
 brings back a series that ended (a pod gone since gets it in its ended series, while that is retained).
-A pid the driver lists again (reused on another GPU) has its new process's Workload only: the old process's
-late energy then goes to the new one's container and pod (tests/test_rev_energy_late_reuse.py, an xfail).
+A pid the driver lists again (reused on another GPU) has its new process's Workload, but the old process's
+late energy still goes to the old one's: the k8s processor's late Workload is for one device (``device_id``
+in its ``extra``), and a late share looks up its (pid, device) first (tests/test_rev_energy_late_reuse.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.records import DevicePower, HostProcess, Totals, Workload
 from wattpipe.processors._energy_series import Order, Series, prune, restore, saved, to_totals
 from wattpipe.processors.attribution_math import apportion
+from wattpipe.processors.k8s._exited import LATE_DEVICE
 
 __all__ = ["GroupKey", "GroupSeries", "Late"]
 
@@ -206,7 +208,15 @@ def _parts(
 ) -> tuple[dict[GroupKey, _Part], dict[GroupKey, _Part], _Roster | None]:
     """This tick's energy, watts and attributes per group, from running processes and released late, and the
     k8s processor's list of what exists (None: it could not say)."""
-    workloads = {w.pid: w for w in batch.workloads if w.pid is not None}
+    workloads: dict[int, Workload] = {}
+    late_workloads: dict[tuple[int, str], Workload] = {}  # the k8s processor's, each for one device
+    for w in batch.workloads:
+        if w.pid is not None:
+            device_id = dict(w.extra).get(LATE_DEVICE)
+            if device_id is None:
+                workloads[w.pid] = w
+            else:
+                late_workloads[(w.pid, device_id)] = w
     owners, roster = _owners_and_roster(batch.workloads)
     running: dict[GroupKey, _Part] = {}
     released: dict[GroupKey, _Part] = {}
@@ -222,7 +232,9 @@ def _parts(
             mj, watts = pooled.get((share.device_id, gi, bool(landed)), (0, 0.0))
             pooled[(share.device_id, gi, bool(landed))] = (mj + share.energy_mj, watts + share.power_w)
             continue
-        member = workloads.get(share.pid)
+        # A late share is the exited process's, as the k8s processor remembers it on that device; the pid's own
+        # Workload (whoever has the pid now) only where there is none such.
+        member = (late_workloads.get((share.pid, share.device_id)) if landed else None) or workloads.get(share.pid)
         if member is not None:
             # A late share's pid may be another process's by now: /proc says nothing of the one that ran.
             runtime = None if landed else _runtime(member, hosts.get(share.pid))

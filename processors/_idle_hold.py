@@ -9,7 +9,9 @@ learn it), each tick that would be split among processes is held instead, with t
 ``idle_w`` × its interval (never more than its energy), the rest is split by that tick's own shares, also
 to processes that have exited since (late shares: no watts). A device whose idle is still not known
 ``idle_wait`` after its first held tick is released as before (all active, by the held shares), and not
-held again.
+held again. A device that has not answered (no DevicePower) since ``idle_wait`` after its first held tick (a
+GPU off the bus, maybe for good) is released the same way, in late shares alone: no tick of its own carries
+them (see ``AttributionProcessor._unanswered``).
 
 The held tick's record says nothing is idle or active yet (both 0) and carries the held level
 (``held_energy_mj``); the release tick's idle and active include the released parts. Per tick,
@@ -22,6 +24,7 @@ import logging
 from collections import deque
 from dataclasses import dataclass
 
+from wattpipe.pipeline.records import SharingMode
 from wattpipe.processors.attribution_math import apportion
 
 __all__ = ["HeldTick", "IdleHold", "Released", "release"]
@@ -36,6 +39,7 @@ class HeldTick:
     energy_mj: int  # the tick's whole energy (nothing was idle)
     pids: tuple[int, ...]
     shares: tuple[float, ...]  # each pid's share of the tick's active energy, Σ 1
+    mode: SharingMode = "time_slicing"  # how it was split
 
 
 @dataclass(slots=True)
@@ -79,6 +83,15 @@ class IdleHold:
 
     def holding(self, device_id: str) -> bool:
         return bool(self._ticks.get(device_id))
+
+    def devices(self) -> list[str]:
+        """The devices that hold energy."""
+        return [device_id for device_id, ticks in self._ticks.items() if ticks]
+
+    def mode(self, device_id: str) -> SharingMode:
+        """How the device's last held tick was split (``time_slicing`` when it holds none)."""
+        ticks = self._ticks.get(device_id)
+        return ticks[-1].mode if ticks else "time_slicing"
 
     def may_hold(self, device_id: str) -> bool:
         return self.wait_s > 0 and device_id not in self._given_up

@@ -31,7 +31,14 @@ from wattpipe.pipeline.records import (
     MigInstance,
     SharingMode,
 )
-from wattpipe.processors._mig_shares import Group, MigSplit, instance_parts, members_of, split_members
+from wattpipe.processors._mig_shares import (
+    Group,
+    MigSplit,
+    instance_parts,
+    members_of,
+    split_members,
+    unreported,
+)
 from wattpipe.processors._mig_window import Collection, Hold, Release
 
 __all__ = ["MigAttribution"]
@@ -56,6 +63,7 @@ class MigAttribution:
         self._holds: dict[str, Hold] = {}
         self._new_s: dict[str, float] = {}  # device → when a new dcgm-exporter collection was last seen
         self._stale: set[str] = set()  # devices whose exporter repeats an overdue collection (warned)
+        self._unreported: set[tuple[str, int]] = set()  # instances with processes and no activity (warned)
 
     def holding(self, device_id: str, device: DeviceSample | None) -> bool:
         """Energy of this MIG device is held: its ticks go through :meth:`split` even without processes."""
@@ -82,6 +90,7 @@ class MigAttribution:
             members, mode = {}, power.unattributable
         else:
             weight_of = {gi: a * (slices.get(gi) or 1) for gi, a in activity.items()}
+            self._warn_unreported(dev, unreported(weight_of, members))
             provisional = instance_parts(power.active_energy_mj, members, slices, weight_of)
             mode = mode if unique else "none"
         release = self._release(power, provisional, members, batch, slices)
@@ -109,6 +118,18 @@ class MigAttribution:
         return tuple(
             dataclasses.replace(p, held_energy_mj=held[p.device_id]) if p.device_id in held else p for p in powers
         )
+
+    def _warn_unreported(self, dev: str, instances: list[int]) -> None:
+        for gi in instances:
+            if (dev, gi) not in self._unreported:
+                self._unreported.add((dev, gi))
+                self.log.warning(
+                    "device %s (MIG): instance %d has processes but dcgm-exporter reports no activity for it "
+                    "(made after dcgm-exporter started? restart it): weighed at the other instances' activity "
+                    "per slice",
+                    dev,
+                    gi,
+                )
 
     def _fresh(self, dev: str, now_s: float, activity: dict[int, float], batch: Batch) -> dict[int, float]:
         """``activity``, or none where dcgm-exporter repeats a collection overdue by more than twice its
@@ -276,6 +297,7 @@ def _collection(batch: Batch, device_id: str, slices: dict[int, int | None]) -> 
         weights=weights,
         # Both counters count whole mJ: rounded, the J → mJ round trip cannot miss NVML's reading by a hair.
         counter_mj=None if energy_j is None else float(round(energy_j * 1000.0)),
+        slices=slices,
     )
 
 

@@ -30,7 +30,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from wattpipe.processors._mig_shares import Group, group_order
+from wattpipe.processors._mig_shares import Group, group_order, with_unreported
 from wattpipe.processors.attribution_math import apportion
 
 __all__ = ["Collection", "Hold", "Release", "take"]
@@ -48,6 +48,7 @@ class Collection:
     window_s: float  # each value is the mean over this long before the collection
     weights: dict[int, float]  # per instance: activity × compute slices over the window
     counter_mj: float | None = None  # the board's energy counter as DCGM read it at the collection
+    slices: Mapping[int, int | None] = field(default_factory=dict)  # per instance of the layout
 
 
 @dataclass(slots=True)
@@ -155,16 +156,22 @@ class Hold:
                 self._provisional(tick, min(start, tick.end_s))  # no window will cover it any more
             if tick.open_from_s < min(end, tick.end_s):
                 covered.append((tick, *tick.cut(min(end, tick.end_s))))
-        self._split(covered, collection.weights)
+        self._split(covered, collection)
         self._drop_released()
 
-    def _split(self, covered: list[tuple[_Tick, int, dict[Group, int]]], weights: Mapping[int, float]) -> None:
-        """The window's energy by instance (exact), each instance's part to the ticks it had processes in.
+    def _split(self, covered: list[tuple[_Tick, int, dict[Group, int]]], collection: Collection) -> None:
+        """The window's energy by instance (exact), each instance's part to the ticks it had processes in (an
+        instance with processes that the collection lacks weighed as the reported ones on average).
 
         The window says how much each instance used over it, not when: an instance's part goes to the
         processes on it in each tick, by the tick's energy, over the ticks it had any (a job that ran for
         part of the window gets all of it; under Kubernetes an instance belongs to one container).
         """
+        members: dict[Group, list[int]] = {}
+        for tick, _, _ in covered:
+            for g, pids in tick.members.items():
+                members.setdefault(g, []).extend(pids)
+        weights = with_unreported(collection.weights, members, collection.slices)
         groups = sorted({g for _, _, given in covered for g in given}, key=group_order)
         window = [weights.get(g, 0.0) if g is not None else 0.0 for g in groups]
         if sum(window) <= 0:

@@ -133,6 +133,7 @@ class AttributionProcessor:
             )
             shares.extend(tick)
             powers.append(power)
+        shares.extend(self._unanswered(batch, {p.device_id for p in powers}))
         return batch.replace(
             shares=batch.shares + tuple(shares),
             instance_energy=batch.instance_energy + tuple(instance_energy),
@@ -168,6 +169,7 @@ class AttributionProcessor:
                     power.active_energy_mj + power.idle_energy_mj,
                     tuple(s.pid for s in processes if s.pid is not None),
                     tuple(fracs),
+                    processes[0].mode,
                 ),
             )
             # Watts stay the provisional split (the best estimate of now); the energy waits.
@@ -194,6 +196,41 @@ class AttributionProcessor:
             active_energy_mj=power.active_energy_mj + released.active_mj,
             held_energy_mj=hold.held_mj(dev),
         )
+
+    def _unanswered(self, batch: Batch, answered: set[str]) -> list[GpuShare]:
+        """What the idle hold keeps for devices with no DevicePower this tick (down, or lost for good) whose
+        first held tick has waited ``idle_wait``: released as the wait's end releases it (all active, by the held
+        ticks' own shares), and no more held. As late shares (no watts, share 0): the device has no tick to carry
+        them. Its held level falls by their energy (no energy and no idle this tick), as the energy processor
+        counts it."""
+        now = batch.time
+        out: list[GpuShare] = []
+        for dev in self._idle.devices():
+            if dev in answered or not self._idle.due(dev, now.monotonic_s):
+                continue
+            self._idle.give_up(
+                dev, f"the device has not answered since; not learned within idle_wait {self.config.idle_wait:g} s"
+            )
+            mode = self._idle.mode(dev)
+            released = self._idle.take(dev, None)
+            if released.unattributed_mj:  # (a held tick always has processes: kept for conservation)
+                out.append(
+                    GpuShare(
+                        time=now,
+                        device_id=dev,
+                        pid=None,
+                        share=0.0,
+                        energy_mj=released.unattributed_mj,
+                        power_w=0.0,
+                        mode=mode,
+                    )
+                )
+            out.extend(
+                GpuShare(time=now, device_id=dev, pid=pid, share=0.0, energy_mj=mj, power_w=0.0, mode=mode)
+                for pid, mj in sorted((released.by_pid or {}).items())
+                if mj > 0
+            )
+        return out
 
     def _mode(self, device: DeviceSample | None, procs: list[GpuProcessSample]) -> SharingMode:
         if not procs:

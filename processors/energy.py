@@ -28,10 +28,14 @@ energy still finds them; should it come for a series dropped all the same, it co
 unattributed energy (and is logged): Σ process totals + unattributed still add up to the active energy.
 Pid reuse within the wait: on another GPU the late energy stays with the process that ran; on the same GPU
 the series that ended last takes it (the attribution processor cannot tell two processes of one pid apart).
+A share of a device that did not answer this tick (no DevicePower: energy the idle hold released for a GPU
+down past attribution's ``idle_wait``) is late too, whatever the listing says, and counts in the device's
+energy and active totals, its held level lowered by it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -199,14 +203,17 @@ class EnergyProcessor:
         tick = self._ticks
         listing = _Listing(batch)
         late: Late = {}
+        unanswered: dict[str, int] = {}
         for share in batch.shares:
+            if share.device_id not in powers:
+                unanswered[share.device_id] = unanswered.get(share.device_id, 0) + share.energy_mj
             if share.pid is None:
                 if share.device_id in self.devices:
                     self.devices[share.device_id].unattributed_energy_mj += share.energy_mj
                 continue
-            # Only a share with no watts can be late (released for a process that has exited): the listing
-            # is looked at for those alone.
-            if share.power_w == 0.0 and share.share == 0.0 and listing.lacks(share):
+            # Only a share with no watts can be late (released for a process that has exited, or for a device
+            # that did not answer): the listing is looked at for those alone.
+            if share.power_w == 0.0 and share.share == 0.0 and (share.device_id not in powers or listing.lacks(share)):
                 late[(share.pid, share.device_id)] = self._late(share.pid, share)
                 continue
             host = hosts.get(share.pid)
@@ -222,6 +229,7 @@ class EnergyProcessor:
             if share.gpu_instance_id is not None:
                 series.attrs["gpu_instance_id"] = str(share.gpu_instance_id)
             series.seen = tick
+        self._released_unanswered(unanswered)
         self.containers_and_pods.update(batch, tick, powers, split, gone, hosts, late)
         self._instances(batch, powers, split, gone, now.wall_s)
         self._absent(tick, split, gone, now.wall_s)
@@ -230,6 +238,19 @@ class EnergyProcessor:
             totals=batch.totals + self._totals(now) + self.containers_and_pods.totals(now) + self._instance_totals(now),
             device_totals=batch.device_totals + self._device_totals(now),
         )
+
+    def _released_unanswered(self, released: dict[str, int]) -> None:
+        """Energy released by attribution's idle hold for devices that did not answer this tick (processors/
+        _idle_hold.py: down past ``idle_wait``): all active, it joins their totals now, and their held level
+        falls by it (no energy and no idle this tick: held now == held before − Σ shares)."""
+        for device_id, mj in released.items():
+            d = self.devices.get(device_id)
+            if d is None:
+                continue  # never answered here (its DevicePower filtered out upstream): no totals to add to
+            d.energy_mj += mj
+            d.active_energy_mj += mj
+            if d.last is not None and d.last.held_energy_mj:
+                d.last = dataclasses.replace(d.last, held_energy_mj=max(0, d.last.held_energy_mj - mj))
 
     def _late(self, pid: int, share: GpuShare) -> bool:
         """Add a late share's energy to the pid's series on its device, the running one or the one that ended

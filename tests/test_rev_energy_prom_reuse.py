@@ -6,8 +6,13 @@ replaced by B's 2 J the tick B ended). The terminated series then decreases, whi
 counter reset and count B's energy a second time (it was counted under state="running" already); A's total is
 no longer exposed.
 
-Not fixed here: Kepler's labels have nothing that tells the two apart; a fix is a design choice (a start-time
-label, or ending the older series early) for docs/attribution.md's known limits.
+Not fixed here: Kepler's labels have nothing that tells the two apart, and nothing the energy processor can do
+with its series keeps both totals in one label set. Ending the older series early (dropping A's when B
+starts) still shows 10 then 2 under that label set, read as a reset (B counted twice), and merging B into A's
+(12) counts B under both states; keeping A's until it ages out hides B's total for the retention, then shows a
+lower value again. What would fix it is a label that tells them apart (the process's start time, as OTLP
+carries it), which is a change to the exported families (pipeline/families.py, exporters/prometheus.py), not
+to the energy processor; docs/attribution.md's known limits say so.
 """
 
 from __future__ import annotations
@@ -26,7 +31,11 @@ from wattpipe.pipeline.records import GpuShare, HostProcess
 CID = "c" * 64
 
 
-@pytest.mark.xfail(strict=True, reason="two ended series of one reused pid share a Prometheus label set")
+@pytest.mark.xfail(
+    strict=True,
+    reason="two ended series of one reused pid share a Prometheus label set: needs a label telling them apart "
+    "(a start time) in the exported families, not an energy-processor change",
+)
 def test_both_ended_processes_of_a_reused_pid_are_in_the_exposition() -> None:
     clock = SteppedClock()
     proc = energy(clock, terminated_retention=3600.0)

@@ -17,8 +17,9 @@ or pod series when its pod is gone rather than when its processes pause. The API
 when the cache changes: its entries carry the time of the tick that made them.
 
 A process's energy may arrive after it exited (on a MIG GPU, held for dcgm-exporter's sample covering
-it): each pid the driver stops listing keeps its workload for ``keep_exited``, and a share of it then gets
-a record as if it were listed (:mod:`processors.k8s._exited`).
+it): each pid the driver stops listing on a device keeps its workload there for ``keep_exited``, and a share
+of it on that device then gets a record as if it were listed, for that device alone (``device_id`` in its
+``extra``; :mod:`processors.k8s._exited`).
 """
 
 from __future__ import annotations
@@ -83,8 +84,9 @@ class K8sConfig(ComponentConfig):
     waiting for dcgm-exporter's sample: up to attribution's ``mig_max_wait``, 90 s by default) arrives after
     it exited and must still reach its container and pod: keep this above ``mig_max_wait`` plus one tick."""
     max_exited: int = Field(default=4096, ge=0)
-    """Most exited processes remembered; beyond it the earliest exits are forgotten first (and logged): their
-    late energy then counts for the process, not for its container and pod. 0: none remembered."""
+    """Most exited processes remembered (one per device each left); beyond it the earliest exits are forgotten
+    first (and logged): their late energy then counts for the process, not for its container and pod. 0: none
+    remembered."""
 
     @field_validator("labels", "annotations")
     @classmethod
@@ -183,14 +185,20 @@ class K8sProcessor:
         view = self.cache.view  # once: the watch thread may publish another meanwhile
         workloads, self._seen = resolve(batch, view, self._seen)
         self._learn_cgroup_uids(workloads, view)
-        workloads += self._late(batch, workloads)
-        return batch.replace(workloads=batch.workloads + tuple(workloads) + self._listing(batch, view))
+        # Late workloads first: one of a pid the driver lists again (reused) is for its device only, and a
+        # consumer that looks Workloads up by pid alone (cpu_attribution) keeps the pid's own, the last.
+        late = self._late(batch, workloads)
+        return batch.replace(workloads=batch.workloads + tuple(late) + tuple(workloads) + self._listing(batch, view))
 
     def _late(self, batch: Batch, workloads: list[Workload]) -> list[Workload]:
         """The workloads of exited processes that have a share this tick (energy released late), as they
         were when the driver last listed them."""
         exited = self._exited
-        exited.update(batch.time.monotonic_s, {w.pid: w for w in workloads if w.pid is not None})
+        by_pid = {w.pid: w for w in workloads if w.pid is not None}
+        exited.update(
+            batch.time.monotonic_s,
+            {(p.pid, p.device_id): by_pid[p.pid] for p in batch.gpu_processes if p.pid in by_pid},
+        )
         if exited.dropped > self._exited_dropped_logged:
             self._exited_dropped_logged = exited.dropped
             self.ctx.telemetry.log.log(
