@@ -278,6 +278,9 @@ class Service:
         ]
         self.stop_event = asyncio.Event()
         self._started: list[tuple[str, object]] = []
+        self.state_saved = True
+        """False where the shutdown's checkpoint could not be written (logged): what was measured since the last
+        checkpoint written is lost to the next start."""
 
     def _processors(self) -> list[tuple[str, object]]:
         return [(f"{p.name}/{cid}", proc) for p in self.graph.pipelines for cid, proc in p.processors]
@@ -343,7 +346,7 @@ class Service:
             if name.startswith("exporter") and not checkpointed and self._started:
                 # Receivers are stopped and processors done: nothing more will be measured, so the
                 # last checkpoint is complete. Write it before exporters flush (which may be slow).
-                checkpoint(self.graph, started)
+                self.state_saved = checkpoint(self.graph, started)
                 checkpointed = True
             remaining = max(0.1, deadline - loop.time())
             try:
@@ -353,11 +356,11 @@ class Service:
             except Exception as exc:
                 log.error("%s failed to shut down: %s", name, _describe(exc))
         if not checkpointed and self._started:
-            checkpoint(self.graph, started)
+            self.state_saved = checkpoint(self.graph, started)
         elif checkpointed and (flushed := [c for c in started if c in exporters and hasattr(c, "snapshot")]):
             # An exporter's state (the otlp exporter's last delta sent) moved on while it flushed: saved again,
-            # beside the others' sections as the checkpoint before the flush took them.
-            checkpoint(self.graph, flushed)
+            # beside the others' sections as the checkpoint before the flush took them (written whole again).
+            self.state_saved = checkpoint(self.graph, flushed)
         self._started.clear()
 
     async def run(self, max_ticks: int | None = None) -> None:

@@ -139,6 +139,13 @@ async def run_service(graph: Graph, max_ticks: int | None = None, service: Servi
         for sig in signals:
             loop.remove_signal_handler(sig)
         graph.telemetry.close()
+    if not service.state_saved:
+        log.error(
+            "stopped, but the state file %s could not be written (see above): the next start goes on from the last "
+            "checkpoint that was written, or from zero",
+            graph.state.path,
+        )
+        return EXIT_RUNTIME
     log.info("stopped cleanly")
     return EXIT_OK
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import textwrap
 from pathlib import Path
 
 import pytest
 
+from wattpipe import steps
 from wattpipe.pipeline.clock import SteppedClock
 from wattpipe.pipeline.components import Registry
 from wattpipe.pipeline.config import load_config_text
@@ -166,3 +168,23 @@ def test_a_temporary_file_left_by_a_killed_save_is_removed_at_load(
     (tmp_path / ".state.json.first000").write_text("{")
     StateStore(path, clock, "n1").load()
     assert not (tmp_path / ".state.json.first000").exists()
+
+
+def test_a_stop_whose_last_checkpoint_fails_does_not_say_it_stopped_cleanly(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The state file's directory cannot be made (a file is in the way): every checkpoint fails, the last one
+    too, so what was measured since start is lost to the next run. The run says so at the end and exits 1,
+    instead of "stopped cleanly" and 0 (found in the restart review)."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    registry = Registry.from_entry_points()
+    clock = SteppedClock()
+    text = config_text(blocker / "state.json").replace("  state:", '  telemetry: {listen: ""}\n  state:')
+    config = load_config_text(text, "t.yaml", registry, {})
+    graph = build(config, registry, clock, Telemetry(clock))
+    caplog.set_level(logging.INFO)
+    code = asyncio.run(steps.run_service(graph, max_ticks=2))
+    assert code == steps.EXIT_RUNTIME
+    assert "stopped cleanly" not in caplog.text
+    assert f"the state file {blocker / 'state.json'} could not be written" in caplog.text
