@@ -363,8 +363,9 @@ class CpuAttributionProcessor:
                 interval_s, weights.keys, weights.hosts, by_zone, weights.exited, split_zones, read_zones, intervals
             )
         m = merge_shares(weights.keys, weights.hosts, weights.cpu_s, groups, self._gaps.open, hosts)
+        span_s = max(span_s for _, span_s in groups.values())  # a series begun now began within the gap (its start)
         return TickShares(
-            interval_s, m.keys, m.hosts, m.by_zone, weights.exited, split_zones, read_zones, intervals, m.watts, m.late
+            span_s, m.keys, m.hosts, m.by_zone, weights.exited, split_zones, read_zones, intervals, m.watts, m.late
         )
 
     def _absent(self, batch: Batch) -> dict[int, float]:
