@@ -170,7 +170,7 @@ class CpuAttributionProcessor:
         ratio = self._ratio(batch)
         if ratio is not None:  # the tick's ratio on its node CPU time: kepler_node_cpu_usage_ratio
             batch = batch.replace(node_cpu=(replace(batch.node_cpu[0], usage_ratio=ratio), *batch.node_cpu[1:]))
-        if "cpu_zones" not in batch.present and not self.zone_totals:
+        if "cpu_zones" not in batch.present and not self.zone_totals and not self._zones:
             return batch  # no RAPL on this node (or not yet): the GPU side alone
         now = batch.time
         # By pid, as the GPU side reads a listing (a pid two receivers both list is one process: its last record);

@@ -1,18 +1,14 @@
-"""A RAPL zone that misses ticks and comes back: its energy over the gap is split by the last tick only.
+"""A RAPL zone that misses ticks and comes back: its energy over the gap was split by the last tick only.
 
 Found in a review, running ``wattpipe run`` on the development VM's real /proc with a hand-made powercap tree
 whose zone directory was moved away for ~5 s and back while its counter kept counting (as a hardware counter
 does while a /sys mount or a read flaps): the first tick after it carried all ~8 s of energy (kepler_node_cpu
 joules 190 → 580 in one tick) and cpu_attribution split it with that one tick's usage ratio and that one
-tick's CPU-time deltas. The receiver keeps the zone's counter across the gap (nothing lost, rightly), and the
-processor takes the zone's delta since its previous reading, but its ``_ratio`` and ``_weights`` are since the
-previous *tick*: a process that ran during the gap and not in the last tick gets none of the gap's energy,
-and the idle/active split of the gap is the last tick's. Conservation still holds (every mJ lands somewhere);
-the numbers per process were wrong. Since the rev-zones review such a tick is a gap: its idle part split by the
-ratio, its active part unattributed (``unattributable="gap"``), nobody wrongly billed. What this test asks for,
-splitting the gap's active energy by the CPU time each process used over the gap, is not built (it would keep
-the CPU-time deltas per zone across its absence, and bill processes that ended meanwhile): strict xfail, the
-known limit in docs/attribution.md.
+tick's CPU-time deltas: a process that ran during the gap and not in the last tick got none of the gap's
+energy. The rev-zones review made such a tick a gap (active part unattributed, ``unattributable="gap"``);
+since processors/_cpu_gap.py the processor keeps, while a zone is missing, the node's CPU time and each
+process's CPU-time deltas since the zone's last reading (processes that end meanwhile included), and splits
+the gap's energy by them (docs/attribution.md, "CPU energy"). Was a strict xfail; passes now.
 """
 
 from __future__ import annotations
@@ -26,8 +22,8 @@ from wattpipe.processors.cpu_attribution import CpuAttributionProcessor
 
 def _step_without_rapl(proc: CpuAttributionProcessor, node: Node) -> Batch:
     """A tick in which the rapl receiver read no zone: ``cpu_zones`` absent, as the receiver leaves it."""
-    batch = node.batch()
-    out = proc.process(batch.replace(present=batch.present - {"cpu_zones"}, cpu_zones=()))
+    batch = node.batch().replace(cpu_zones=())
+    out = proc.process(batch.replace(present=batch.present - {"cpu_zones"}))  # (replace marks what it names present)
     node.clock.advance(5.0)
     return out
 

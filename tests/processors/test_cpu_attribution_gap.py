@@ -155,3 +155,27 @@ def test_a_restart_during_a_gap_makes_the_returning_reading_a_baseline_and_total
     out = step(again, node)
     assert totals(out, "process")[("60", "cpu:package")].energy_mj == 20_000
     assert totals(out, "container")[("c6", "cpu:package")].energy_mj == 20_000
+
+
+def test_a_gap_right_after_the_zones_first_reading_is_split_by_the_cpu_time_over_it() -> None:
+    """The rapl receiver read the zone once (a baseline, no energy yet), then nothing for two ticks (``cpu_zones``
+    absent): the processor still keeps the CPU time used meanwhile, as for any gap, so pid 30, which ran in the
+    first missed tick and ended in the second, gets its share. pid 10 ran in both, pid 20 in the returning one."""
+    node = Node(zones={ZONE: ("package", 0, 0, 0)})
+    node.spawn(10)
+    node.spawn(20)
+    node.spawn(30)
+    proc = processor()
+    step(proc, node)
+    for runs in ({10: 5.0, 30: 5.0}, {10: 5.0}):
+        tick(node, 20_000, runs, active_s=10.0)
+        node.procs.pop(30, None) if 30 not in runs else None
+        batch = node.batch().replace(cpu_zones=())
+        proc.process(batch.replace(present=batch.present - {"cpu_zones"}))  # (replace marks what it names present)
+        node.clock.advance(5.0)
+    tick(node, 20_000, {20: 5.0})
+    out = step(proc, node)
+    (power,) = out.device_power
+    assert (power.energy_mj, power.active_energy_mj) == (60_000, 50_000)  # usage 25 of 30 CPU-s
+    by_pid = {k: t.energy_mj for (k, _), t in totals(out, "process").items()}
+    assert by_pid == {"10": 25_000, "20": 12_500, "30": 12_500}
