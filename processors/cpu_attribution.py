@@ -7,8 +7,9 @@ Per zone (``intel-rapl:0``, ``intel-rapl:0:0``, …) per tick: the counter's del
 process's share of the active energy is its CPU-time delta over the sum of all processes' deltas, split
 exactly (``processors/_cpu_split.py``). A process that started inside the tick counts all its CPU time.
 Per zone per tick ``idle + Σ processes + unattributed == delta`` exactly, the same invariant and units as
-the GPU path. A zone back from ticks it missed is measured across them, but the processes' deltas do not span
-its absence: its active energy is unattributed (``unattributable="gap"``). Processes' shares are summed per
+the GPU path. A zone back from ticks it missed is measured and split across them: by the node's usage and each
+process's CPU time since its last reading, kept while it was missing (``processors/_cpu_gap.py``; past 10
+minutes its active energy is unattributed, ``unattributable="gap"``). Processes' shares are summed per
 zone *type* (two sockets' ``package`` zones are one ``package`` series per process, as Kepler labels them),
 then into containers, pods and VMs (``processors/_cpu_series.py``).
 
