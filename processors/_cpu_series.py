@@ -164,6 +164,12 @@ class CpuSeries:
                         gseries.seen = tick_no
                         grouped.append((gseries, gseries.energy_mj, per_mj))
                     gseries.energy_mj += mj
+        self._finish(now.wall_s, tick, grouped)
+        self._settle(now.wall_s, tick, hosts, listed)
+
+    def _finish(self, wall_s: float, tick: TickShares, grouped: list[tuple[Series, int, float | None]]) -> None:
+        """The groups with a share: running, their watts the sum of their processes' shares over the zone type's
+        interval; where a zone came back from a gap, each share's watts over its own interval, and the late shares."""
         for gseries, before_mj, per_mj in grouped:
             mj = gseries.energy_mj - before_mj  # the sum of its processes' shares
             gseries.power_w = None if per_mj is None else mj * per_mj
@@ -171,8 +177,7 @@ class CpuSeries:
         if tick.zone_watts:
             self._gap_watts(tick)
         if tick.late:
-            self._late(now.wall_s, tick.late)
-        self._settle(now.wall_s, tick, hosts, listed)
+            self._late(wall_s, tick.late)
 
     def _forget_changed(self, tick: TickShares, names: Names) -> None:
         """The identities of processes whose listing says another comm or container now made anew, their old

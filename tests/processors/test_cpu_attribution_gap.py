@@ -4,6 +4,7 @@ idle/active by the node's CPU usage over the gap; a gap over 10 minutes stays un
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -179,3 +180,32 @@ def test_a_gap_right_after_the_zones_first_reading_is_split_by_the_cpu_time_over
     assert (power.energy_mj, power.active_energy_mj) == (60_000, 50_000)  # usage 25 of 30 CPU-s
     by_pid = {k: t.energy_mj for (k, _), t in totals(out, "process").items()}
     assert by_pid == {"10": 25_000, "20": 12_500, "30": 12_500}
+
+
+def test_an_exec_in_the_tick_a_zone_comes_back_from_a_gap_keeps_its_container_running_and_billed() -> None:
+    """tests/test_rev3_cpu_exec.py's case (runc:[2:INIT] exec's the entrypoint: the same pid and start time,
+    another comm, the same container) where the zone is back from a missed tick: that tick is split now (not a
+    gap), so the process and its container have the gap's share; the container is never told terminated."""
+    node = Node(zones={ZONE: ("package", 0, 0, 0)})
+    node.spawn(70, comm="runc:[2:INIT]", container_id="c7")
+    proc = processor()
+    step(proc, node)
+    node.half_busy(ZONE, 10_000)
+    node.run(70, 1.0)
+    step(proc, node)
+    node.run(70, 1.0)
+    step_missing(proc, node)
+    node.half_busy(ZONE, 10_000)
+    node.procs[70] = replace(node.procs[70], comm="python3")
+    node.run(70, 1.0)
+    out = step(proc, node)
+    (power,) = out.device_power
+    assert (power.unattributable, power.active_energy_mj) == (None, 5_000)  # 10 J over 10 s, usage 5 of 10 CPU-s
+    container = totals(out, "container")[("c7", "cpu:package")]
+    assert (container.state, container.energy_mj) == ("running", 10_000)
+    assert totals(out, "process")[("70", "cpu:package")].energy_mj == 10_000
+    node.half_busy(ZONE, 10_000)
+    node.run(70, 1.0)
+    out = step(proc, node)
+    container = totals(out, "container")[("c7", "cpu:package")]
+    assert (container.state, container.energy_mj) == ("running", 15_000)
