@@ -9,20 +9,22 @@ processes' shares and ends when none of its processes is listed.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.constructors import new_totals
-from wattpipe.pipeline.records import HostProcess, Totals, Workload
+from wattpipe.pipeline.records import HostProcess, Totals
+from wattpipe.processors._cpu_identity import GroupScope, Identity, Names, group_memberships, process_attrs
 from wattpipe.processors._energy_series import Scope, Series, prune, restore, saved, start_at
 
 __all__ = [
     "CPU_DEVICE_PREFIX",
     "CpuSeries",
     "GroupScope",
+    "LateShare",
     "Names",
     "ProcessKey",
     "TickShares",
@@ -33,9 +35,11 @@ __all__ = [
 CPU_DEVICE_PREFIX = "cpu:"
 """A CPU zone type's ``device_id`` on Totals (``cpu:package``): the catalog tells CPU totals from GPU ones by it."""
 
-GroupScope = Literal["container", "pod", "vm"]
 ProcessKey = tuple[int, int, str]  # pid, start time (clock ticks since boot; -1 unknown), zone type
 GroupKey = tuple[GroupScope, str, str]  # scope, container id | pod UID | VM id, zone type
+# A share for a process no longer listed (it used CPU time during a zone's gap, and exited before the zone came
+# back): its (pid, start time), its last listing, the zone type, the mJ (processors/_cpu_gap.py).
+LateShare = tuple[tuple[int, int], HostProcess, str, int]
 
 
 def device_id_of(zone: str) -> str:
@@ -61,102 +65,10 @@ class TickShares:
     # Per zone type, the interval its split energy spans where it is not interval_s (a zone read again after a
     # tick that the listing missed too: its energy and the deltas span both): its watts are over it.
     zone_intervals: Mapping[str, float] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class Names:
-    """Kubernetes names from the k8s processor's Workloads: a GPU process's by pid, any other's by its cgroup's
-    container id or pod UID through the roster (``Workload.listed`` entries name every container and pod)."""
-
-    by_pid: Mapping[int, Workload]
-    by_container: Mapping[str, Workload]
-    by_pod: Mapping[str, Workload]
-
-    @classmethod
-    def of(cls, workloads: Iterable[Workload]) -> Names:
-        by_pid: dict[int, Workload] = {}
-        by_container: dict[str, Workload] = {}
-        by_pod: dict[str, Workload] = {}
-        for w in workloads:
-            if w.pid is not None:
-                by_pid[w.pid] = w
-            elif w.container_id is not None and w.container_name is not None:
-                by_container[w.container_id] = w
-            elif w.pod_uid is not None and w.pod_name is not None:
-                by_pod[w.pod_uid] = w
-        return cls(by_pid, by_container, by_pod)
-
-    def find(self, host: HostProcess) -> Workload | None:
-        found = self.by_pid.get(host.pid)
-        if found is None and host.container_id is not None:
-            found = self.by_container.get(host.container_id)
-        if found is None and host.pod_uid is not None:
-            found = self.by_pod.get(host.pod_uid)  # the pod's names only: no container_name from it
-            if found is not None and found.container_name is not None:
-                found = None
-        return found
-
-
-@dataclass(frozen=True, slots=True)
-class _Identity:
-    """What a process's series are labelled with, and the groups it belongs to (worked out once)."""
-
-    attrs: dict[str, str]
-    groups: list[tuple[GroupScope, str, dict[str, str]]]
-    named: bool  # its pod's names were known (from the k8s processor's Workloads)
-    # Its listing's comm and container: where a later listing's differ, the process exec'd (see _forget_changed).
-    comm: str | None
-    container_id: str | None
-    by_zone: dict[str, dict[str, str]] = field(default_factory=dict)  # attrs with the zone: one object per zone
-    # Its series per zone type, each labelled with this identity's zone_attrs (a new identity starts empty: its
-    # series are found in CpuSeries.processes again, and labelled anew).
-    series: dict[str, Series] = field(default_factory=dict)
-    # Per zone type, its groups' series as CpuSeries._join found (and labelled) them, and the group table's
-    # version then: while that version holds, the table has the same series for its groups, labelled alike.
-    joined: dict[str, tuple[int, tuple[Series, ...]]] = field(default_factory=dict)
-
-    def zone_attrs(self, zone: str) -> dict[str, str]:
-        found = self.by_zone.get(zone)
-        if found is None:
-            found = self.by_zone[zone] = {**self.attrs, "zone": zone}
-        return found
-
-
-def _process_attrs(host: HostProcess, workload: Workload | None) -> dict[str, str]:
-    attrs: dict[str, str] = {}
-    for name in ("comm", "exe", "container_id", "pod_uid", "vm_id"):
-        value = getattr(host, name)
-        if value is not None:
-            attrs[name] = str(value)
-    attrs["type"] = host.type
-    if workload is not None:
-        for name in ("pod_name", "pod_namespace"):
-            value = getattr(workload, name)
-            if value is not None:
-                attrs[name] = value
-    return attrs
-
-
-def _group_memberships(host: HostProcess, workload: Workload | None) -> list[tuple[GroupScope, str, dict[str, str]]]:
-    out: list[tuple[GroupScope, str, dict[str, str]]] = []
-    names = {}
-    if workload is not None:
-        names = {k: v for k in ("container_name", "pod_name", "pod_namespace") if (v := getattr(workload, k))}
-    if host.container_id is not None:
-        attrs = {k: v for k, v in names.items()}
-        if host.pod_uid is not None:
-            attrs["pod_uid"] = host.pod_uid
-        if host.container_runtime is not None:
-            attrs["runtime"] = host.container_runtime
-        out.append(("container", host.container_id, attrs))
-    if host.pod_uid is not None:
-        out.append(("pod", host.pod_uid, {k: v for k, v in names.items() if k != "container_name"}))
-    if host.vm_id is not None:
-        attrs = {"hypervisor": host.hypervisor or "kvm"}
-        if host.vm_name is not None:
-            attrs["vm_name"] = host.vm_name
-        out.append(("vm", host.vm_id, attrs))
-    return out
+    # Zone types with a zone back from a gap: each process's watts, in the keys' order (its shares over the
+    # intervals they span, summed: a gap's energy is over the gap), in place of its mJ over zone_intervals'.
+    zone_watts: Mapping[str, Sequence[float]] = field(default_factory=dict)
+    late: Sequence[LateShare] = ()  # the shares of a gap for processes no longer listed
 
 
 class CpuSeries:
@@ -169,23 +81,26 @@ class CpuSeries:
         self.groups: dict[GroupKey, Series] = {}
         # A process's identity does not change while its (pid, start time) stays: its attributes and groups
         # are worked out once (again when the k8s processor names its pod later), not every tick.
-        self._known: dict[tuple[int, int], _Identity] = {}
+        self._known: dict[tuple[int, int], Identity] = {}
         self._members: dict[tuple[GroupScope, str], set[tuple[int, int]]] = {}
         self._tick = 0  # ticks so far: a series whose ``seen`` is the tick's had a share in it
         self._rows: list[tuple[Series, Scope, str, str]] | None = None  # the Totals' order; None: tables changed
         self._groups_version = 0  # moves whenever a group series is added, dropped or relabelled
         self._restored = False  # groups restored whose members the next listing tells
+        # Processes (pid, start time) and groups (scope, id) an open zone gap may yet bill (processors/_cpu_gap.py):
+        # their ended series are not dropped until it closes (its late shares find them).
+        self.pending: tuple[AbstractSet[tuple[int, int]], AbstractSet[tuple[str, str]]] = (frozenset(), frozenset())
 
-    def _identity(self, pk: tuple[int, int], host: HostProcess, names: Names) -> _Identity:
+    def _identity(self, pk: tuple[int, int], host: HostProcess, names: Names) -> Identity:
         known = self._known.get(pk)
         if known is not None and (known.named or (host.container_id is None and host.pod_uid is None)):
             return known
         workload = names.find(host)
         named = workload is not None and workload.pod_name is not None
         if known is None or named:
-            known = self._known[pk] = _Identity(
-                attrs=_process_attrs(host, workload),
-                groups=_group_memberships(host, workload),
+            known = self._known[pk] = Identity(
+                attrs=process_attrs(host, workload),
+                groups=group_memberships(host, workload),
                 named=named,
                 comm=host.comm,
                 container_id=host.container_id,
@@ -249,11 +164,20 @@ class CpuSeries:
                         gseries.seen = tick_no
                         grouped.append((gseries, gseries.energy_mj, per_mj))
                     gseries.energy_mj += mj
+        self._finish(now.wall_s, tick, grouped)
+        self._settle(now.wall_s, tick, hosts, listed)
+
+    def _finish(self, wall_s: float, tick: TickShares, grouped: list[tuple[Series, int, float | None]]) -> None:
+        """The groups with a share: running, their watts the sum of their processes' shares over the zone type's
+        interval; where a zone came back from a gap, each share's watts over its own interval, and the late shares."""
         for gseries, before_mj, per_mj in grouped:
             mj = gseries.energy_mj - before_mj  # the sum of its processes' shares
             gseries.power_w = None if per_mj is None else mj * per_mj
             gseries.ended_wall_s = None
-        self._settle(now.wall_s, tick, hosts, listed)
+        if tick.zone_watts:
+            self._gap_watts(tick)
+        if tick.late:
+            self._late(wall_s, tick.late)
 
     def _forget_changed(self, tick: TickShares, names: Names) -> None:
         """The identities of processes whose listing says another comm or container now made anew, their old
@@ -273,7 +197,7 @@ class CpuSeries:
                     members.discard(pk)
             self._identity(pk, host, names)
 
-    def _join(self, known: _Identity, zone: str, series: Series) -> tuple[int, tuple[Series, ...]]:
+    def _join(self, known: Identity, zone: str, series: Series) -> tuple[int, tuple[Series, ...]]:
         """A process's group series in a zone type, found or begun (at its series' start), and labelled by its
         groups' attributes where theirs differ; and the group table's version after."""
         joined: list[Series] = []
@@ -319,13 +243,64 @@ class CpuSeries:
             if gseries.seen != tick_no:
                 remaining = self._members.get(gkey[:2])
                 self._idle_or_gone(gseries, gkey[2], tick, listed and not remaining, wall_s)
-        if ended and prune(self.processes, wall_s, lambda _: self.retention_s, self.max_terminated):
+        held, held_groups = self.pending
+        if ended and self._prune(self.processes, wall_s, lambda k: k[:2] in held if held else False):
             self._rows = None
-        for gkey in prune(self.groups, wall_s, lambda _: self.retention_s, self.max_terminated):
+        for gkey in self._prune(self.groups, wall_s, lambda k: k[:2] in held_groups if held_groups else False):
             self._rows = None
             self._groups_version += 1
             if not any(k[:2] == gkey[:2] for k in self.groups):
                 self._members.pop(gkey[:2], None)
+
+    def _prune(self, table: dict[Any, Series], wall_s: float, held: Callable[[Any], bool]) -> list[Any]:
+        """``prune`` (retention, ``max_terminated``) of the ended series not ``held`` (an open gap may bill them)."""
+        kept = {k: s for k, s in table.items() if s.ended_wall_s is not None and held(k)} if self.pending[0] else {}
+        for key in kept:
+            del table[key]
+        dropped = prune(table, wall_s, lambda _: self.retention_s, self.max_terminated)
+        table.update(kept)
+        return dropped
+
+    def _gap_watts(self, tick: TickShares) -> None:
+        """The watts of the zone types with a zone back from a gap: each process's its shares over their own
+        intervals (``zone_watts``), a group's the sum of its processes' (in place of the tick's mJ over one)."""
+        tick_no = self._tick
+        for zone, watts in tick.zone_watts.items():
+            summed: dict[int, tuple[Series, float]] = {}
+            for pk, w in zip(tick.keys, watts, strict=True):
+                series = self.processes.get((pk[0], pk[1], zone))
+                if series is None or series.seen != tick_no:
+                    continue
+                series.power_w = w
+                known = self._known.get(pk)
+                joined = known.joined.get(zone) if known is not None else None
+                for gseries in joined[1] if joined is not None else ():
+                    summed[id(gseries)] = (gseries, summed.get(id(gseries), (gseries, 0.0))[1] + w)
+            for gseries, w in summed.values():
+                gseries.power_w = w
+
+    def _late(self, wall_s: float, late: Sequence[LateShare]) -> None:
+        """A gap's shares for processes that exited during it, added to their series as they are (ended, or
+        running until this tick's listing ends them) and their containers', pods' and VMs'. A process without a
+        series (it used CPU only during the gap) gets one, ended now; a group without one gets one, which ends
+        this tick unless /proc lists another of its processes."""
+        for pk, host, zone, mj in late:
+            series = self.processes.get((pk[0], pk[1], zone))
+            if series is None:
+                begun = host.start_wall_s if host.start_wall_s is not None else wall_s
+                series = Series(0, min(begun, wall_s), power_w=0.0, ended_wall_s=wall_s)
+                self.processes[(pk[0], pk[1], zone)] = series
+                _label(series, {**process_attrs(host, None), "zone": zone})
+                self._rows = None
+            series.energy_mj += mj
+            for scope, group, attrs in group_memberships(host, None):
+                gseries = self.groups.get((scope, group, zone))
+                if gseries is None:
+                    gseries = self.groups[(scope, group, zone)] = Series(0, series.start_wall_s)
+                    _label(gseries, {**attrs, "zone": zone})
+                    self._rows = None
+                    self._groups_version += 1
+                gseries.energy_mj += mj
 
     def _adopt_restored(self, hosts: Mapping[int, HostProcess]) -> None:
         """Groups restored from the state file know no members yet: their members are the listed processes

@@ -7,8 +7,9 @@ Per zone (``intel-rapl:0``, ``intel-rapl:0:0``, …) per tick: the counter's del
 process's share of the active energy is its CPU-time delta over the sum of all processes' deltas, split
 exactly (``processors/_cpu_split.py``). A process that started inside the tick counts all its CPU time.
 Per zone per tick ``idle + Σ processes + unattributed == delta`` exactly, the same invariant and units as
-the GPU path. A zone back from ticks it missed is measured across them, but the processes' deltas do not span
-its absence: its active energy is unattributed (``unattributable="gap"``). Processes' shares are summed per
+the GPU path. A zone back from ticks it missed is measured and split across them: by the node's usage and each
+process's CPU time since its last reading, kept while it was missing (``processors/_cpu_gap.py``; past 10
+minutes its active energy is unattributed, ``unattributable="gap"``). Processes' shares are summed per
 zone *type* (two sockets' ``package`` zones are one ``package`` series per process, as Kepler labels them),
 then into containers, pods and VMs (``processors/_cpu_series.py``).
 
@@ -26,7 +27,7 @@ import logging
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import Field, model_validator
 
@@ -35,6 +36,7 @@ from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
 from wattpipe.pipeline.config import Duration
 from wattpipe.pipeline.records import CpuZoneSample, DevicePower, DeviceTotals, HostProcess, NodeCpuTime
+from wattpipe.processors._cpu_gap import GAP_MAX_S, Gaps, merge_shares
 from wattpipe.processors._cpu_idle import ZoneIdle, ZoneIdles
 from wattpipe.processors._cpu_series import CpuSeries, Names, TickShares, process_key
 from wattpipe.processors._cpu_split import idle_active, splittable, usage_ratio
@@ -49,10 +51,24 @@ __all__ = ["CpuAttributionConfig", "CpuAttributionProcessor", "factory"]
 _START_SLACK_S = 0.02
 
 # A zone not read for this long is gone (as a GPU is after the energy processor's device_gone_after, 10 minutes):
-# in the idle mode it no longer takes a share of its zone type's idle_w.
-_ZONE_GONE_AFTER_S = 600.0
+# in the idle mode it no longer takes a share of its zone type's idle_w; back, its gap's active energy stays
+# unattributed (processors/_cpu_gap.py keeps the processes' CPU time over a gap up to this long).
+_ZONE_GONE_AFTER_S = GAP_MAX_S
 
 _Unattributable = Literal["gap", "processes_unknown"] | None
+
+
+class _Part(NamedTuple):
+    """One zone's split in a tick, as ``_power`` takes it."""
+
+    sample: CpuZoneSample
+    interval_s: float
+    idle_mj: int
+    active_mj: int
+    split: bool
+    why: _Unattributable
+    zone_idle: ZoneIdle | None
+    idle_known: bool
 
 
 class CpuAttributionConfig(ComponentConfig):
@@ -102,7 +118,6 @@ class _Weights:
     cpu_s: list[float]
     listed: bool  # /proc answered this tick
     exited: AbstractSet[tuple[int, int]] = frozenset()  # in the last listing, not in this one
-    since_tick: int | None = None  # the tick of the listing the deltas start from (None: no earlier one)
 
 
 class CpuAttributionProcessor:
@@ -119,10 +134,10 @@ class CpuAttributionProcessor:
         self._last_wall_s: float | None = None
         self._tick = 0  # process() calls: a zone's last reading and the last listing are placed by it
         self._zone_tick: dict[str, int] = {}  # the tick each zone was last read in
-        self._listing_tick: int | None = None  # the tick of the last listing that answered
         self.zone_totals: dict[str, _ZoneTotals] = {}
         self.series = CpuSeries(config.terminated_retention, config.max_terminated)
         self._idles = ZoneIdles(config.idle_w, config.learn_idle) if config.mode == "idle" else None
+        self._gaps = Gaps(_ZONE_GONE_AFTER_S)  # the CPU time used while a zone is missing, by its last-read tick
 
     # --- state: totals and series go on across a restart (``service.state``) ------------------------------
 
@@ -152,10 +167,11 @@ class CpuAttributionProcessor:
 
     def process(self, batch: Batch) -> Batch:
         self._tick += 1
+        node_before = self._node  # /proc/stat as of the last tick: where a gap opening now starts
         ratio = self._ratio(batch)
         if ratio is not None:  # the tick's ratio on its node CPU time: kepler_node_cpu_usage_ratio
             batch = batch.replace(node_cpu=(replace(batch.node_cpu[0], usage_ratio=ratio), *batch.node_cpu[1:]))
-        if "cpu_zones" not in batch.present and not self.zone_totals:
+        if "cpu_zones" not in batch.present and not self.zone_totals and not self._zones:
             return batch  # no RAPL on this node (or not yet): the GPU side alone
         now = batch.time
         # By pid, as the GPU side reads a listing (a pid two receivers both list is one process: its last record);
@@ -169,17 +185,17 @@ class CpuAttributionProcessor:
                 "CPU energy stays unattributed; set cpu_time: true on the procfs receiver",
             )
         weights = self._weights(batch, hosts)
-        powers, by_zone, split_zones = self._split(batch, ratio, weights)
-        tick = TickShares(  # the watts are over the interval of the energy that was split (a gap's is longer)
-            interval_s=next((p.interval_s for p in powers if p.unattributable != "gap"), batch.interval_s),
-            keys=weights.keys,
-            hosts=weights.hosts,
-            by_zone=by_zone,
-            exited=weights.exited,
-            split_zones=frozenset(split_zones),
-            read_zones=frozenset(p.device_name or "" for p in powers),
-            zone_intervals=self._intervals(powers),
-        )
+        absent = self._absent(batch)
+        if absent or self._gaps.open:  # a zone missing: the CPU time used meanwhile is kept (processors/_cpu_gap.py)
+            self._gaps.track(absent, node_before)
+            if weights.listed:
+                self._gaps.add(weights.keys, weights.hosts, weights.cpu_s, now.monotonic_s)
+        powers, tick = self._split(batch, ratio, weights, hosts)
+        if self._gaps.open:  # (the gaps that close now too: their late shares go to series this tick)
+            self.series.pending = self._gaps.pending()
+            self._gaps.keep(absent)
+        elif self.series.pending[0]:
+            self.series.pending = (frozenset(), frozenset())
         self.series.update(now, tick, hosts, Names.of(batch.workloads), weights.listed)
         return batch.replace(
             device_power=batch.device_power + tuple(powers),
@@ -247,28 +263,23 @@ class CpuAttributionProcessor:
             exited = {process_key(h) for h in gone + reused}
         self._hosts = hosts
         self._last_wall_s = batch.time.wall_s  # when the readings the next deltas start from were taken
-        since_tick, self._listing_tick = self._listing_tick, self._tick
-        return _Weights(keys, listings, cpu_s, listed=True, exited=exited, since_tick=since_tick)
+        return _Weights(keys, listings, cpu_s, listed=True, exited=exited)
 
     # --- the split ---------------------------------------------------------------------------------
 
     def _split(
-        self, batch: Batch, ratio: float | None, weights: _Weights
-    ) -> tuple[list[DevicePower], dict[str, list[int]], set[str]]:
-        """Each zone's idle and active; each zone type's active (its sockets' zones summed) shared by CPU time
-        once, so a process's shares in one type are one apportioning; a zone's whole active energy is either
-        attributed or unattributed (the weights are the same for every zone)."""
+        self, batch: Batch, ratio: float | None, weights: _Weights, hosts: Mapping[int, HostProcess]
+    ) -> tuple[list[DevicePower], TickShares]:
+        """Each zone's idle and active; the active energy of the zones split alike shared by CPU time once per
+        group (a zone type's zones read last tick: by the tick's deltas; those back from one gap: by its deltas,
+        and the gap's usage ratio), so a process's shares in a group are one apportioning; a zone's whole
+        active energy is either attributed or unattributed."""
         samples = sorted(batch.cpu_zones, key=lambda z: z.path)
-        # Zones per type, every zone read lately: one that did not answer this tick keeps its share of idle_w;
-        # one not read for _ZONE_GONE_AFTER_S (removed: an mmio twin replaced by its MSR zone) gives it back.
-        since_s = max((z.time.monotonic_s for z in samples), default=0.0) - _ZONE_GONE_AFTER_S
-        zone_of = {path: z.zone for path, z in self._zones.items() if z.time.monotonic_s >= since_s}
-        zone_of |= {z.path: z.zone for z in samples}
-        per_type: dict[str, int] = {}
-        for zone in zone_of.values():
-            per_type[zone] = per_type.get(zone, 0) + 1
-        parts: list[tuple[CpuZoneSample, float, int, int, bool, _Unattributable, ZoneIdle | None, bool]] = []
-        active_by_type: dict[str, int] = {}
+        per_type = self._per_type(samples)
+        node = batch.node_cpu[0] if batch.node_cpu else None
+        parts: list[_Part] = []
+        groups: dict[tuple[str, int], tuple[int, float]] = {}  # (zone type, gap's tick or -1) → active, interval
+        gap_paths: set[str] = set()
         for sample in samples:
             previous, self._zones[sample.path] = self._zones.get(sample.path), sample
             read_tick, self._zone_tick[sample.path] = self._zone_tick.get(sample.path, 0), self._tick
@@ -278,25 +289,93 @@ class CpuAttributionProcessor:
             if energy_mj < 0:
                 continue  # went backwards in one epoch: the receiver should have said reset; not energy
             interval_s = sample.time.monotonic_s - previous.time.monotonic_s
-            # A zone that missed ticks the processes' CPU-time deltas do not span: they cannot say who used its gap.
-            gap = weights.since_tick is not None and read_tick < weights.since_tick
-            zone_idle = self._zone_idle(sample, per_type[sample.zone], energy_mj, interval_s, None if gap else ratio)
-            idle_mj = None if zone_idle is None else round(zone_idle.idle_w * interval_s * 1000)
-            idle, active = idle_active(energy_mj, ratio, idle_mj)
-            idle_known = ratio is not None or idle_mj is not None
-            why: _Unattributable = None
-            if not (weights.listed and idle_known):
-                why = "processes_unknown"
-            elif gap:
-                why = "gap"
-            split = splittable(weights.cpu_s, ratio, idle_mj, weights.listed) and not gap
-            parts.append((sample, interval_s, idle, active, split, why, zone_idle, idle_known))
-            if split:
-                active_by_type[sample.zone] = active_by_type.get(sample.zone, 0) + active
-        by_zone = {zone: apportion(active, weights.cpu_s) for zone, active in active_by_type.items()}
+            # A zone that missed ticks: split by the CPU time used since it was last read (processors/_cpu_gap.py).
+            gap = self._gaps.open.get(read_tick)
+            if gap is None:
+                part = self._part(sample, energy_mj, interval_s, per_type[sample.zone], ratio, weights, False)
+            else:
+                gap_paths.add(sample.path)
+                cpu_s = None if gap.cpu_s is None or interval_s > _ZONE_GONE_AFTER_S else list(gap.cpu_s.values())
+                part = self._part(sample, energy_mj, interval_s, per_type[sample.zone], gap.ratio(node), weights, cpu_s)
+            parts.append(part)
+            if part.split:
+                group = (sample.zone, -1 if gap is None else read_tick)
+                active, span_s = groups.get(group, (0, interval_s))
+                groups[group] = (active + part.active_mj, span_s)
         powers = [self._power(batch.time, *part) for part in parts]
-        split_zones = {p.device_name or "" for p in powers if p.unattributable is None}
-        return powers, by_zone, split_zones
+        return powers, self._shares(batch, powers, groups, weights, hosts, gap_paths)
+
+    def _per_type(self, samples: list[CpuZoneSample]) -> dict[str, int]:
+        """Zones per type, every zone read lately: one that did not answer this tick keeps its share of idle_w;
+        one not read for _ZONE_GONE_AFTER_S (removed: an mmio twin replaced by its MSR zone) gives it back."""
+        since_s = max((z.time.monotonic_s for z in samples), default=0.0) - _ZONE_GONE_AFTER_S
+        zone_of = {path: z.zone for path, z in self._zones.items() if z.time.monotonic_s >= since_s}
+        zone_of |= {z.path: z.zone for z in samples}
+        per_type: dict[str, int] = {}
+        for zone in zone_of.values():
+            per_type[zone] = per_type.get(zone, 0) + 1
+        return per_type
+
+    def _part(
+        self,
+        sample: CpuZoneSample,
+        energy_mj: int,
+        interval_s: float,
+        zones_of_type: int,
+        ratio: float | None,
+        weights: _Weights,
+        gap_cpu_s: list[float] | Literal[False] | None,
+    ) -> _Part:
+        """One zone's split: ``gap_cpu_s`` False for a zone read last tick (the tick's deltas and ratio), else it
+        is back from a gap: ``ratio`` the gap's, the deltas summed over it (None: longer than the bound)."""
+        gap = gap_cpu_s is not False
+        zone_idle = self._zone_idle(sample, zones_of_type, energy_mj, interval_s, None if gap else ratio)
+        idle_mj = None if zone_idle is None else round(zone_idle.idle_w * interval_s * 1000)
+        idle, active = idle_active(energy_mj, ratio, idle_mj)
+        idle_known = ratio is not None or idle_mj is not None
+        why: _Unattributable = None
+        if not (weights.listed and idle_known):
+            why = "processes_unknown"
+        elif gap_cpu_s is None:
+            why = "gap"
+        cpu_s = weights.cpu_s if gap_cpu_s is False else gap_cpu_s or []
+        split = gap_cpu_s is not None and splittable(cpu_s, ratio, idle_mj, weights.listed)
+        return _Part(sample, interval_s, idle, active, split, why, zone_idle, idle_known)
+
+    def _shares(
+        self,
+        batch: Batch,
+        powers: list[DevicePower],
+        groups: dict[tuple[str, int], tuple[int, float]],
+        weights: _Weights,
+        hosts: Mapping[int, HostProcess],
+        gap_paths: set[str],
+    ) -> TickShares:
+        """The tick's shares per zone type; where a zone came back from a gap, merged with the gap's processes'
+        (and their watts over their own intervals, and the late shares of those that exited meanwhile)."""
+        # The watts are over the interval of the energy that was split (a gap's is longer).
+        interval_s = next((p.interval_s for p in powers if p.device_id not in gap_paths), batch.interval_s)
+        split_zones = frozenset(p.device_name or "" for p in powers if p.unattributable is None)
+        read_zones = frozenset(p.device_name or "" for p in powers)
+        intervals = self._intervals(powers)
+        if all(since < 0 for _, since in groups):  # no zone back from a gap: the tick's deltas alone
+            by_zone = {zone: apportion(active, weights.cpu_s) for (zone, _), (active, _) in groups.items()}
+            return TickShares(
+                interval_s, weights.keys, weights.hosts, by_zone, weights.exited, split_zones, read_zones, intervals
+            )
+        m = merge_shares(weights.keys, weights.hosts, weights.cpu_s, groups, self._gaps.open, hosts)
+        span_s = max(span_s for _, span_s in groups.values())  # a series begun now began within the gap (its start)
+        return TickShares(
+            span_s, m.keys, m.hosts, m.by_zone, weights.exited, split_zones, read_zones, intervals, m.watts, m.late
+        )
+
+    def _absent(self, batch: Batch) -> dict[int, float]:
+        """The zones this tick did not read: the tick each was last read in, and when (the gaps open now)."""
+        zones = self._zones
+        if len(batch.cpu_zones) == len(zones) and all(z.path in zones for z in batch.cpu_zones):
+            return {}
+        read = {z.path for z in batch.cpu_zones}
+        return {self._zone_tick[path]: z.time.monotonic_s for path, z in zones.items() if path not in read}
 
     def _zone_idle(
         self, sample: CpuZoneSample, zones_of_type: int, energy_mj: int, interval_s: float, ratio: float | None

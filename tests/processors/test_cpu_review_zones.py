@@ -38,27 +38,31 @@ def _gap_run() -> tuple[Batch, Node]:
     return out, node
 
 
-def test_a_zones_energy_over_ticks_it_missed_is_not_billed_to_the_processes_of_the_tick_it_returns_in() -> None:
-    """Over its gap socket 0 spent 30 J while pid 1 ran and pid 2 did not exist; the processes' CPU-time deltas
-    of the returning tick say nothing about who used it: unattributed (a gap, as on the GPU side), not pid 2's."""
+def test_a_zones_energy_over_ticks_it_missed_is_billed_by_the_cpu_time_over_them_not_the_returning_ticks() -> None:
+    """Over its gap socket 0 spent 40 J (20 s at usage ratio 0.5: 20 J active) while pid 1 ran 15 CPU-s and
+    pid 2 (started in the returning tick) 5: 15 J and 5 J, not all of it to pid 2 (the returning tick's only
+    user). Socket 1, read every tick, is split by the tick's deltas as before."""
     out, _ = _gap_run()
     power = {p.device_id: p for p in out.device_power}
     back = power["intel-rapl:0"]
     assert back.energy_mj == 40_000  # measured: nothing lost
-    assert back.idle_energy_mj + back.active_energy_mj == 40_000
-    assert back.unattributable == "gap"
-    pid2 = totals(out, "process")[("2", "cpu:package")]
-    assert pid2.energy_mj == 5_000  # socket 1's active energy of this tick; none of socket 0's gap
+    assert (back.idle_energy_mj, back.active_energy_mj) == (20_000, 20_000)
+    assert back.unattributable is None
+    by_pid = totals(out, "process")
+    assert by_pid[("2", "cpu:package")].energy_mj == 5_000 + 5_000  # socket 1's tick, and its share of the gap
+    assert by_pid[("1", "cpu:package")].energy_mj == 3 * 5_000 + 15_000  # socket 1's three ticks, and the gap's
     by_zone = {t.device_id: t for t in out.device_totals}
-    assert by_zone["intel-rapl:0"].unattributed_energy_mj == 20_000
-    assert by_zone["intel-rapl:0"].attributed_energy_mj == 0
+    assert by_zone["intel-rapl:0"].unattributed_energy_mj == 0
+    assert by_zone["intel-rapl:0"].attributed_energy_mj == 20_000
 
 
-def test_process_watts_are_over_the_ticks_interval_when_a_zone_returns_from_a_gap() -> None:
-    """A process's watts are its tick energy over the tick's interval, whichever zone sorts first."""
+def test_process_watts_are_each_zones_share_over_its_own_interval_when_a_zone_returns_from_a_gap() -> None:
+    """A process's watts are its shares over the intervals they span, summed: pid 2's 5 J of socket 1's 5 s
+    tick (1 W) and 5 J of socket 0's 20 s gap (0.25 W); pid 1's 15 J of the gap (0.75 W), none of socket 1's."""
     out, _ = _gap_run()
-    pid2 = totals(out, "process")[("2", "cpu:package")]
-    assert pid2.power_w == pytest.approx(5_000 / 1000 / 5.0)
+    by_pid = totals(out, "process")
+    assert by_pid[("2", "cpu:package")].power_w == pytest.approx(1.25)
+    assert by_pid[("1", "cpu:package")].power_w == pytest.approx(0.75)
 
 
 def test_idle_mode_a_zone_gone_for_good_stops_taking_its_types_share_of_idle_w() -> None:
