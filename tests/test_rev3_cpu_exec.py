@@ -10,7 +10,8 @@ from tests.processors.test_cpu_attribution import Node, processor, step, totals
 def test_an_exec_in_a_tick_whose_zone_is_a_gap_does_not_end_the_container_it_stays_in() -> None:
     # runc:[2:INIT] exec's the container's entrypoint: the same (pid, start time), another comm, the same
     # container. The tick it is seen in, the zone is back from a missed tick (a gap: nothing split), so the
-    # process has no share; its container still has it, running, and must not be told terminated.
+    # process has no share; its container still has it, running, and must not be told terminated. (A gap
+    # shorter than ten minutes is split by the CPU time over it since the gap review; this one is longer.)
     node = Node(zones={"intel-rapl:0": ("package", 0, 0, 0)})
     node.spawn(70, comm="runc:[2:INIT]", container_id="c7")
     proc = processor()
@@ -22,6 +23,7 @@ def test_an_exec_in_a_tick_whose_zone_is_a_gap_does_not_end_the_container_it_sta
     saved = node.zones.pop("intel-rapl:0")  # the zone misses a tick
     node.run(70, 1.0)
     step(proc, node)
+    node.clock.advance(11 * 60)  # past GAP_MAX_S: its active energy stays unattributed
     node.zones["intel-rapl:0"] = saved
     node.half_busy("intel-rapl:0", 10_000)
     node.procs[70] = replace(node.procs[70], comm="python3")
