@@ -10,7 +10,7 @@ from pydantic import Field, field_validator, model_validator
 from wattpipe.simulator._nvml_symbols import ERROR_CODES, c_symbol
 from wattpipe.simulator._schema_base import MigSpec, _Model
 
-__all__ = ["DcgmFault", "Fault", "GpuChange", "GpuFault", "K8sApiFault", "KubeletFault", "NvmlFault"]
+__all__ = ["DcgmFault", "Fault", "GpuChange", "GpuFault", "K8sApiFault", "KubeletFault", "NvmlFault", "RaplFault"]
 
 ComputeMode = Literal["default", "exclusive_process", "prohibited"]
 RELOAD_FOR_S = 5.0  # how long a reloading driver answers errors, unless the fault says
@@ -107,6 +107,16 @@ class K8sApiFault(_Timed):
     delay_s: float = Field(default=5.0, ge=0)
 
 
+class RaplFault(_Timed):
+    """A RAPL zone's directory is missing from the powercap tree (``kind: gone``; ``zone`` None: every zone), as
+    where a ``/sys`` mount or a read flaps; its hardware counter counts on meanwhile, so the first reading after it
+    holds the whole gap's energy. The ground truth is not affected."""
+
+    target: Literal["rapl"]
+    kind: Literal["gone"] = "gone"
+    zone: str | None = None  # a zone's directory name: intel-rapl:0, intel-rapl:0:0
+
+
 class GpuChange(_Model):
     """New settings for a GPU; only the keys present change (``mig: null`` disables MIG)."""
 
@@ -130,4 +140,4 @@ class GpuFault(_Model):
         return self
 
 
-Fault = NvmlFault | DcgmFault | KubeletFault | K8sApiFault | GpuFault
+Fault = NvmlFault | DcgmFault | KubeletFault | K8sApiFault | GpuFault | RaplFault

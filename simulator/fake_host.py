@@ -243,13 +243,16 @@ class ProcfsWriter:
         for package in range(cpu.packages):
             # Energy since boot: the host idled for uptime_s before the scenario started.
             package_j = cpu.idle_w / cpu.packages * uptime_s + self.node.truth.cpu_package_energy_j(package, t_s)
-            self._write_zone(f"intel-rapl:{package}", f"package-{package}", package_j)
+            self._write_zone(f"intel-rapl:{package}", f"package-{package}", package_j, t_s)
             if cpu.dram_w > 0 or cpu.dram_w_per_core > 0:
                 dram_j = cpu.dram_w * uptime_s + self.node.truth.cpu_dram_energy_j(package, t_s)
-                self._write_zone(f"intel-rapl:{package}:0", "dram", dram_j)
+                self._write_zone(f"intel-rapl:{package}:0", "dram", dram_j, t_s)
 
-    def _write_zone(self, zone: str, name: str, energy_j: float) -> None:
+    def _write_zone(self, zone: str, name: str, energy_j: float, t_s: float) -> None:
         directory = self.powercap / zone
+        if self.node.rapl_gone(zone, t_s):
+            shutil.rmtree(directory, ignore_errors=True)  # back when the fault ends, its counter counted on
+            return
         max_range_uj = self.node.scenario.cpu.max_range_uj
         if not directory.is_dir():
             directory.mkdir(parents=True)

@@ -15,7 +15,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from wattpipe.pipeline.config import model_at, suggest
 from wattpipe.pipeline.yamlsource import SourceError, YamlSource, load_yaml_text
-from wattpipe.simulator._faults import Fault, GpuChange, GpuFault, NvmlFault
+from wattpipe.simulator._faults import Fault, GpuChange, GpuFault, NvmlFault, RaplFault
 from wattpipe.simulator._schema_base import MigInstance, MigSpec, _hex64, _Model, hashed_uuid
 from wattpipe.simulator.hardware import gpu_model_info
 
@@ -400,8 +400,18 @@ def _check_references(scenario: Scenario) -> None:
                 _check_mig_fits(scenario.gpus[fault.gpu].model, fault.set.mig)
             except ValueError as err:
                 problems.append(f"faults.{index}.set.{err}")
+        if isinstance(fault, RaplFault) and fault.zone is not None and fault.zone not in _rapl_zones(scenario.cpu):
+            problems.append(
+                f"faults.{index}.zone: no RAPL zone {fault.zone!r} (the node has {_rapl_zones(scenario.cpu)})"
+            )
     if problems:
         raise _Problems(problems)
+
+
+def _rapl_zones(cpu: CpuSpec) -> list[str]:
+    """The RAPL zones' directory names the simulated powercap tree has (simulator/fake_host.py)."""
+    dram = cpu.dram_w > 0 or cpu.dram_w_per_core > 0
+    return [zone for p in range(cpu.packages) for zone in (f"intel-rapl:{p}", *([f"intel-rapl:{p}:0"] if dram else []))]
 
 
 class _Problems(ValueError):

@@ -84,7 +84,7 @@ class RaplReceiver:
         if self._zones is None or listing(self.powercap) != self._seen:  # (one listdir a tick: zones come later)
             found = discover(self.powercap)
             self._seen = found.seen
-            if found.problem is not None:
+            if found.problem is not None and not self._counters:  # never had RAPL (zones gone later: below)
                 problems["discovery"] = found.problem
                 self._zones = None
             else:

@@ -67,3 +67,26 @@ def test_a_zone_gone_from_the_tree_is_said_once_naming_it(tmp_path: Path, caplog
     said = [r.getMessage() for r in caplog.records if "intel-rapl:1" in r.getMessage()]
     assert len(said) == 1
     assert "gone" in said[0]
+
+
+def test_every_zone_gone_mid_run_is_said_gone_not_never_there(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Every zone's directory gone at once (a simulator ``rapl`` fault on every zone, a /sys mount that flaps):
+    the warning named the driver "not loaded, or the CPU has none", as on a node that never had RAPL. It names
+    the zones gone and says their counters' growth is counted when they are back; and it is."""
+    clock = SteppedClock()
+    write_zone(tmp_path, "intel-rapl:0", "package-0", 1_000)
+    receiver = make(tmp_path, clock)
+    first = poll(receiver)["intel-rapl:0"]
+    shutil.rmtree(tmp_path / "class" / "powercap" / "intel-rapl:0")
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            clock.advance(5.0)
+            assert poll(receiver) == {}
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1, said
+    assert "intel-rapl:0 gone from" in said[0]
+    assert "not loaded" not in said[0]
+    write_zone(tmp_path, "intel-rapl:0", "package-0", 2_001_000)
+    clock.advance(5.0)
+    back = poll(receiver)["intel-rapl:0"]
+    assert (back.counter_epoch, back.energy_uj - first.energy_uj) == (first.counter_epoch, 2_000_000)
