@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.records import (
@@ -109,6 +110,22 @@ class MigAttribution:
             for s in shares
         ]
         return out + _exited(power, shares[0].mode, by_pid, group_of, set())
+
+    def dump(self, wall_offset_s: float) -> dict[str, Any]:
+        """Each device's held ticks (``_mig_window.Hold.dump``), for the state file."""
+        return {dev: hold.dump(wall_offset_s) for dev, hold in sorted(self._holds.items()) if hold.ticks}
+
+    def load(self, saved: Mapping[str, Any], wall_offset_s: float) -> None:
+        """Hold again what :meth:`dump` saved; all or nothing (ValueError naming the device and what)."""
+        if not isinstance(saved, Mapping):
+            raise ValueError(f"mig_hold is {type(saved).__name__}, not an object of devices")
+        holds: dict[str, Hold] = {}
+        for dev, row in saved.items():
+            try:
+                holds[str(dev)] = Hold.load(self.max_wait_s, row, wall_offset_s)
+            except ValueError as exc:
+                raise ValueError(f"mig_hold of device {dev}: {exc}") from None
+        self._holds.update((dev, hold) for dev, hold in holds.items() if hold.ticks)
 
     def with_held(self, powers: tuple[DevicePower, ...]) -> tuple[DevicePower, ...]:
         """``powers`` with each device's held energy on it (the same tuple when nothing is held)."""
