@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from wattpipe.pipeline.batch import Batch
+from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.records import (
     DevicePower,
     DeviceSample,
@@ -110,6 +111,46 @@ class MigAttribution:
             for s in shares
         ]
         return out + _exited(power, shares[0].mode, by_pid, group_of, set())
+
+    def unanswered(self, answered: set[str], now: Timestamp) -> tuple[list[GpuShare], list[InstanceEnergy]]:
+        """What the holds of devices with no DevicePower this tick (down, or lost for good: ``split`` never runs
+        for them again) release: the ticks that have waited ``max_wait``, by their provisional split, as late
+        shares and instance energy (no watts, share 0). Their energy is the device's active energy since it was
+        measured (only its split waited): the mode (a MIG one) tells the energy processor not to count it again."""
+        shares: list[GpuShare] = []
+        per_instance: list[InstanceEnergy] = []
+        for dev, hold in self._holds.items():
+            if dev in answered or not hold.ticks:
+                continue
+            hold.release_due(now.monotonic_s)
+            release = hold.take()
+            by_pid, group_of, unattributed_mj = release.processes()
+            mode = self._mode.get(dev, "mig")
+            if unattributed_mj:
+                shares.append(
+                    GpuShare(
+                        time=now, device_id=dev, pid=None, share=0.0, energy_mj=unattributed_mj, power_w=0.0, mode=mode
+                    )
+                )
+            shares += [
+                GpuShare(
+                    time=now,
+                    device_id=dev,
+                    pid=pid,
+                    share=0.0,
+                    energy_mj=mj,
+                    power_w=0.0,
+                    mode=mode,
+                    gpu_instance_id=group_of.get(pid),
+                )
+                for pid, mj in sorted(by_pid.items())
+                if mj > 0
+            ]
+            per_instance += [
+                InstanceEnergy(time=now, device_id=dev, gpu_instance_id=gi, profile=None, energy_mj=mj, power_w=0.0)
+                for gi, mj in sorted((g, mj) for g, mj in release.by_group.items() if g is not None and mj > 0)
+            ]
+        return shares, per_instance
 
     def dump(self, wall_offset_s: float) -> dict[str, Any]:
         """Each device's held ticks (``_mig_window.Hold.dump``), for the state file."""

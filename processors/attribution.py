@@ -168,7 +168,11 @@ class AttributionProcessor:
             )
             shares.extend(tick)
             powers.append(power)
-        shares.extend(self._unanswered(batch, {p.device_id for p in powers}))
+        answered = {p.device_id for p in powers}
+        shares.extend(self._unanswered(batch, answered))
+        late, late_instances = self._mig.unanswered(answered, batch.time)
+        shares.extend(late)
+        instance_energy.extend(late_instances)
         return batch.replace(
             shares=batch.shares + tuple(shares),
             instance_energy=batch.instance_energy + tuple(instance_energy),

@@ -28,9 +28,10 @@ energy still finds them; should it come for a series dropped all the same, it co
 unattributed energy (and is logged): Σ process totals + unattributed still add up to the active energy.
 Pid reuse within the wait: on another GPU the late energy stays with the process that ran; on the same GPU
 the series that ended last takes it (the attribution processor cannot tell two processes of one pid apart).
-A share of a device that did not answer this tick (no DevicePower: energy the idle hold released for a GPU
-down past attribution's ``idle_wait``) is late too, whatever the listing says, and counts in the device's
-energy and active totals, its held level lowered by it.
+A share of a device that did not answer this tick (no DevicePower: energy a hold released for a GPU down past
+attribution's ``idle_wait`` or ``mig_max_wait``) is late too, whatever the listing says, and lowers the device's
+held level. The idle hold's counts in the device's energy and active totals then; a MIG hold's (its mode a MIG
+one) is in them since it was measured.
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ class EnergyConfig(ComponentConfig):
     released for it after its process exited still finds it. Keep it above ``mig_max_wait`` plus a tick."""
 
 
+_MIG_MODES = frozenset({"mig", "mig_held", "mig_slices", "mig_equal"})  # a MIG hold's release: active already
 _UNKNOWN_START = -1  # no procfs source: the process's start time is not known
 
 SeriesKey = tuple[int, str, int]  # pid, device id, process start time (clock ticks since boot)
@@ -203,10 +205,12 @@ class EnergyProcessor:
         tick = self._ticks
         listing = _Listing(batch)
         late: Late = {}
-        unanswered: dict[str, int] = {}
+        unanswered: dict[str, list[int]] = {}  # device → [mJ new to its active energy, mJ off its held level]
         for share in batch.shares:
             if share.device_id not in powers:
-                unanswered[share.device_id] = unanswered.get(share.device_id, 0) + share.energy_mj
+                released = unanswered.setdefault(share.device_id, [0, 0])
+                released[0] += 0 if share.mode in _MIG_MODES else share.energy_mj
+                released[1] += share.energy_mj
             if share.pid is None:
                 if share.device_id in self.devices:
                     self.devices[share.device_id].unattributed_energy_mj += share.energy_mj
@@ -239,18 +243,20 @@ class EnergyProcessor:
             device_totals=batch.device_totals + self._device_totals(now),
         )
 
-    def _released_unanswered(self, released: dict[str, int]) -> None:
-        """Energy released by attribution's idle hold for devices that did not answer this tick (processors/
-        _idle_hold.py: down past ``idle_wait``): all active, it joins their totals now, and their held level
-        falls by it (no energy and no idle this tick: held now == held before − Σ shares)."""
-        for device_id, mj in released.items():
+    def _released_unanswered(self, released: dict[str, list[int]]) -> None:
+        """Energy attribution's holds released for devices that did not answer this tick (down, or lost for good):
+        the idle hold's (processors/_idle_hold.py: past ``idle_wait``) is in no total yet, all active, and joins
+        them now; a MIG hold's (processors/_mig_window.py: past ``mig_max_wait``, a share in a MIG mode) is in the
+        active energy since it was measured, and only its split waited. Either way the held level falls by it
+        (no energy and no idle this tick: held now == held before − Σ shares)."""
+        for device_id, (active_mj, held_mj) in released.items():
             d = self.devices.get(device_id)
             if d is None:
                 continue  # never answered here (its DevicePower filtered out upstream): no totals to add to
-            d.energy_mj += mj
-            d.active_energy_mj += mj
+            d.energy_mj += active_mj
+            d.active_energy_mj += active_mj
             if d.last is not None and d.last.held_energy_mj:
-                d.last = dataclasses.replace(d.last, held_energy_mj=max(0, d.last.held_energy_mj - mj))
+                d.last = dataclasses.replace(d.last, held_energy_mj=max(0, d.last.held_energy_mj - held_mj))
 
     def _late(self, pid: int, share: GpuShare) -> bool:
         """Add a late share's energy to the pid's series on its device, the running one or the one that ended
