@@ -85,8 +85,14 @@ class _Device:
     unattributed_energy_mj: int = 0
     start_wall_s: float = 0.0
     last: DevicePower | None = None
+    held_mj: int = 0  # its held level as saved, until it has a DevicePower again (``last``)
     seen_s: float | None = None  # monotonic time it last answered (or this start's first tick); not saved
     gone_wall_s: float | None = None  # when it was found gone (its series ended then); None: not gone
+
+
+def _held(d: _Device) -> int:
+    """The device's held level: its last DevicePower's, else as the state file had it."""
+    return d.last.held_energy_mj if d.last is not None else d.held_mj
 
 
 def _process_columns(order: list[SeriesKey]) -> tuple[list[Any], ...]:
@@ -150,6 +156,7 @@ class EnergyProcessor:
                 active_energy_mj=int(row["active_energy_mj"]),
                 unattributed_energy_mj=int(row["unattributed_energy_mj"]),
                 start_wall_s=float(row["start_wall_s"]),
+                held_mj=int(row.get("held_energy_mj", 0)),
             )
         self.ctx.logger.info(
             "energy totals restored: %d process series, %d devices", len(self.series), len(self.devices)
@@ -173,6 +180,9 @@ class EnergyProcessor:
                     "active_energy_mj": d.active_energy_mj,
                     "unattributed_energy_mj": d.unattributed_energy_mj,
                     "start_wall_s": d.start_wall_s,
+                    # Attribution's hold survives a restart: until the device answers again, its ended series
+                    # wait for the late energy as they did before it.
+                    "held_energy_mj": _held(d),
                 }
                 for device_id, d in sorted(self.devices.items())
             },
@@ -182,6 +192,9 @@ class EnergyProcessor:
 
     def process(self, batch: Batch) -> Batch:
         now = batch.time
+        # Devices that held energy before this tick: the one that releases the last of it still keeps the ended
+        # series that late energy may come for, so their totals are exported with it (processors/_idle_hold.py).
+        held_before = {device_id for device_id, d in self.devices.items() if _held(d)}
         # A CPU zone's DevicePower (cpu_attribution earlier in the pipeline) is that processor's to total.
         powers = {p.device_id: p for p in batch.device_power if p.device_type == "gpu"}
         for power in batch.device_power:
@@ -237,7 +250,7 @@ class EnergyProcessor:
         self.containers_and_pods.update(batch, tick, powers, split, gone, hosts, late)
         self._instances(batch, powers, split, gone, now.wall_s)
         self._absent(tick, split, gone, now.wall_s)
-        self._prune(now.wall_s)
+        self._prune(now.wall_s, held_before)
         return batch.replace(
             totals=batch.totals + self._totals(now) + self.containers_and_pods.totals(now) + self._instance_totals(now),
             device_totals=batch.device_totals + self._device_totals(now),
@@ -257,6 +270,7 @@ class EnergyProcessor:
             d.active_energy_mj += active_mj
             if d.last is not None and d.last.held_energy_mj:
                 d.last = dataclasses.replace(d.last, held_energy_mj=max(0, d.last.held_energy_mj - held_mj))
+            d.held_mj = max(0, d.held_mj - held_mj)
 
     def _late(self, pid: int, share: GpuShare) -> bool:
         """Add a late share's energy to the pid's series on its device, the running one or the one that ended
@@ -389,12 +403,13 @@ class EnergyProcessor:
             del self._running[key[:2]]
         self._ended[key[:2]] = key  # where energy released for it later goes
 
-    def _prune(self, now_wall_s: float) -> None:
+    def _prune(self, now_wall_s: float, held_before: set[str]) -> None:
         retention_s, most = self.config.terminated_retention, self.config.max_terminated
         # On a device that holds energy, more may come for a process that has ended: its series (and its
-        # container's and pod's) wait for it. A device holding nothing has released all it will for them.
+        # container's and pod's) wait for it. A device holding nothing has released all it will for them, and
+        # they go after the tick that released the last of it has exported them.
         late_s = max(retention_s, self.config.late_energy_wait)
-        holding = {device_id for device_id, d in self.devices.items() if d.last is not None and d.last.held_energy_mj}
+        holding = held_before | {device_id for device_id, d in self.devices.items() if _held(d)}
 
         def keep_s(device_id: str) -> float:
             return late_s if device_id in holding else retention_s

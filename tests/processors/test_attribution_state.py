@@ -122,3 +122,25 @@ def test_a_section_it_cannot_use_raises_naming_what_and_restores_nothing(edit: A
     with pytest.raises(ValueError, match=named):
         proc.start()
     assert proc.snapshot() == {"idle_hold": {}, "mig_hold": {}}  # all or nothing: the runtime starts it afresh
+
+
+def test_a_series_that_ended_before_the_stop_still_gets_its_late_energy_after_the_restart() -> None:
+    """Pid 11 exits while its GPU's energy is held, wattpipe stops, and starts again 75 s later (past
+    ``terminated_retention``, within ``late_energy_wait``): the energy processor must keep 11's ended series for
+    the late energy the restored hold releases for it, from the first tick (no DevicePower yet: a baseline)."""
+    clock = SteppedClock()
+    first, totals = attribution(clock), energy(clock, StateStore(None, clock, "n"))
+    totals.process(first.process(batch(0, power(0, 500_000, None), {10: 0.5, 11: 0.5})))
+    totals.process(first.process(batch(1, power(1, 500_000, None), {10: 1.0})))  # 11 has exited
+    clock.set(at(1).monotonic_s)
+    state = StateStore(None, clock, "n")
+    state.put("metrics/energy", json.loads(json.dumps(totals.snapshot())))
+    second, totals = restarted(first, clock), energy(clock, state)
+    for n in (16, 17):  # 80 s later: a baseline tick, then the GPU's idle is known: everything held is released
+        clock.set(at(n).monotonic_s)
+        step = _down(n) if n == 16 else batch(n, power(n, 500_000, IDLE_W), {10: 1.0})
+        out = totals.process(second.process(step))
+    processes = {t.key: (t.energy_mj, t.state) for t in out.totals if t.scope == "process"}
+    assert processes["11"] == (75_000, "terminated")  # half of tick 0's 150 kJ above idle
+    (device,) = out.device_totals
+    assert device.unattributed_energy_mj == 0
