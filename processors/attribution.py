@@ -168,9 +168,7 @@ class AttributionProcessor:
             )
             shares.extend(tick)
             powers.append(power)
-        answered = {p.device_id for p in powers}
-        shares.extend(self._unanswered(batch, answered))
-        late, late_instances = self._mig.unanswered(answered, batch.time)
+        late, late_instances = self._unanswered(batch, {p.device_id for p in powers})
         shares.extend(late)
         instance_energy.extend(late_instances)
         return batch.replace(
@@ -236,14 +234,14 @@ class AttributionProcessor:
             held_energy_mj=hold.held_mj(dev),
         )
 
-    def _unanswered(self, batch: Batch, answered: set[str]) -> list[GpuShare]:
+    def _unanswered(self, batch: Batch, answered: set[str]) -> tuple[list[GpuShare], list[InstanceEnergy]]:
         """What the idle hold keeps for devices with no DevicePower this tick (down, or lost for good) whose
         first held tick has waited ``idle_wait``: released as the wait's end releases it (all active, by the held
         ticks' own shares), and no more held. As late shares (no watts, share 0): the device has no tick to carry
         them. Its held level falls by their energy (no energy and no idle this tick), as the energy processor
-        counts it."""
+        counts it. Then what the MIG holds of such devices release past ``mig_max_wait`` (``_mig.unanswered``)."""
         now = batch.time
-        out: list[GpuShare] = []
+        out, per_instance = self._mig.unanswered(answered, now)
         for dev in self._idle.devices():
             if dev in answered or not self._idle.due(dev, now.monotonic_s):
                 continue
@@ -269,7 +267,7 @@ class AttributionProcessor:
                 for pid, mj in sorted((released.by_pid or {}).items())
                 if mj > 0
             )
-        return out
+        return out, per_instance
 
     def _mode(self, device: DeviceSample | None, procs: list[GpuProcessSample]) -> SharingMode:
         if not procs:

@@ -192,9 +192,7 @@ class EnergyProcessor:
 
     def process(self, batch: Batch) -> Batch:
         now = batch.time
-        # Devices that held energy before this tick: the one that releases the last of it still keeps the ended
-        # series that late energy may come for, so their totals are exported with it (processors/_idle_hold.py).
-        held_before = {device_id for device_id, d in self.devices.items() if _held(d)}
+        held_before = {device_id for device_id, d in self.devices.items() if _held(d)}  # (see _prune)
         # A CPU zone's DevicePower (cpu_attribution earlier in the pipeline) is that processor's to total.
         powers = {p.device_id: p for p in batch.device_power if p.device_type == "gpu"}
         for power in batch.device_power:
@@ -218,12 +216,9 @@ class EnergyProcessor:
         tick = self._ticks
         listing = _Listing(batch)
         late: Late = {}
-        unanswered: dict[str, list[int]] = {}  # device → [mJ new to its active energy, mJ off its held level]
+        if len(powers) < len(self.devices):  # a device did not answer: attribution may release its held energy
+            self._released_unanswered(batch.shares, powers)
         for share in batch.shares:
-            if share.device_id not in powers:
-                released = unanswered.setdefault(share.device_id, [0, 0])
-                released[0] += 0 if share.mode in _MIG_MODES else share.energy_mj
-                released[1] += share.energy_mj
             if share.pid is None:
                 if share.device_id in self.devices:
                     self.devices[share.device_id].unattributed_energy_mj += share.energy_mj
@@ -246,7 +241,6 @@ class EnergyProcessor:
             if share.gpu_instance_id is not None:
                 series.attrs["gpu_instance_id"] = str(share.gpu_instance_id)
             series.seen = tick
-        self._released_unanswered(unanswered)
         self.containers_and_pods.update(batch, tick, powers, split, gone, hosts, late)
         self._instances(batch, powers, split, gone, now.wall_s)
         self._absent(tick, split, gone, now.wall_s)
@@ -256,12 +250,18 @@ class EnergyProcessor:
             device_totals=batch.device_totals + self._device_totals(now),
         )
 
-    def _released_unanswered(self, released: dict[str, list[int]]) -> None:
+    def _released_unanswered(self, shares: tuple[GpuShare, ...], powers: dict[str, DevicePower]) -> None:
         """Energy attribution's holds released for devices that did not answer this tick (down, or lost for good):
         the idle hold's (processors/_idle_hold.py: past ``idle_wait``) is in no total yet, all active, and joins
         them now; a MIG hold's (processors/_mig_window.py: past ``mig_max_wait``, a share in a MIG mode) is in the
         active energy since it was measured, and only its split waited. Either way the held level falls by it
         (no energy and no idle this tick: held now == held before − Σ shares)."""
+        released: dict[str, list[int]] = {}  # device → [mJ new to its active energy, mJ off its held level]
+        for share in shares:
+            if share.device_id not in powers:
+                mj = released.setdefault(share.device_id, [0, 0])
+                mj[0] += 0 if share.mode in _MIG_MODES else share.energy_mj
+                mj[1] += share.energy_mj
         for device_id, (active_mj, held_mj) in released.items():
             d = self.devices.get(device_id)
             if d is None:
@@ -407,7 +407,8 @@ class EnergyProcessor:
         retention_s, most = self.config.terminated_retention, self.config.max_terminated
         # On a device that holds energy, more may come for a process that has ended: its series (and its
         # container's and pod's) wait for it. A device holding nothing has released all it will for them, and
-        # they go after the tick that released the last of it has exported them.
+        # they go after the tick that released the last of it (``held_before``: it held before this tick) has
+        # exported them.
         late_s = max(retention_s, self.config.late_energy_wait)
         holding = held_before | {device_id for device_id, d in self.devices.items() if _held(d)}
 
