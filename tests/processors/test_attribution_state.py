@@ -15,7 +15,9 @@ from tests.processors.test_idle_energy import energy
 from tests.processors.test_idle_hold import IDLE_W, at, batch, power
 from tests.processors.test_mig_window import Collected, Node
 from tests.test_rev_gpu_hold_lost import _down
-from wattpipe.pipeline.clock import SteppedClock
+from wattpipe.pipeline.batch import Batch
+from wattpipe.pipeline.clock import SteppedClock, Timestamp
+from wattpipe.pipeline.records import DeviceSample
 from wattpipe.pipeline.state import StateStore
 from wattpipe.processors.attribution import AttributionConfig, AttributionProcessor
 
@@ -144,3 +146,22 @@ def test_a_series_that_ended_before_the_stop_still_gets_its_late_energy_after_th
     assert processes["11"] == (75_000, "terminated")  # half of tick 0's 150 kJ above idle
     (device,) = out.device_totals
     assert device.unattributed_energy_mj == 0
+
+
+def test_a_restored_mig_hold_of_a_gpu_that_does_not_answer_again_is_released_after_mig_max_wait() -> None:
+    node = Node()
+    for _ in range(3):
+        node.tick([(10, 1), (20, 2)])
+    proc = restarted(node.proc, SteppedClock())
+    released: list[tuple[float, int]] = []
+    modes = set()
+    for k in range(1, 30):  # down from here on: a down sample, no DevicePower
+        t = node.t_s + 5.0 * k
+        time = Timestamp(monotonic_s=t, wall_s=1_767_225_600.0 + t)
+        down = DeviceSample(time=time, device_id="G", up=False)
+        out = proc.process(Batch(time=time, interval_s=5.0, node="n").replace(devices=(down,)))
+        released += [(t, s.energy_mj) for s in out.shares]
+        modes |= {s.mode for s in out.shares}
+    assert sum(mj for _, mj in released) == 30_000
+    assert min(t for t, _ in released) == 5.0 + 90.0  # the first held tick (it ended at 5 s), mig_max_wait later
+    assert modes == {"mig"}  # a MIG release: the energy processor does not count it as active again
