@@ -13,6 +13,11 @@ held again. A device that has not answered (no DevicePower) since ``idle_wait`` 
 GPU off the bus, maybe for good) is released the same way, in late shares alone: no tick of its own carries
 them (see ``AttributionProcessor._unanswered``).
 
+The held ticks survive a restart in attribution's state section (:meth:`IdleHold.dump`, :meth:`IdleHold.load`),
+their ends as wall times: the wait goes on from the first held tick, wattpipe's downtime included, so a device
+that does not answer after the restart (or whose idle is still not known) is released once it has waited
+``idle_wait``, and one whose idle is known by then is released with it.
+
 The held tick's record says nothing is idle or active yet (both 0) and carries the held level
 (``held_energy_mj``); the release tick's idle and active include the released parts. Per tick,
 idle + active + (held now − held before) == energy; Σ shares == active.
@@ -21,8 +26,11 @@ idle + active + (held now − held before) == energy; Σ shares == active.
 from __future__ import annotations
 
 import logging
+import math
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, get_args
 
 from wattpipe.pipeline.records import SharingMode
 from wattpipe.processors.attribution_math import apportion
@@ -120,3 +128,59 @@ class IdleHold:
         """Release all the device's held ticks (idle part by ``idle_w``; None: all active)."""
         ticks = self._ticks.pop(device_id, None)
         return release(list(ticks), idle_w) if ticks else Released(by_pid={})
+
+    # --- state -------------------------------------------------------------------------------
+
+    def dump(self, wall_offset_s: float) -> dict[str, Any]:
+        """The held ticks per device, each tick's end as a wall time (``wall_offset_s``: wall − monotonic now)."""
+        return {
+            device_id: [
+                {
+                    "end_wall_s": t.end_s + wall_offset_s,
+                    "interval_s": t.interval_s,
+                    "energy_mj": t.energy_mj,
+                    "pids": list(t.pids),
+                    "shares": list(t.shares),
+                    "mode": t.mode,
+                }
+                for t in ticks
+            ]
+            for device_id, ticks in sorted(self._ticks.items())
+            if ticks
+        }
+
+    def load(self, saved: Mapping[str, Any], wall_offset_s: float) -> None:
+        """Hold again what :meth:`dump` saved (``wall_offset_s``: wall − monotonic now). All or nothing: a row it
+        cannot use raises ValueError naming it, with nothing restored."""
+        if not isinstance(saved, Mapping):
+            raise ValueError(f"idle_hold is {type(saved).__name__}, not an object of devices")
+        restored: dict[str, deque[HeldTick]] = {}
+        for device_id, rows in saved.items():
+            if not isinstance(rows, list):
+                raise ValueError(f"idle_hold of device {device_id}: not a list of held ticks")
+            restored[str(device_id)] = deque(_held_tick(device_id, i, row, wall_offset_s) for i, row in enumerate(rows))
+        self._ticks.update((device_id, ticks) for device_id, ticks in restored.items() if ticks)
+
+
+_HOLDABLE: frozenset[str] = frozenset(get_args(SharingMode)) - {"mig", "mig_held", "mig_slices", "mig_equal"}
+
+
+def _held_tick(device_id: object, i: int, row: Any, wall_offset_s: float) -> HeldTick:
+    """One saved held tick, checked (energy a whole number of mJ, a share per pid)."""
+    where = f"idle_hold of device {device_id}, tick {i}"
+    try:
+        end_s = float(row["end_wall_s"]) - wall_offset_s
+        interval_s = float(row["interval_s"])
+        energy_mj = row["energy_mj"]
+        pids = tuple(int(pid) for pid in row["pids"])
+        shares = tuple(float(share) for share in row["shares"])
+        mode = row["mode"]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: {type(exc).__name__}: {exc}") from None
+    if type(energy_mj) is not int or energy_mj < 0:
+        raise ValueError(f"{where}: energy_mj {energy_mj!r} is not a whole number of mJ at or above 0")
+    if len(pids) != len(shares) or not all(math.isfinite(x) and x >= 0 for x in shares):
+        raise ValueError(f"{where}: {len(pids)} pids and {len(shares)} shares (one finite share ≥ 0 per pid)")
+    if mode not in _HOLDABLE or not (math.isfinite(end_s) and math.isfinite(interval_s) and interval_s > 0):
+        raise ValueError(f"{where}: mode {mode!r}, interval {interval_s!r} s: not a held tick's")
+    return HeldTick(end_s, interval_s, energy_mj, pids, shares, mode)

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from wattpipe.pipeline.batch import Batch
+from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.records import (
     DevicePower,
     DeviceSample,
@@ -109,6 +111,62 @@ class MigAttribution:
             for s in shares
         ]
         return out + _exited(power, shares[0].mode, by_pid, group_of, set())
+
+    def unanswered(self, answered: set[str], now: Timestamp) -> tuple[list[GpuShare], list[InstanceEnergy]]:
+        """What the holds of devices with no DevicePower this tick (down, or lost for good: ``split`` never runs
+        for them again) release: the ticks that have waited ``max_wait``, by their provisional split, as late
+        shares and instance energy (no watts, share 0). Their energy is the device's active energy since it was
+        measured (only its split waited): the mode (a MIG one) tells the energy processor not to count it again."""
+        shares: list[GpuShare] = []
+        per_instance: list[InstanceEnergy] = []
+        for dev, hold in self._holds.items():
+            if dev in answered or not hold.ticks:
+                continue
+            hold.release_due(now.monotonic_s)
+            release = hold.take()
+            by_pid, group_of, unattributed_mj = release.processes()
+            mode = self._mode.get(dev, "mig")
+            if unattributed_mj:
+                shares.append(
+                    GpuShare(
+                        time=now, device_id=dev, pid=None, share=0.0, energy_mj=unattributed_mj, power_w=0.0, mode=mode
+                    )
+                )
+            shares += [
+                GpuShare(
+                    time=now,
+                    device_id=dev,
+                    pid=pid,
+                    share=0.0,
+                    energy_mj=mj,
+                    power_w=0.0,
+                    mode=mode,
+                    gpu_instance_id=group_of.get(pid),
+                )
+                for pid, mj in sorted(by_pid.items())
+                if mj > 0
+            ]
+            per_instance += [
+                InstanceEnergy(time=now, device_id=dev, gpu_instance_id=gi, profile=None, energy_mj=mj, power_w=0.0)
+                for gi, mj in sorted((g, mj) for g, mj in release.by_group.items() if g is not None and mj > 0)
+            ]
+        return shares, per_instance
+
+    def dump(self, wall_offset_s: float) -> dict[str, Any]:
+        """Each device's held ticks (``_mig_window.Hold.dump``), for the state file."""
+        return {dev: hold.dump(wall_offset_s) for dev, hold in sorted(self._holds.items()) if hold.ticks}
+
+    def load(self, saved: Mapping[str, Any], wall_offset_s: float) -> None:
+        """Hold again what :meth:`dump` saved; all or nothing (ValueError naming the device and what)."""
+        if not isinstance(saved, Mapping):
+            raise ValueError(f"mig_hold is {type(saved).__name__}, not an object of devices")
+        holds: dict[str, Hold] = {}
+        for dev, row in saved.items():
+            try:
+                holds[str(dev)] = Hold.load(self.max_wait_s, row, wall_offset_s)
+            except ValueError as exc:
+                raise ValueError(f"mig_hold of device {dev}: {exc}") from None
+        self._holds.update((dev, hold) for dev, hold in holds.items() if hold.ticks)
 
     def with_held(self, powers: tuple[DevicePower, ...]) -> tuple[DevicePower, ...]:
         """``powers`` with each device's held energy on it (the same tuple when nothing is held)."""

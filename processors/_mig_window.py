@@ -18,6 +18,9 @@ reads every tick, so the collection is placed where that reading falls between t
 (by time within that tick). Without it, midway between the scrape that first saw the collection and the
 one before.
 
+The held ticks survive a restart (:meth:`Hold.dump`, :meth:`Hold.load`: times as wall times), and wait on
+for a window, or ``max_wait``, from where they were.
+
 Nothing is held forever: a tick not covered within ``max_wait`` (dcgm-exporter down, or collecting less
 often than that), or left uncovered between two windows, is released by its provisional split. Every
 held millijoule is released exactly once: Σ released + held == Σ active energy, at every tick.
@@ -29,6 +32,7 @@ import math
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from wattpipe.processors._mig_shares import Group, group_order, with_unreported
 from wattpipe.processors.attribution_math import apportion
@@ -202,6 +206,42 @@ class Hold:
         out, self._out = self._out, Release()
         return out
 
+    def dump(self, wall_offset_s: float) -> dict[str, Any]:
+        """The held ticks, where the last window ended and the recent counters, times as wall times
+        (``wall_offset_s``: wall − monotonic now). Nothing released and not taken is left between ticks."""
+        w = wall_offset_s
+        return {
+            "ticks": [
+                {
+                    "start_wall_s": t.start_s + w,
+                    "end_wall_s": t.end_s + w,
+                    "open_from_wall_s": t.open_from_s + w,
+                    "open_mj": t.open_mj,
+                    "members": [[g, list(t.members[g])] for g in sorted(t.members, key=group_order)],
+                    "open_parts": [[g, t.open_parts[g]] for g in sorted(t.open_parts, key=group_order)],
+                }
+                for t in self.ticks
+            ],
+            "last_end_wall_s": None if self.last_end_s is None else self.last_end_s + w,
+            "recent": [[start_s + w, end_s + w, low, high] for start_s, end_s, (low, high) in self._recent],
+        }
+
+    @classmethod
+    def load(cls, max_wait_s: float, saved: Mapping[str, Any], wall_offset_s: float) -> Hold:
+        """A hold as :meth:`dump` saved it; ValueError (naming what) for a row it cannot use."""
+        hold = cls(max_wait_s)
+        w = wall_offset_s
+        try:
+            for i, row in enumerate(saved["ticks"]):
+                hold.ticks.append(_tick_of(row, w, i))
+            last = saved["last_end_wall_s"]
+            hold.last_end_s = None if last is None else float(last) - w
+            for start_s, end_s, low, high in saved["recent"]:
+                hold._recent.append((float(start_s) - w, float(end_s) - w, (float(low), float(high))))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{type(exc).__name__}: {exc}") from None
+        return hold
+
     def _provisional(self, tick: _Tick, to_s: float) -> None:
         _, given = tick.cut(to_s)
         self._out.add(given, tick.members)
@@ -224,6 +264,25 @@ class Hold:
                     at = start_s + (reading - low) / (high - low) * (end_s - start_s)
                     return min(by, max(after, at))
         return (after + by) / 2
+
+
+def _tick_of(row: Mapping[str, Any], wall_offset_s: float, i: int) -> _Tick:
+    """A saved held tick, checked: whole mJ at or above 0, its provisional split adding up to it."""
+    members: dict[Group, Sequence[int]] = {_group(g): [int(pid) for pid in pids] for g, pids in row["members"]}
+    parts = {_group(g): mj for g, mj in row["open_parts"]}
+    open_mj = row["open_mj"]
+    numbers = [open_mj, *parts.values()]
+    if any(type(mj) is not int or mj < 0 for mj in numbers) or sum(parts.values()) != open_mj:
+        raise ValueError(f"tick {i}: open_mj {open_mj!r} and open_parts {row['open_parts']!r} (whole mJ ≥ 0, Σ == it)")
+    start_s, end_s = float(row["start_wall_s"]) - wall_offset_s, float(row["end_wall_s"]) - wall_offset_s
+    open_from_s = float(row["open_from_wall_s"]) - wall_offset_s
+    if not (math.isfinite(start_s) and start_s <= open_from_s <= end_s and math.isfinite(end_s)):
+        raise ValueError(f"tick {i}: start, open from and end are not in order")
+    return _Tick(start_s, end_s, members, open_from_s, open_mj, parts)
+
+
+def _group(saved: Any) -> Group:
+    return None if saved is None else int(saved)
 
 
 def take(mj: int, pools: Mapping[Group, int]) -> dict[Group, int]:

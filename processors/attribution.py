@@ -30,7 +30,7 @@ import dataclasses
 import itertools
 import logging
 import operator
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -79,11 +79,46 @@ class AttributionProcessor:
 
     def __init__(self, config: AttributionConfig, ctx: CreateContext) -> None:
         self.config = config
+        self.ctx = ctx
         self.log = ctx.logger
         self._mig = MigAttribution(config.activity_hold, config.mig_max_wait, ctx.logger)
         self._idle = IdleHold(config.idle_wait, ctx.logger)
         self._learned = LearnedModel(config.learned) if config.model == "learned" else None
         self._reasons: dict[str, Reason] = {}  # each device's last learned-model outcome (logged when it changes)
+
+    # --- state -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Hold again the energy held at the last checkpoint (idle not known yet; a MIG tick waiting for
+        dcgm-exporter): measured, in no process total yet. The waits go on from the held ticks' own times, so a
+        device that does not answer after the restart is released once they are over (see ``_unanswered``)."""
+        saved = self.ctx.state.section(self.ctx.state_key)
+        if not saved:
+            return
+        missing = sorted({"idle_hold", "mig_hold"} - saved.keys())
+        if missing:
+            raise ValueError(f"not an attribution section: it has no {' and no '.join(missing)}")
+        now = self.ctx.clock.now()
+        offset_s = now.wall_s - now.monotonic_s
+        idle = IdleHold(self.config.idle_wait, self.log)
+        idle.load(saved["idle_hold"], offset_s)
+        mig = MigAttribution(self.config.activity_hold, self.config.mig_max_wait, self.log)
+        mig.load(saved["mig_hold"], offset_s)
+        self._idle, self._mig = idle, mig  # all or nothing
+        held = {dev: idle.held_mj(dev) for dev in idle.devices()}
+        if held or saved["mig_hold"]:
+            self.log.info(
+                "held energy restored: %s (idle not known); MIG ticks of %d devices",
+                ", ".join(f"{mj / 1000:g} J of {dev}" for dev, mj in held.items()) or "none",
+                len(saved["mig_hold"]),
+            )
+
+    def snapshot(self) -> dict[str, Any]:
+        now = self.ctx.clock.now()
+        offset_s = now.wall_s - now.monotonic_s
+        return {"idle_hold": self._idle.dump(offset_s), "mig_hold": self._mig.dump(offset_s)}
+
+    # --- the tick ----------------------------------------------------------------------------
 
     def process(self, batch: Batch) -> Batch:
         devices = {d.device_id: d for d in batch.devices}
@@ -133,7 +168,9 @@ class AttributionProcessor:
             )
             shares.extend(tick)
             powers.append(power)
-        shares.extend(self._unanswered(batch, {p.device_id for p in powers}))
+        late, late_instances = self._unanswered(batch, {p.device_id for p in powers})
+        shares.extend(late)
+        instance_energy.extend(late_instances)
         return batch.replace(
             shares=batch.shares + tuple(shares),
             instance_energy=batch.instance_energy + tuple(instance_energy),
@@ -197,14 +234,14 @@ class AttributionProcessor:
             held_energy_mj=hold.held_mj(dev),
         )
 
-    def _unanswered(self, batch: Batch, answered: set[str]) -> list[GpuShare]:
+    def _unanswered(self, batch: Batch, answered: set[str]) -> tuple[list[GpuShare], list[InstanceEnergy]]:
         """What the idle hold keeps for devices with no DevicePower this tick (down, or lost for good) whose
         first held tick has waited ``idle_wait``: released as the wait's end releases it (all active, by the held
         ticks' own shares), and no more held. As late shares (no watts, share 0): the device has no tick to carry
         them. Its held level falls by their energy (no energy and no idle this tick), as the energy processor
-        counts it."""
+        counts it. Then what the MIG holds of such devices release past ``mig_max_wait`` (``_mig.unanswered``)."""
         now = batch.time
-        out: list[GpuShare] = []
+        out, per_instance = self._mig.unanswered(answered, now)
         for dev in self._idle.devices():
             if dev in answered or not self._idle.due(dev, now.monotonic_s):
                 continue
@@ -230,7 +267,7 @@ class AttributionProcessor:
                 for pid, mj in sorted((released.by_pid or {}).items())
                 if mj > 0
             )
-        return out
+        return out, per_instance
 
     def _mode(self, device: DeviceSample | None, procs: list[GpuProcessSample]) -> SharingMode:
         if not procs:

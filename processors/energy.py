@@ -28,9 +28,10 @@ energy still finds them; should it come for a series dropped all the same, it co
 unattributed energy (and is logged): Σ process totals + unattributed still add up to the active energy.
 Pid reuse within the wait: on another GPU the late energy stays with the process that ran; on the same GPU
 the series that ended last takes it (the attribution processor cannot tell two processes of one pid apart).
-A share of a device that did not answer this tick (no DevicePower: energy the idle hold released for a GPU
-down past attribution's ``idle_wait``) is late too, whatever the listing says, and counts in the device's
-energy and active totals, its held level lowered by it.
+A share of a device that did not answer this tick (no DevicePower: energy a hold released for a GPU down past
+attribution's ``idle_wait`` or ``mig_max_wait``) is late too, whatever the listing says, and lowers the device's
+held level. The idle hold's counts in the device's energy and active totals then; a MIG hold's (its mode a MIG
+one) is in them since it was measured.
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ class EnergyConfig(ComponentConfig):
     released for it after its process exited still finds it. Keep it above ``mig_max_wait`` plus a tick."""
 
 
+_MIG_MODES = frozenset({"mig", "mig_held", "mig_slices", "mig_equal"})  # a MIG hold's release: active already
 _UNKNOWN_START = -1  # no procfs source: the process's start time is not known
 
 SeriesKey = tuple[int, str, int]  # pid, device id, process start time (clock ticks since boot)
@@ -83,8 +85,14 @@ class _Device:
     unattributed_energy_mj: int = 0
     start_wall_s: float = 0.0
     last: DevicePower | None = None
+    held_mj: int = 0  # its held level as saved, until it has a DevicePower again (``last``)
     seen_s: float | None = None  # monotonic time it last answered (or this start's first tick); not saved
     gone_wall_s: float | None = None  # when it was found gone (its series ended then); None: not gone
+
+
+def _held(d: _Device) -> int:
+    """The device's held level: its last DevicePower's, else as the state file had it."""
+    return d.last.held_energy_mj if d.last is not None else d.held_mj
 
 
 def _process_columns(order: list[SeriesKey]) -> tuple[list[Any], ...]:
@@ -148,6 +156,7 @@ class EnergyProcessor:
                 active_energy_mj=int(row["active_energy_mj"]),
                 unattributed_energy_mj=int(row["unattributed_energy_mj"]),
                 start_wall_s=float(row["start_wall_s"]),
+                held_mj=int(row.get("held_energy_mj", 0)),
             )
         self.ctx.logger.info(
             "energy totals restored: %d process series, %d devices", len(self.series), len(self.devices)
@@ -171,6 +180,9 @@ class EnergyProcessor:
                     "active_energy_mj": d.active_energy_mj,
                     "unattributed_energy_mj": d.unattributed_energy_mj,
                     "start_wall_s": d.start_wall_s,
+                    # Attribution's hold survives a restart: until the device answers again, its ended series
+                    # wait for the late energy as they did before it.
+                    "held_energy_mj": _held(d),
                 }
                 for device_id, d in sorted(self.devices.items())
             },
@@ -180,6 +192,7 @@ class EnergyProcessor:
 
     def process(self, batch: Batch) -> Batch:
         now = batch.time
+        held_before = {device_id for device_id, d in self.devices.items() if _held(d)}  # (see _prune)
         # A CPU zone's DevicePower (cpu_attribution earlier in the pipeline) is that processor's to total.
         powers = {p.device_id: p for p in batch.device_power if p.device_type == "gpu"}
         for power in batch.device_power:
@@ -203,10 +216,9 @@ class EnergyProcessor:
         tick = self._ticks
         listing = _Listing(batch)
         late: Late = {}
-        unanswered: dict[str, int] = {}
+        if len(powers) < len(self.devices):  # a device did not answer: attribution may release its held energy
+            self._released_unanswered(batch.shares, powers)
         for share in batch.shares:
-            if share.device_id not in powers:
-                unanswered[share.device_id] = unanswered.get(share.device_id, 0) + share.energy_mj
             if share.pid is None:
                 if share.device_id in self.devices:
                     self.devices[share.device_id].unattributed_energy_mj += share.energy_mj
@@ -229,28 +241,36 @@ class EnergyProcessor:
             if share.gpu_instance_id is not None:
                 series.attrs["gpu_instance_id"] = str(share.gpu_instance_id)
             series.seen = tick
-        self._released_unanswered(unanswered)
         self.containers_and_pods.update(batch, tick, powers, split, gone, hosts, late)
         self._instances(batch, powers, split, gone, now.wall_s)
         self._absent(tick, split, gone, now.wall_s)
-        self._prune(now.wall_s)
+        self._prune(now.wall_s, held_before)
         return batch.replace(
             totals=batch.totals + self._totals(now) + self.containers_and_pods.totals(now) + self._instance_totals(now),
             device_totals=batch.device_totals + self._device_totals(now),
         )
 
-    def _released_unanswered(self, released: dict[str, int]) -> None:
-        """Energy released by attribution's idle hold for devices that did not answer this tick (processors/
-        _idle_hold.py: down past ``idle_wait``): all active, it joins their totals now, and their held level
-        falls by it (no energy and no idle this tick: held now == held before − Σ shares)."""
-        for device_id, mj in released.items():
+    def _released_unanswered(self, shares: tuple[GpuShare, ...], powers: dict[str, DevicePower]) -> None:
+        """Energy attribution's holds released for devices that did not answer this tick (down, or lost for good):
+        the idle hold's (processors/_idle_hold.py: past ``idle_wait``) is in no total yet, all active, and joins
+        them now; a MIG hold's (processors/_mig_window.py: past ``mig_max_wait``, a share in a MIG mode) is in the
+        active energy since it was measured, and only its split waited. Either way the held level falls by it
+        (no energy and no idle this tick: held now == held before − Σ shares)."""
+        released: dict[str, list[int]] = {}  # device → [mJ new to its active energy, mJ off its held level]
+        for share in shares:
+            if share.device_id not in powers:
+                mj = released.setdefault(share.device_id, [0, 0])
+                mj[0] += 0 if share.mode in _MIG_MODES else share.energy_mj
+                mj[1] += share.energy_mj
+        for device_id, (active_mj, held_mj) in released.items():
             d = self.devices.get(device_id)
             if d is None:
                 continue  # never answered here (its DevicePower filtered out upstream): no totals to add to
-            d.energy_mj += mj
-            d.active_energy_mj += mj
+            d.energy_mj += active_mj
+            d.active_energy_mj += active_mj
             if d.last is not None and d.last.held_energy_mj:
-                d.last = dataclasses.replace(d.last, held_energy_mj=max(0, d.last.held_energy_mj - mj))
+                d.last = dataclasses.replace(d.last, held_energy_mj=max(0, d.last.held_energy_mj - held_mj))
+            d.held_mj = max(0, d.held_mj - held_mj)
 
     def _late(self, pid: int, share: GpuShare) -> bool:
         """Add a late share's energy to the pid's series on its device, the running one or the one that ended
@@ -383,12 +403,14 @@ class EnergyProcessor:
             del self._running[key[:2]]
         self._ended[key[:2]] = key  # where energy released for it later goes
 
-    def _prune(self, now_wall_s: float) -> None:
+    def _prune(self, now_wall_s: float, held_before: set[str]) -> None:
         retention_s, most = self.config.terminated_retention, self.config.max_terminated
         # On a device that holds energy, more may come for a process that has ended: its series (and its
-        # container's and pod's) wait for it. A device holding nothing has released all it will for them.
+        # container's and pod's) wait for it. A device holding nothing has released all it will for them, and
+        # they go after the tick that released the last of it (``held_before``: it held before this tick) has
+        # exported them.
         late_s = max(retention_s, self.config.late_energy_wait)
-        holding = {device_id for device_id, d in self.devices.items() if d.last is not None and d.last.held_energy_mj}
+        holding = held_before | {device_id for device_id, d in self.devices.items() if _held(d)}
 
         def keep_s(device_id: str) -> float:
             return late_s if device_id in holding else retention_s

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
+import logging
 import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -205,20 +207,46 @@ def test_a_restart_bills_no_process_its_cpu_time_before_it(node: Node) -> None:
             assert after[key] == pytest.approx(watts, rel=0.25), key
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="processors/attribution.py keeps its idle hold (IdleHold: energy measured while the GPU's idle is not "
-    "known, up to idle_wait) in memory only: a clean stop drops it, and the energy processor's GPU totals never "
-    "get it. Fix: AttributionProcessor.snapshot()/start() save and restore the held ticks (or release them at "
-    "shutdown into the energy processor's totals before the last checkpoint)",
-)
 def test_a_clean_stop_loses_no_gpu_energy_held_for_idle(node: Node) -> None:
     # The GPU is busy from the start, its idle unknown until the load changes at 120 s (a regression fit near
     # 140 s); a run without a restart releases the held energy after idle_wait (90 s) or once idle is known.
     runs = [node.run(10, then_down_s=5.0), node.run(24)]  # 0–45 s, stopped cleanly; 50–165 s
     measured = sum(p.energy_mj for run in runs for b in run for p in b.device_power if p.device_type == "gpu")
     (device,) = [r for r in runs[-1][-1].device_totals if r.device_type == "gpu"]
-    assert device.energy_mj == measured  # today: 14.04 kJ short, run 1's whole energy
+    assert device.energy_mj == measured  # was 14.04 kJ short, run 1's whole energy (attribution saved no hold)
+
+
+def test_a_killed_run_restores_the_hold_of_its_last_checkpoint_with_the_totals(node: Node) -> None:
+    """Killed (no last checkpoint): the held ticks and the totals both come back as the checkpoint at 40 s had
+    them, so what was held then is counted once, and what the run measured after it is lost (as any total's)."""
+    runs = [node.run(10, clean=False, then_down_s=5.0), node.run(24)]  # checkpoints at 20 s and 40 s; 50–165 s
+    kept = [b for b in runs[0] if b.time.wall_s - runs[0][0].time.wall_s <= 40.0]
+    measured = sum(
+        p.energy_mj for run in (kept, runs[1]) for b in run for p in b.device_power if p.device_type == "gpu"
+    )
+    (device,) = [r for r in runs[-1][-1].device_totals if r.device_type == "gpu"]
+    assert device.energy_mj == measured
+
+
+def test_an_attribution_section_from_another_component_is_named_and_the_rest_restored(
+    node: Node, caplog: pytest.LogCaptureFixture
+) -> None:
+    node.run(5)
+    path = node.tmp / "state.json"
+    document = json.loads(path.read_text())
+    sections = document["sections"]
+    held = sum(len(ticks) for ticks in sections["metrics/attribution"]["idle_hold"].values())
+    assert held == 4  # the GPU's idle is not known yet: its ticks are held
+    sections["metrics/attribution"] = sections["metrics/energy"]  # a foreign section (hand-edited)
+    path.write_text(json.dumps(document))
+    caplog.set_level(logging.ERROR)
+    batches = node.run(3)
+    (error,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert "metrics/attribution" in error
+    assert "not an attribution section" in error
+    (device,) = [r for r in batches[-1].device_totals if r.device_type == "gpu"]
+    (before,) = [r for r in node.batches[0][-1].device_totals if r.device_type == "gpu"]
+    assert start_s(device) == start_s(before)  # the energy processor's section was used
 
 
 @pytest.mark.xfail(

@@ -62,9 +62,11 @@ class TruthCollector:
         self.cpu.observe(batch)
         if "saturation" in batch.present:
             self.saturation = batch.saturation
+        answered = set()
         for p in batch.device_power:
             if p.device_type == "cpu":
                 continue  # in the cpu section
+            answered.add(p.device_id)
             d = self.device.setdefault(p.device_id, {"counter": 0, "idle": 0, "attributed": 0, "unattributed": 0})
             d["counter"] += p.energy_mj
             d["idle"] += p.idle_energy_mj
@@ -75,6 +77,11 @@ class TruthCollector:
                 self.unattributable.setdefault(p.device_id, []).append((p.time.wall_s - p.interval_s, p.time.wall_s))
         for s in batch.shares:
             d = self.device.setdefault(s.device_id, {"counter": 0, "idle": 0, "attributed": 0, "unattributed": 0})
+            if s.device_id not in answered:
+                # Released by a hold for a device with no DevicePower this tick (down, or lost for good: past
+                # idle_wait or mig_max_wait): no record says the new level, which falls by the shares (no energy,
+                # no idle this tick), as the energy processor counts it.
+                d["held"] = d.get("held", 0) - s.energy_mj
             if s.pid is None:
                 d["unattributed"] += s.energy_mj
             else:
