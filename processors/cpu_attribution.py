@@ -111,6 +111,21 @@ class _ZoneTotals:
     extra: tuple[tuple[str, str], ...] = field(default=())
 
 
+def _restored_zone(path: str, row: Mapping[str, Any]) -> _ZoneTotals:
+    """A zone's totals from its state-file row (``snapshot``'s)."""
+    zone = str(row["zone"])
+    return _ZoneTotals(
+        zone=zone,
+        socket=None if row.get("socket") is None else int(row["socket"]),
+        start_wall_s=float(row["start_wall_s"]),
+        energy_mj=int(row["energy_mj"]),
+        idle_mj=int(row["idle_mj"]),
+        active_mj=int(row["active_mj"]),
+        unattributed_mj=int(row["unattributed_mj"]),
+        extra=(("path", path), ("zone", zone)),
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class _Weights:
     keys: list[tuple[int, int]]
@@ -142,21 +157,16 @@ class CpuAttributionProcessor:
     # --- state: totals and series go on across a restart (``service.state``) ------------------------------
 
     def start(self) -> None:
+        """Totals, series (and the idle mode's learned idles) from the state file. All or nothing: every row is
+        read before any is kept, so a bad one (it raises: the runtime starts this again without the section)
+        leaves no series restored beside zone totals from 0."""
         saved_state = self.ctx.state.section(self.ctx.state_key)
         if not saved_state:
             return
-        self.series.restore(saved_state)
-        for path, row in dict(saved_state.get("zones", {})).items():
-            self.zone_totals[str(path)] = _ZoneTotals(
-                zone=str(row["zone"]),
-                socket=None if row.get("socket") is None else int(row["socket"]),
-                start_wall_s=float(row["start_wall_s"]),
-                energy_mj=int(row["energy_mj"]),
-                idle_mj=int(row["idle_mj"]),
-                active_mj=int(row["active_mj"]),
-                unattributed_mj=int(row["unattributed_mj"]),
-                extra=(("path", str(path)), ("zone", str(row["zone"]))),
-            )
+        zones = {str(path): _restored_zone(str(path), row) for path, row in dict(saved_state.get("zones", {})).items()}
+        series = CpuSeries(self.config.terminated_retention, self.config.max_terminated)
+        series.restore(saved_state)
+        self.zone_totals, self.series = zones, series
         self.ctx.logger.info(
             "CPU totals restored: %d zones, %d process series", len(self.zone_totals), len(self.series.processes)
         )

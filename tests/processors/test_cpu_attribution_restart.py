@@ -1,0 +1,80 @@
+"""cpu_attribution across a restart: what its state-file section keeps (zones, series, the idle mode's learned
+idles), all or nothing, and the series' labels until the k8s processor names their pods again."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.context import make_context
+from tests.processors.test_cpu_attribution import Node, step
+from wattpipe.pipeline.batch import Batch
+from wattpipe.pipeline.state import StateStore
+from wattpipe.processors.cpu_attribution import CpuAttributionConfig, CpuAttributionProcessor
+
+KEY = "metrics/cpu_attribution"
+
+
+def started(store: StateStore, node_name: str = "n1", **options: object) -> CpuAttributionProcessor:
+    ctx = make_context("cpu_attribution", clock=store.clock, pipeline="metrics", state=store, node_name=node_name)
+    proc = CpuAttributionProcessor(CpuAttributionConfig(**options), ctx)
+    proc.start()
+    return proc
+
+
+def saved(proc: CpuAttributionProcessor, store: StateStore) -> StateStore:
+    """``proc``'s section written to the state file and read back, as a restart reads it."""
+    store.put(KEY, proc.snapshot())
+    assert store.save()
+    reloaded = StateStore(store.path, store.clock, store.node_name)
+    reloaded.load()
+    return reloaded
+
+
+def learning_ticks(proc: CpuAttributionProcessor, node: Node, ticks: int, *, varied: bool = True) -> Batch:
+    """Ticks of a package drawing 40 W idle + 150 W × the usage ratio (varied: between 10 % and 40 %)."""
+    out = None
+    for i in range(ticks):
+        ratio = (0.1, 0.25, 0.4, 0.2)[i % 4] if varied else 0.25
+        node.spend("intel-rapl:0", round((40.0 + 150.0 * ratio) * 5 * 1000))
+        node.total_s += 10.0
+        node.active_s += 10.0 * ratio
+        node.run(80, 10.0 * ratio)
+        out = step(proc, node)
+    assert out is not None
+    return out
+
+
+def learned(tmp_path: Path) -> tuple[Node, StateStore, CpuAttributionProcessor]:
+    node = Node(zones={"intel-rapl:0": ("package", 0, 0, 0)})
+    node.spawn(80)
+    store = StateStore(tmp_path / "s.json", node.clock, "n1")
+    proc = started(store, mode="idle")
+    step(proc, node)
+    (power,) = learning_ticks(proc, node, 20).device_power
+    assert (power.idle_source, power.idle_w) == ("regression", pytest.approx(40.0, abs=0.01))
+    return node, store, proc
+
+
+def test_a_bad_process_row_restores_nothing_of_the_section(tmp_path: Path) -> None:
+    node = Node(zones={"intel-rapl:0": ("package", 0, 0, 0)})
+    node.spawn(60, container_id="c6", pod_uid="p6")
+    node.spawn(61)
+    store = StateStore(tmp_path / "s.json", node.clock, "n1")
+    proc = started(store)
+    step(proc, node)
+    node.half_busy("intel-rapl:0", 20_000)
+    node.run(60, 2.0)
+    node.run(61, 3.0)
+    step(proc, node)
+    store = saved(proc, store)
+    section = store.section(KEY)
+    assert section is not None
+    del section["processes"][-1]["energy_mj"]  # the first row is good: it must not be kept either
+    again = CpuAttributionProcessor(
+        CpuAttributionConfig(), make_context("cpu_attribution", clock=node.clock, pipeline="metrics", state=store)
+    )
+    with pytest.raises(KeyError):
+        again.start()
+    assert (again.zone_totals, again.series.processes, again.series.groups) == ({}, {}, {})
