@@ -151,7 +151,7 @@ class CpuAttributionProcessor:
         self._zone_tick: dict[str, int] = {}  # the tick each zone was last read in
         self.zone_totals: dict[str, _ZoneTotals] = {}
         self.series = CpuSeries(config.terminated_retention, config.max_terminated)
-        self._idles = ZoneIdles(config.idle_w, config.learn_idle) if config.mode == "idle" else None
+        self._idles = ZoneIdles(config.idle_w, config.learn_idle, ctx.logger) if config.mode == "idle" else None
         self._gaps = Gaps(_ZONE_GONE_AFTER_S)  # the CPU time used while a zone is missing, by its last-read tick
 
     # --- state: totals and series go on across a restart (``service.state``) ------------------------------
@@ -167,13 +167,18 @@ class CpuAttributionProcessor:
         series = CpuSeries(self.config.terminated_retention, self.config.max_terminated)
         series.restore(saved_state)
         self.zone_totals, self.series = zones, series
+        if self._idles is not None:  # (a bad row of these is reported and left out: it does not fail the start)
+            self._idles.load(saved_state.get("idle_fits"), self.ctx.node_name)
         self.ctx.logger.info(
             "CPU totals restored: %d zones, %d process series", len(self.zone_totals), len(self.series.processes)
         )
 
     def snapshot(self) -> dict[str, Any]:
         zones = {path: {k: v for k, v in asdict(t).items() if k != "extra"} for path, t in self.zone_totals.items()}
-        return {"zones": zones, **self.series.snapshot()}
+        section = {"zones": zones, **self.series.snapshot()}
+        if self._idles is not None:
+            section["idle_fits"] = self._idles.dump(self.ctx.node_name)
+        return section
 
     def process(self, batch: Batch) -> Batch:
         self._tick += 1
@@ -395,7 +400,9 @@ class CpuAttributionProcessor:
         if self._idles is None:
             return None
         if ratio is not None and interval_s > 0 and self._idles.learns(sample.zone):
-            self._idles.observe(sample.path, sample.time.monotonic_s, ratio, energy_mj / interval_s / 1000.0)
+            self._idles.observe(
+                sample.zone, sample.path, sample.time.monotonic_s, ratio, energy_mj / interval_s / 1000.0
+            )
         return self._idles.idle(sample.zone, sample.path, zones_of_type)
 
     def _power(

@@ -3,6 +3,8 @@ idles), all or nothing, and the series' labels until the k8s processor names the
 
 from __future__ import annotations
 
+import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -55,6 +57,55 @@ def learned(tmp_path: Path) -> tuple[Node, StateStore, CpuAttributionProcessor]:
     (power,) = learning_ticks(proc, node, 20).device_power
     assert (power.idle_source, power.idle_w) == ("regression", pytest.approx(40.0, abs=0.01))
     return node, store, proc
+
+
+def test_a_restart_keeps_the_learned_zone_idle_while_the_load_no_longer_varies(tmp_path: Path) -> None:
+    node, store, proc = learned(tmp_path)
+    again = started(saved(proc, store), mode="idle")
+    step(again, node)  # a baseline: the counters' first reading since the restart
+    for _ in range(2):  # a steady load: no new fit can pass, the restored one is used (and saved again)
+        (power,) = learning_ticks(again, node, 15, varied=False).device_power
+        assert (power.idle_source, power.idle_w) == ("regression", pytest.approx(40.0, abs=0.01))
+        assert power.active_w == pytest.approx(150.0 * 0.25, abs=0.01)
+        again = started(saved(again, store), mode="idle")
+        step(again, node)
+
+
+def test_a_saved_idle_of_another_node_or_zone_type_or_a_malformed_one_is_reported_and_not_used(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    node, store, proc = learned(tmp_path)
+    store = saved(proc, store)
+    caplog.set_level(logging.WARNING)
+    other = started(store, node_name="elsewhere", mode="idle")
+    assert "elsewhere" in caplog.text
+    assert "n1" in caplog.text
+    step(other, node)
+    (power,) = learning_ticks(other, node, 1, varied=False).device_power
+    assert power.idle_source is None  # by the usage ratio
+    assert other.zone_totals["intel-rapl:0"].energy_mj > 0  # the totals are this process's still
+
+    caplog.clear()
+    section = json.loads(json.dumps(proc.snapshot()))
+    fits = section["idle_fits"]["zones"]
+    fits["intel-rapl:1"] = {"zone": "package", "idle_w": "forty"}
+    fits["intel-rapl:2"] = {"zone": "package", "idle_w": -3.0}
+    store.put(KEY, section)
+    again = started(store, mode="idle")
+    assert "intel-rapl:1" in caplog.text
+    assert "intel-rapl:2" in caplog.text
+    node.zones["intel-rapl:1"] = ("dram", 0, 0, 0)  # a zone of another type at a path a saved fit names
+    fits["intel-rapl:1"] = {"zone": "package", "idle_w": 10.0, "uncertainty_w": None}
+    del fits["intel-rapl:2"]
+    store.put(KEY, section)
+    caplog.clear()
+    again = started(store, mode="idle")
+    step(again, node)
+    node.spend("intel-rapl:1", 5_000)
+    powers = {p.device_id: p for p in learning_ticks(again, node, 1, varied=False).device_power}
+    assert (powers["intel-rapl:0"].idle_source, powers["intel-rapl:1"].idle_source) == ("regression", None)
+    assert "intel-rapl:1" in caplog.text
+    assert "dram" in caplog.text
 
 
 def test_a_bad_process_row_restores_nothing_of_the_section(tmp_path: Path) -> None:
