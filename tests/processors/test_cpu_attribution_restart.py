@@ -12,6 +12,7 @@ import pytest
 from tests.helpers.context import make_context
 from tests.processors.test_cpu_attribution import Node, step
 from wattpipe.pipeline.batch import Batch
+from wattpipe.pipeline.records import Workload
 from wattpipe.pipeline.state import StateStore
 from wattpipe.processors.cpu_attribution import CpuAttributionConfig, CpuAttributionProcessor
 
@@ -129,3 +130,30 @@ def test_a_bad_process_row_restores_nothing_of_the_section(tmp_path: Path) -> No
     with pytest.raises(KeyError):
         again.start()
     assert (again.zone_totals, again.series.processes, again.series.groups) == ({}, {}, {})
+
+
+def test_restored_series_keep_their_pod_names_until_the_k8s_processor_names_them_again(tmp_path: Path) -> None:
+    node = Node(zones={"intel-rapl:0": ("package", 0, 0, 0)})
+    node.spawn(60, container_id="c6", pod_uid="p6")
+    roster = (
+        Workload(time=node.clock.now(), pid=None, container_id="c6", container_name="web", pod_uid="p6",
+                 pod_name="shop", pod_namespace="prod", listed="api"),
+        Workload(time=node.clock.now(), pid=None, pod_uid="p6", pod_name="shop", pod_namespace="prod", listed="api"),
+    )  # fmt: skip
+    store = StateStore(tmp_path / "s.json", node.clock, "n1")
+    proc = started(store)
+
+    def tick(p: CpuAttributionProcessor, named: bool) -> dict[tuple[str, str, str], dict[str, str]]:
+        node.half_busy("intel-rapl:0", 10_000)
+        node.run(60, 1.0)
+        out = p.process(node.batch().replace(workloads=roster if named else ()))
+        node.clock.advance(5.0)
+        return {(t.scope, t.key, t.device_id): dict(t.extra) for t in out.totals}
+
+    tick(proc, True)
+    before = tick(proc, True)
+    assert before[("container", "c6", "cpu:package")]["container_name"] == "web"
+    assert before[("process", "60", "cpu:package")]["pod_name"] == "shop"
+    again = started(saved(proc, store))
+    for named in (False, False, False, True, False):  # the k8s cache not synced yet; then synced
+        assert tick(again, named) == before
