@@ -142,8 +142,8 @@ class CpuSeries:
                         self._rows = None
                     known = self._identity(pk, host, names)
                     attrs = known.zone_attrs(zone)
-                    if series.attrs is not attrs:
-                        _label(series, attrs)  # a new identity (the pod named since): its series' labels follow
+                    if series.attrs is not attrs:  # a new identity (the pod named since): its series' labels follow
+                        _label(series, _names_kept(series.attrs, attrs, _PROCESS_PLACE))
                     known.series[zone] = series
                 elif nameable and not known.named and (host.container_id is not None or host.pod_uid is not None):
                     known = self._identity(pk, host, names)  # its pod may have been named since
@@ -209,8 +209,10 @@ class CpuSeries:
                 self._rows = None
                 self._groups_version += 1
             if gseries.attrs.get("zone") != zone or len(gseries.attrs) != len(group_attrs) + 1:
-                _label(gseries, {**group_attrs, "zone": zone})
-                self._groups_version += 1
+                attrs = _names_kept(gseries.attrs, {**group_attrs, "zone": zone}, ())  # (its key is its place)
+                if attrs != gseries.attrs:
+                    _label(gseries, attrs)
+                    self._groups_version += 1
             joined.append(gseries)
         return self._groups_version, tuple(joined)
 
@@ -396,6 +398,23 @@ def _restored(row: Mapping[str, Any]) -> Series:
     series = restore(row)
     _label(series, series.attrs)
     return series
+
+
+# The k8s names a series is labelled with, and what says where a process is (the same there: the same names).
+_NAMES = ("pod_name", "pod_namespace", "container_name")
+_PROCESS_PLACE = ("container_id", "pod_uid")
+
+
+def _names_kept(old: Mapping[str, str], new: dict[str, str], place: tuple[str, ...]) -> dict[str, str]:
+    """``new``, with the k8s names ``old`` has where ``new`` has none (the k8s processor does not name the pod
+    yet: its cache not synced after a restart) and the series is in the same place (``place``'s attributes
+    alike): a series keeps its pod's names until they are known again, as the energy processor's groups keep
+    theirs (a series whose labels change is another series to Prometheus)."""
+    if any(name in new for name in _NAMES) or not any(name in old for name in _NAMES):
+        return new
+    if any(old.get(name) != new.get(name) for name in place):
+        return new  # another container or pod now (an exec): not its names
+    return {**new, **{name: old[name] for name in _NAMES if name in old}}
 
 
 def _label(series: Series, attrs: dict[str, str]) -> None:

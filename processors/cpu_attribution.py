@@ -111,6 +111,21 @@ class _ZoneTotals:
     extra: tuple[tuple[str, str], ...] = field(default=())
 
 
+def _restored_zone(path: str, row: Mapping[str, Any]) -> _ZoneTotals:
+    """A zone's totals from its state-file row (``snapshot``'s)."""
+    zone = str(row["zone"])
+    return _ZoneTotals(
+        zone=zone,
+        socket=None if row.get("socket") is None else int(row["socket"]),
+        start_wall_s=float(row["start_wall_s"]),
+        energy_mj=int(row["energy_mj"]),
+        idle_mj=int(row["idle_mj"]),
+        active_mj=int(row["active_mj"]),
+        unattributed_mj=int(row["unattributed_mj"]),
+        extra=(("path", path), ("zone", zone)),
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class _Weights:
     keys: list[tuple[int, int]]
@@ -136,34 +151,34 @@ class CpuAttributionProcessor:
         self._zone_tick: dict[str, int] = {}  # the tick each zone was last read in
         self.zone_totals: dict[str, _ZoneTotals] = {}
         self.series = CpuSeries(config.terminated_retention, config.max_terminated)
-        self._idles = ZoneIdles(config.idle_w, config.learn_idle) if config.mode == "idle" else None
+        self._idles = ZoneIdles(config.idle_w, config.learn_idle, ctx.logger) if config.mode == "idle" else None
         self._gaps = Gaps(_ZONE_GONE_AFTER_S)  # the CPU time used while a zone is missing, by its last-read tick
 
     # --- state: totals and series go on across a restart (``service.state``) ------------------------------
 
     def start(self) -> None:
+        """Totals, series (and the idle mode's learned idles) from the state file. All or nothing: every row is
+        read before any is kept, so a bad one (it raises: the runtime starts this again without the section)
+        leaves no series restored beside zone totals from 0."""
         saved_state = self.ctx.state.section(self.ctx.state_key)
         if not saved_state:
             return
-        self.series.restore(saved_state)
-        for path, row in dict(saved_state.get("zones", {})).items():
-            self.zone_totals[str(path)] = _ZoneTotals(
-                zone=str(row["zone"]),
-                socket=None if row.get("socket") is None else int(row["socket"]),
-                start_wall_s=float(row["start_wall_s"]),
-                energy_mj=int(row["energy_mj"]),
-                idle_mj=int(row["idle_mj"]),
-                active_mj=int(row["active_mj"]),
-                unattributed_mj=int(row["unattributed_mj"]),
-                extra=(("path", str(path)), ("zone", str(row["zone"]))),
-            )
+        zones = {str(path): _restored_zone(str(path), row) for path, row in dict(saved_state.get("zones", {})).items()}
+        series = CpuSeries(self.config.terminated_retention, self.config.max_terminated)
+        series.restore(saved_state)
+        self.zone_totals, self.series = zones, series
+        if self._idles is not None:  # (a bad row of these is reported and left out: it does not fail the start)
+            self._idles.load(saved_state.get("idle_fits"), self.ctx.node_name)
         self.ctx.logger.info(
             "CPU totals restored: %d zones, %d process series", len(self.zone_totals), len(self.series.processes)
         )
 
     def snapshot(self) -> dict[str, Any]:
         zones = {path: {k: v for k, v in asdict(t).items() if k != "extra"} for path, t in self.zone_totals.items()}
-        return {"zones": zones, **self.series.snapshot()}
+        section = {"zones": zones, **self.series.snapshot()}
+        if self._idles is not None:
+            section["idle_fits"] = self._idles.dump(self.ctx.node_name)
+        return section
 
     def process(self, batch: Batch) -> Batch:
         self._tick += 1
@@ -385,7 +400,9 @@ class CpuAttributionProcessor:
         if self._idles is None:
             return None
         if ratio is not None and interval_s > 0 and self._idles.learns(sample.zone):
-            self._idles.observe(sample.path, sample.time.monotonic_s, ratio, energy_mj / interval_s / 1000.0)
+            self._idles.observe(
+                sample.zone, sample.path, sample.time.monotonic_s, ratio, energy_mj / interval_s / 1000.0
+            )
         return self._idles.idle(sample.zone, sample.path, zones_of_type)
 
     def _power(

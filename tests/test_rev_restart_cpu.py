@@ -249,14 +249,6 @@ def test_an_attribution_section_from_another_component_is_named_and_the_rest_res
     assert start_s(device) == start_s(before)  # the energy processor's section was used
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="processors/cpu_attribution.py's snapshot() saves zones and series, not ZoneIdles' regressions and fits "
-    "(processors/_cpu_idle.py): in mode idle a restart forgets every learned zone idle and splits by the usage "
-    "ratio until a new fit passes (never, on a node whose load no longer varies), where the GPU idle processor's "
-    "estimators survive restarts. Fix: ZoneIdles.dump()/load() (each zone's points and fit, as "
-    "processors/idle.py's estimators) in CpuAttributionProcessor.snapshot()/start()",
-)
 def test_a_restart_keeps_the_cpu_idle_learned_in_mode_idle(node: Node) -> None:
     node.config = CONFIG.replace("  cpu_attribution:\n", "  cpu_attribution: {mode: idle}\n")
     first = node.run(20)  # the package zones' idle is learned (a regression fit) by 75 s

@@ -121,14 +121,6 @@ def test_a_start_that_fails_on_a_busy_port_keeps_the_totals_in_the_state_file(no
     assert {r.device_id: r.energy_mj for r in again[0].device_totals} == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="processors/cpu_attribution.py CpuAttributionProcessor.start() restores the series (self.series.restore) "
-    "before it reads the zone rows: when a zone row is bad it has raised with the process, container, pod and VM "
-    "series already restored, and started again without its section it keeps them beside zone totals from 0 "
-    "(Σ processes > the zones' attributed energy). Fix: parse the zone rows into a local dict first, then "
-    "restore the series, then assign (all or nothing)",
-)
 def test_a_bad_cpu_attribution_section_is_used_all_or_nothing(node: Node) -> None:
     node.run(6)
     path = node.tmp / "state.json"
