@@ -19,7 +19,8 @@ when the cache changes: its entries carry the time of the tick that made them.
 A process's energy may arrive after it exited (on a MIG GPU, held for dcgm-exporter's sample covering
 it): each pid the driver stops listing on a device keeps its workload there for ``keep_exited``, and a share
 of it on that device then gets a record as if it were listed, for that device alone (``device_id`` in its
-``extra``; :mod:`processors.k8s._exited`).
+``extra``; :mod:`processors.k8s._exited`). That memory is kept in the state file, with the pairs listed at the
+stop: attribution's held energy survives a restart, and is released after it for processes that exited before.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import functools
 import logging
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator
 
@@ -121,6 +122,7 @@ class K8sProcessor:
     # --- lifecycle -------------------------------------------------------------------------------
 
     def start(self) -> None:
+        self._restore()  # first: a section it cannot use raises before the watch thread starts
         self.node_name = self.config.node_name or self._env.get("NODE_NAME", "")
         if self.config.api == "off":
             self.log.info("processor %s: api off: pod names from pod-resources allocations only", self.component_id)
@@ -146,6 +148,32 @@ class K8sProcessor:
             backoff_max_s=self.config.backoff_max,
         )
         self.watcher.start()
+
+    def _restore(self) -> None:
+        """Who the exited processes were (and those listed at the stop), as the last checkpoint had them: energy
+        attribution held for them is released after a restart, and must still reach their container and pod."""
+        saved = self.ctx.state.section(self.ctx.state_key)
+        if not saved:
+            return
+        if not isinstance(saved.get("exited"), dict) or not isinstance(saved.get("seen"), list):
+            raise ValueError("not a k8s section: it has no exited processes and no seen pids")
+        exited = ExitedProcesses(self.config.keep_exited, self.config.max_exited)
+        exited.load(saved["exited"], self.ctx.clock.now())
+        if not all(isinstance(pid, int) and not isinstance(pid, bool) for pid in saved["seen"]):
+            raise ValueError(f"seen {saved['seen']!r}: not a list of pids")
+        listed = {pair[0]: w for pair, w in exited.listed.items()}
+        seen = {pid: listed[pid] for pid in saved["seen"] if pid in listed}  # (how a pid resolved while /proc had it)
+        self._exited, self._seen = exited, seen  # all or nothing
+        self.log.info(
+            "processor %s: %d exited process(es) remembered, %d listed at the stop",
+            self.component_id,
+            len(exited),
+            len(exited.listed),
+        )
+
+    def snapshot(self) -> dict[str, Any]:
+        now = self.ctx.clock.now()
+        return {"exited": self._exited.dump(now.wall_s - now.monotonic_s), "seen": sorted(self._seen)}
 
     def _api_client(self) -> ApiClient | str:
         """A configured client, or why there is none."""

@@ -16,23 +16,31 @@ process that has it now) stays the one of every other share.
 
 Per tick: one lookup per (pid, device) listed last tick, one per share of one not listed now; what is
 remembered is forgotten from the front of a queue in the order it was learned, never by a scan.
+
+What is remembered survives a restart (:meth:`ExitedProcesses.dump`, in the k8s processor's state section):
+attribution's holds survive it too, and release after it the energy of processes that exited before it (or
+while wattpipe was down), which must still reach their container and pod. The exited pairs keep their time to
+be forgotten (as a wall time: wattpipe's downtime counts), the pairs listed at the stop are taken as last
+tick's (those the driver no longer lists after the restart have exited: remembered from then on).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.records import GpuProcessSample, GpuShare, Workload
 
-__all__ = ["LATE_DEVICE", "ExitedProcesses"]
+__all__ = ["LATE_DEVICE", "ExitedProcesses", "workload_of", "workload_row"]
 
 LATE_DEVICE = "device_id"
 """The ``extra`` key of a late workload: the device whose late shares it is for."""
 
 Pair = tuple[int, str]  # pid, device id
+_NAMES = ("container_id", "container_name", "pod_uid", "pod_name", "pod_namespace")
 
 
 class ExitedProcesses:
@@ -49,6 +57,11 @@ class ExitedProcesses:
 
     def __len__(self) -> int:
         return len(self._gone)
+
+    @property
+    def listed(self) -> Mapping[Pair, Workload]:
+        """Last tick's listed pairs, as they resolved."""
+        return self._listed
 
     def update(self, now_s: float, listed: dict[Pair, Workload]) -> None:
         """``listed``: this tick's resolution of every (pid, device) the driver lists. Those listed last tick and
@@ -86,3 +99,74 @@ class ExitedProcesses:
                 extra = (*(kv for kv in w.extra if kv[0] != LATE_DEVICE), (LATE_DEVICE, share.device_id))
                 out[pair] = dataclasses.replace(w, time=time, extra=extra)
         return list(out.values())
+
+    # --- state -------------------------------------------------------------------------------
+
+    def dump(self, wall_offset_s: float) -> dict[str, Any]:
+        """What is remembered, JSON-able: the pairs listed last tick, and the exited ones in the order learned
+        with when to forget them as wall times (``wall_offset_s``: wall − monotonic now)."""
+        gone = []
+        for due, pair in self._queue:
+            remembered = self._gone.get(pair)
+            if remembered is not None and remembered[1] == due:  # (not a stale entry)
+                gone.append({**workload_row(pair, remembered[0]), "forget_wall_s": due + wall_offset_s})
+        return {"listed": [workload_row(pair, w) for pair, w in self._listed.items()], "gone": gone}
+
+    def load(self, saved: Mapping[str, Any], now: Timestamp) -> None:
+        """Remember what :meth:`dump` saved (nothing when remembering is off). A section it cannot use raises
+        ValueError naming what, with nothing restored."""
+        offset_s = now.wall_s - now.monotonic_s
+        listed: dict[Pair, Workload] = {}
+        gone: list[tuple[float, Pair, Workload]] = []
+        for i, row in enumerate(_rows(saved, "listed")):
+            pair, w = workload_of(row, now, f"listed process {i}")
+            listed[pair] = w
+        for i, row in enumerate(_rows(saved, "gone")):
+            pair, w = workload_of(row, now, f"exited process {i}")
+            forget_wall_s = row.get("forget_wall_s")
+            if isinstance(forget_wall_s, bool) or not isinstance(forget_wall_s, int | float):
+                raise ValueError(f"exited process {i}: forget_wall_s {forget_wall_s!r} is not a time")
+            gone.append((float(forget_wall_s) - offset_s, pair, w))
+        if not self.max_pids:
+            return
+        self._listed = listed
+        for due, pair, w in gone:
+            self._gone[pair] = (w, due)
+            self._queue.append((due, pair))
+
+
+def _rows(saved: Mapping[str, Any], name: str) -> list[Any]:
+    rows = saved.get(name) if isinstance(saved, Mapping) else None
+    if not isinstance(rows, list):
+        raise ValueError(f"{name} is {type(rows).__name__}, not a list of processes")
+    return rows
+
+
+def workload_row(pair: Pair, w: Workload) -> dict[str, Any]:
+    """A remembered (pid, device)'s workload as a state-file row (its time is not kept: a late one gets the
+    tick's)."""
+    return {
+        "pid": pair[0],
+        "device_id": pair[1],
+        **{name: getattr(w, name) for name in _NAMES if getattr(w, name) is not None},
+        "extra": [list(kv) for kv in w.extra],
+    }
+
+
+def workload_of(row: Any, now: Timestamp, where: str) -> tuple[Pair, Workload]:
+    """The (pid, device) and workload of a :func:`workload_row`; ValueError naming ``where`` and what is wrong."""
+    if not isinstance(row, Mapping):
+        raise ValueError(f"{where}: {type(row).__name__}, not an object")
+    pid, device_id, extra = row.get("pid"), row.get("device_id"), row.get("extra", [])
+    if isinstance(pid, bool) or not isinstance(pid, int) or not isinstance(device_id, str):
+        raise ValueError(f"{where}: pid {pid!r} on device {device_id!r}: not a pid and a device id")
+    names = {name: row.get(name) for name in _NAMES}
+    bad = [f"{name} {value!r}" for name, value in names.items() if value is not None and not isinstance(value, str)]
+    if not isinstance(extra, list) or not all(
+        isinstance(kv, list) and len(kv) == 2 and all(isinstance(x, str) for x in kv) for kv in extra
+    ):
+        bad.append(f"extra {extra!r}")
+    if bad:
+        raise ValueError(f"{where}: {', '.join(bad)}: not text (extra: a list of [name, value])")
+    attrs = tuple((str(k), str(v)) for k, v in extra)
+    return (pid, device_id), Workload(time=now, pid=pid, extra=attrs, **names)
