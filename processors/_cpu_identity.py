@@ -9,6 +9,7 @@ from typing import Literal
 
 from wattpipe.pipeline.records import HostProcess, Workload
 from wattpipe.processors._energy_series import Series
+from wattpipe.processors.k8s._exited import LATE_DEVICE
 
 __all__ = ["GroupScope", "Identity", "Names", "group_memberships", "process_attrs"]
 
@@ -31,6 +32,8 @@ class Names:
         by_pod: dict[str, Workload] = {}
         for w in workloads:
             if w.pid is not None:
+                if any(key == LATE_DEVICE for key, _ in w.extra):
+                    continue  # who the pid *was* on a GPU, for that GPU's late shares: not its process now
                 by_pid[w.pid] = w
             elif w.container_id is not None and w.container_name is not None:
                 by_container[w.container_id] = w

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import pytest
-
 from tests.helpers.context import make_context
 from tests.processors.test_cpu_attribution import Node, processor, totals
 from tests.processors.test_late_shares import late
@@ -22,12 +20,6 @@ from wattpipe.processors.k8s import K8sConfig, K8sProcessor
 ZONE = "intel-rapl:0"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="processors/_cpu_identity.py's Names.of keys every Workload with a pid by it, the k8s processor's late "
-    "ones too (``device_id`` in their extra: who the pid was on that GPU, for its late shares alone); fix: Names.of "
-    "skips a Workload whose extra has processors.k8s._exited.LATE_DEVICE (cpu_attribution's file, not this helper's)",
-)
 def test_a_cpu_process_that_got_the_pid_of_an_exited_gpu_process_is_not_named_after_its_pod() -> None:
     node = Node(zones={ZONE: ("package", 0, 0, 0)})
     names = K8sProcessor(K8sConfig(api="off"), make_context("k8s", clock=node.clock), env={})
