@@ -136,28 +136,27 @@ class EnergyProcessor:
     # --- state -------------------------------------------------------------------------------
 
     def start(self) -> None:
+        """Totals and series from the state file: every row read first, kept only if all of them could be (a
+        section that raises leaves nothing half restored for the runtime's start without it)."""
         saved_state = self.ctx.state.section(self.ctx.state_key)
         if not saved_state:
             return
+        series: dict[SeriesKey, Series] = {}
         for row in saved_state.get("processes", []):
-            key = (int(row["pid"]), str(row["device_id"]), int(row.get("start_ticks", _UNKNOWN_START)))
-            series = self.series[key] = restore(row)
-            if series.ended_wall_s is None:
-                self._running[key[:2]] = key
-        ended = sorted((s.ended_wall_s, key) for key, s in self.series.items() if s.ended_wall_s is not None)
+            series[(int(row["pid"]), str(row["device_id"]), int(row.get("start_ticks", _UNKNOWN_START)))] = restore(row)
+        groups = GroupSeries()
+        groups.restore(saved_state)
+        instances = {
+            (str(row["device_id"]), int(row["gpu_instance_id"])): restore(row)
+            for row in saved_state.get("instances", [])
+        }
+        devices = {
+            str(device_id): _restore_device(row) for device_id, row in dict(saved_state.get("devices", {})).items()
+        }
+        self.series, self.containers_and_pods, self.instances, self.devices = series, groups, instances, devices
+        self._running = {key[:2]: key for key, s in series.items() if s.ended_wall_s is None}
+        ended = sorted((s.ended_wall_s, key) for key, s in series.items() if s.ended_wall_s is not None)
         self._ended = {key[:2]: key for _, key in ended}  # of a pid's series on a device, the one that ended last
-        self.containers_and_pods.restore(saved_state)
-        for row in saved_state.get("instances", []):
-            self.instances[(str(row["device_id"]), int(row["gpu_instance_id"]))] = restore(row)
-        for device_id, row in dict(saved_state.get("devices", {})).items():
-            self.devices[str(device_id)] = _Device(
-                energy_mj=int(row["energy_mj"]),
-                idle_energy_mj=int(row["idle_energy_mj"]),
-                active_energy_mj=int(row["active_energy_mj"]),
-                unattributed_energy_mj=int(row["unattributed_energy_mj"]),
-                start_wall_s=float(row["start_wall_s"]),
-                held_mj=int(row.get("held_energy_mj", 0)),
-            )
         self.ctx.logger.info(
             "energy totals restored: %d process series, %d devices", len(self.series), len(self.devices)
         )
@@ -462,3 +461,14 @@ factory = Factory.of(
     stability="alpha",
     provides=frozenset({"totals", "device_totals"}),
 )
+
+
+def _restore_device(row: dict[str, Any]) -> _Device:
+    return _Device(
+        energy_mj=int(row["energy_mj"]),
+        idle_energy_mj=int(row["idle_energy_mj"]),
+        active_energy_mj=int(row["active_energy_mj"]),
+        unattributed_energy_mj=int(row["unattributed_energy_mj"]),
+        start_wall_s=float(row["start_wall_s"]),
+        held_mj=int(row.get("held_energy_mj", 0)),
+    )

@@ -1,6 +1,6 @@
 """The energy processor's section read back after a failed start: the runtime starts a component whose section it
 cannot use again without it (pipeline/runtime.py ``_start_afresh``), on the same object, so what the failed start
-had already restored stays beside totals from 0 (cpu_attribution reads its whole section first: all or nothing)."""
+had already restored stays beside totals from 0 (cpu_attribution reads its whole section first: all or nothing; energy now too)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,6 @@ from wattpipe.pipeline.state import StateStore
 from wattpipe.processors.energy import EnergyConfig, EnergyProcessor
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="processors/energy.py EnergyProcessor.start() keeps each process row as it reads it, then the "
-    "groups, instances and devices: a bad device row raises with the process series already restored, and the "
-    "runtime's start without the section keeps them beside device totals from 0 (Σ processes > the device's "
-    "attributed energy). Fix: parse every row into locals first, assign at the end (as cpu_attribution's start)",
-)
 def test_a_bad_energy_section_restores_nothing() -> None:
     clock = SteppedClock()
     store = StateStore(None, clock, "n1")
