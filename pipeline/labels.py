@@ -306,10 +306,13 @@ class LabelEngine:
         recent = self._texts.get(key, ())
         found = next(((c, t) for r, c, t in recent if r is records), None)
         if found is None:
-            texts = [list(map(str, map(operator.attrgetter(name), records))) for name in plan.text_where]
-            combos: list[Any] = texts[0] if len(texts) == 1 else list(zip(*texts, strict=True))
+            # Numbered by the values themselves, made text only once per combination: the tested fields hold
+            # texts and ints (the catalog's), whose equal values print alike.
+            combos = list(map(operator.attrgetter(*plan.text_where), records))  # a value, or a tuple of them
             number = {combo: i for i, combo in enumerate(dict.fromkeys(combos))}
-            found = list(map(number.__getitem__, combos)), [combo if len(texts) > 1 else (combo,) for combo in number]
+            single = len(plan.text_where) == 1
+            texts = [(str(combo),) if single else tuple(map(str, combo)) for combo in number]
+            found = list(map(number.__getitem__, combos)), texts
             self._texts[key] = ((records, *found), *recent[: _TEXTS_KEEP - 1])  # one assignment: safe across threads
         codes, distinct = found
         passing = {i for i, combo in enumerate(distinct) if all(map(_passes, combo, plan.text_wanted))}
