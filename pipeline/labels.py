@@ -203,7 +203,7 @@ class LabelEngine:
             values: list[float] = [1.0] * len(records)
         else:
             raw = list(map(plan.get_value, records))
-            if None in raw:
+            if not plan.value_present and None in raw:
                 keep = [value is not None for value in raw]
                 records = list(itertools.compress(records, keep))
                 device_ids = list(itertools.compress(device_ids, keep))
@@ -213,7 +213,8 @@ class LabelEngine:
             values = _scaled(raw, family.divisor)
         devices = device_attributes(batch) if devices is None else devices
         device_token = {
-            device_id: self._token(tuple(devices.get(device_id, {}).items())) for device_id in set(device_ids)
+            device_id: self._token(tuple(devices.get(device_id, {}).items()))
+            for device_id in (set(device_ids) if plan.device_of is not None else ("",))  # (records without a device)
         }
         actions = self._token(batch.label_actions)
         last = plan.cache.last
@@ -292,7 +293,7 @@ class LabelEngine:
         if not masks:
             return records
         if len(masks) == 1:
-            return list(itertools.compress(records, masks[0]))
+            return records if all(masks[0]) else list(itertools.compress(records, masks[0]))
         return list(itertools.compress(records, map(all, zip(*masks, strict=True))))
 
     def _text_mask(self, plan: Plan, records: tuple[Record, ...]) -> bool | Sequence[bool]:
