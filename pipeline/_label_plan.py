@@ -91,6 +91,8 @@ class Plan:
     """The fields ``identify_plain`` reads."""
     get_value: Callable[[Record], Any] | None
     """The family's value field (``None``: an info family, always 1)."""
+    value_present: bool
+    """Whether ``where`` selects only records whose value field is present (no record then lacks a point)."""
     device_of: Callable[[Record], str] | None
     """The record's ``device_id`` (``None``: a record type without one, whose records all have ``""``)."""
     cache: LabelCache
@@ -176,6 +178,7 @@ def new_plan(family: Family, scheme: Scheme) -> Plan:
         key_names=tuple(key_fields),
         plain_names=tuple(plain_fields),
         get_value=operator.attrgetter(family.value) if family.value is not None else None,
+        value_present=(family.value, "!None") in family.where,
         device_of=operator.attrgetter("device_id") if "device_id" in has else None,
         cache=LabelCache(),
     )

@@ -203,7 +203,7 @@ class LabelEngine:
             values: list[float] = [1.0] * len(records)
         else:
             raw = list(map(plan.get_value, records))
-            if None in raw:
+            if not plan.value_present and None in raw:
                 keep = [value is not None for value in raw]
                 records = list(itertools.compress(records, keep))
                 device_ids = list(itertools.compress(device_ids, keep))
@@ -213,7 +213,8 @@ class LabelEngine:
             values = _scaled(raw, family.divisor)
         devices = device_attributes(batch) if devices is None else devices
         device_token = {
-            device_id: self._token(tuple(devices.get(device_id, {}).items())) for device_id in set(device_ids)
+            device_id: self._token(tuple(devices.get(device_id, {}).items()))
+            for device_id in (set(device_ids) if plan.device_of is not None else ("",))  # (records without a device)
         }
         actions = self._token(batch.label_actions)
         last = plan.cache.last
@@ -292,7 +293,7 @@ class LabelEngine:
         if not masks:
             return records
         if len(masks) == 1:
-            return list(itertools.compress(records, masks[0]))
+            return records if all(masks[0]) else list(itertools.compress(records, masks[0]))
         return list(itertools.compress(records, map(all, zip(*masks, strict=True))))
 
     def _text_mask(self, plan: Plan, records: tuple[Record, ...]) -> bool | Sequence[bool]:
@@ -306,10 +307,13 @@ class LabelEngine:
         recent = self._texts.get(key, ())
         found = next(((c, t) for r, c, t in recent if r is records), None)
         if found is None:
-            texts = [list(map(str, map(operator.attrgetter(name), records))) for name in plan.text_where]
-            combos: list[Any] = texts[0] if len(texts) == 1 else list(zip(*texts, strict=True))
+            # Numbered by the values themselves, made text only once per combination: the tested fields hold
+            # texts and ints (the catalog's), whose equal values print alike.
+            combos = list(map(operator.attrgetter(*plan.text_where), records))  # a value, or a tuple of them
             number = {combo: i for i, combo in enumerate(dict.fromkeys(combos))}
-            found = list(map(number.__getitem__, combos)), [combo if len(texts) > 1 else (combo,) for combo in number]
+            single = len(plan.text_where) == 1
+            texts = [(str(combo),) if single else tuple(map(str, combo)) for combo in number]
+            found = list(map(number.__getitem__, combos)), texts
             self._texts[key] = ((records, *found), *recent[: _TEXTS_KEEP - 1])  # one assignment: safe across threads
         codes, distinct = found
         passing = {i for i, combo in enumerate(distinct) if all(map(_passes, combo, plan.text_wanted))}

@@ -5,6 +5,7 @@ Its cgroup namespace side (paths relative to a container's namespace) is in test
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import os
@@ -108,6 +109,32 @@ def test_a_process_in_an_idle_cgroup_keeps_its_record_and_is_not_read(
     assert third[11].cpu_time_s == 0.05
     assert read == [11]  # /b has not moved since the last tick either: 12 keeps its record
     assert third[12] is second[12]
+
+
+def test_the_same_processes_as_the_last_scan_are_handed_on_in_pid_order_and_one_that_ended_is_left_out(
+    tmp_path: Path,
+) -> None:
+    # The common tick (procfs lists the very pids of the last scan): the records are the last scan's, copied,
+    # with those of cgroups that ran read again in place; one that ended since is taken out, its file let go.
+    proc, cgroups = tmp_path / "proc", tmp_path / "cgroup"
+    for pid, cgroup in ((10, "/a"), (12, "/b"), (14, "/b"), (16, "/a")):
+        write_process(proc, pid, f"p{pid}", utime=100, cgroup=f"0::{cgroup}\n")
+    usage(mount(cgroups), "/a", 1_000_000)
+    usage(cgroups, "/b", 1_000_000)
+    receiver = make_receiver(proc, cgroup_root=str(cgroups))
+    poll(receiver)
+    first = poll(receiver)
+    (proc / "12" / "stat").write_text("")  # ended: how the kernel answers an ended task's stat
+    (proc / "14" / "stat").write_text(stat_line(14, "p14", utime=400))
+    usage(cgroups, "/b", 5_000_000)
+    records = asyncio.run(receiver.collect())
+    processes = [r for r in records if isinstance(r, HostProcess)]
+    assert [r.pid for r in processes] == [10, 14, 16]
+    assert processes[0] is first[10]
+    assert processes[2] is first[16]
+    assert processes[1].cpu_time_s == 4.0
+    assert 12 not in receiver.table.stat_files.fds
+    assert poll(receiver).keys() == {10, 14, 16}  # and so on (its directory still listed: read, found ended)
 
 
 def test_without_cpu_stat_every_process_is_read(tmp_path: Path) -> None:
