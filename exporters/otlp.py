@@ -128,6 +128,7 @@ class OtlpExporter:
             return
         rows = saved.get("delta_last_sent")
         taken = self._delta.load(rows) if isinstance(rows, list) else 0
+        self._snapshots.keep_starts(saved.get("process_starts"))  # (a section written before these were kept: none)
         self.log.info("exporter %s: deltas go on from what was last sent for %d series", self.component_id, taken)
 
     def _delta_snapshot(self) -> dict[str, Any]:
@@ -135,7 +136,9 @@ class OtlpExporter:
         restart each series' first delta runs from it, not from the series' start again (a backend summing
         deltas would count the energy before the restart twice). Cumulative temporality keeps nothing."""
         assert self._delta is not None
-        return {"delta_last_sent": self._delta.dump()}
+        # The process starts too: procfs reads a start a little differently each time (a restart may read it a
+        # second on), and a series under another start is another series, its first delta the whole total.
+        return {"delta_last_sent": self._delta.dump(), "process_starts": self._snapshots.starts()}
 
     def _warn_unused_tls_files(self) -> None:
         unused = [name for name in ("ca_file", "cert_file", "key_file") if getattr(self.config, name)]
