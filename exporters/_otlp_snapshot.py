@@ -111,7 +111,9 @@ class SnapshotTaker:
         # label mapping (held in the entry, so the identity cannot be reused), only this tick's kept. That
         # identity is promised by wattpipe.pipeline.series_labels.SeriesLabels (see its docstring).
         known, self._attributes = self._attributes, {}
-        self._began, self._begun = {}, self._began
+        listed = "host_processes" in batch.present  # (a tick whose /proc listing failed keeps the starts as they are)
+        if listed:
+            self._began, self._begun = {}, self._began
         tick_ns = batch.time.wall_ns
         for family in FAMILIES:
             out: list[Point] = []
@@ -127,5 +129,6 @@ class SnapshotTaker:
                 out.append(Point(entry[1], float(raw), start_ns, time_ns))
             if out:
                 metrics.append((family, tuple(out)))
-        self._saved = {}
+        if listed:
+            self._saved = {}
         return Snapshot(batch.pipeline, batch.count(), tuple(metrics))

@@ -70,3 +70,13 @@ def test_a_section_written_before_the_starts_were_kept_still_restores_the_deltas
     saved = json.loads(json.dumps(first.snapshot()))
     del saved["process_starts"]
     assert _cpu_time_delta(_exporter(tmp_path, saved), 1, 103.0, 1_767_225_590.21)[0] == 3.0
+
+
+def test_a_tick_without_the_process_listing_does_not_move_a_process_cpu_time_start(tmp_path: Path) -> None:
+    """A tick whose /proc listing failed (no host processes) forgot every start kept: read again a second on
+    the tick after, the process's series had another start and its delta was its whole CPU time again."""
+    exporter = _exporter(tmp_path)
+    assert _cpu_time_delta(exporter, 0, 100.0, 1_767_225_590.995)[0] == 100.0
+    t = Timestamp(monotonic_s=1005.0, wall_s=1_767_225_605.0)
+    exporter.capture(Batch(time=t, interval_s=5.0, node="n"))  # procfs failed this tick
+    assert _cpu_time_delta(exporter, 2, 103.0, 1_767_225_591.004)[0] == 3.0
