@@ -21,12 +21,12 @@ from wattpipe.pipeline.state import StateStore
 KEY = "otlp"
 
 
-def _exporter(tmp_path: Path, saved: dict[str, object] | None = None) -> OtlpExporter:
+def _exporter(tmp_path: Path, saved: dict[str, object] | None = None, temporality: str = "delta") -> OtlpExporter:
     clock = SteppedClock()
     state = StateStore(tmp_path / "state.json", clock, "n")
     if saved is not None:
         state.put(KEY, saved)
-    config = OtlpConfig(endpoint="http://127.0.0.1:9", insecure=True, temporality="delta")
+    config = OtlpConfig.model_validate({"endpoint": "http://127.0.0.1:9", "insecure": True, "temporality": temporality})
     exporter = OtlpExporter(config, make_context("otlp", "exporter", clock, state=state))
     exporter._restore()  # (start() without its sender)
     return exporter
@@ -80,3 +80,18 @@ def test_a_tick_without_the_process_listing_does_not_move_a_process_cpu_time_sta
     t = Timestamp(monotonic_s=1005.0, wall_s=1_767_225_605.0)
     exporter.capture(Batch(time=t, interval_s=5.0, node="n"))  # procfs failed this tick
     assert _cpu_time_delta(exporter, 2, 103.0, 1_767_225_591.004)[0] == 3.0
+
+
+def test_a_cumulative_process_cpu_time_series_keeps_its_start_across_a_restart(tmp_path: Path) -> None:
+    """Cumulative too: under another start, a backend reads the series as a new one (a reset)."""
+    starts = []
+    saved: dict[str, object] | None = None
+    for i, start_wall_s in enumerate((1_767_225_590.995, 1_767_225_591.004)):
+        exporter = _exporter(tmp_path, saved, temporality="cumulative")
+        t = Timestamp(monotonic_s=1000.0 + 5 * i, wall_s=1_767_225_600.0 + 5 * i)
+        host = HostProcess(time=t, pid=42, comm="x", cpu_time_s=9.0, start_time_ticks=7, start_wall_s=start_wall_s)
+        snapshot = exporter.capture(Batch(time=t, interval_s=5.0, node="n").with_records([host]))
+        ((point,),) = [points for family, points in snapshot.metrics if family.otel == "process.cpu.time"]
+        starts.append(point.start_ns)
+        saved = json.loads(json.dumps(exporter.snapshot()))
+    assert starts[0] == starts[1]
