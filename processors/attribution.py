@@ -102,7 +102,7 @@ class AttributionProcessor:
         now = self.ctx.clock.now()
         offset_s = now.wall_s - now.monotonic_s
         ahead_s = max((t - now.wall_s for t in _wall_times(saved)), default=0.0)
-        if ahead_s > 0:  # saved before the stop, yet after now: the wall clock stepped back since
+        if ahead_s > 1.0:  # saved before the stop, yet after now: the wall clock stepped back since
             self.log.warning(
                 "state file: held ticks end up to %.0f s after now (the wall clock stepped back?): taken as ending "
                 "now, their waits going on from there",
