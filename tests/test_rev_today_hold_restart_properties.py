@@ -69,7 +69,9 @@ def test_energy_reaches_every_total_once_through_holds_outages_and_restarts(plan
         last.update(((r.key, r.device_id), r.energy_mj) for r in out.totals if r.scope == "process")
     (device,) = out.device_totals
     processes = sum(last.values())
-    assert totals.devices["G"].last is not None and totals.devices["G"].last.held_energy_mj == 0
+    last_power = totals.devices["G"].last
+    assert last_power is not None
+    assert last_power.held_energy_mj == 0
     assert device.energy_mj == measured
     assert device.energy_mj == device.idle_energy_mj + device.active_energy_mj
     assert processes + device.unattributed_energy_mj == device.active_energy_mj
