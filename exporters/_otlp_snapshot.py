@@ -25,6 +25,7 @@ __all__ = ["AttributeValue", "Point", "Snapshot", "SnapshotTaker"]
 
 AttributeValue = str | int
 
+_SAVED_START_SLACK_NS = 60 * 1_000_000_000  # a restored process start against the one read after a restart
 _INT_ATTRIBUTES = frozenset({"process.pid", "wattpipe.gpu.index", "wattpipe.gpu.instance.id", "cpu.logical_number"})
 """Attributes OpenTelemetry types as integers (the catalog renders every attribute as text)."""
 
@@ -65,6 +66,7 @@ class SnapshotTaker:
         """This exporter's own label caches (see pipeline.labels.LabelEngine)."""
         self._began: dict[tuple[int, int | None], int] = {}
         self._begun: dict[tuple[int, int | None], int] = {}  # the last snapshot's (a tick's processes' starts)
+        self._saved: dict[tuple[int, int | None], int] = {}  # the state file's (:meth:`keep_starts`), until a take
 
     def _start_ns(self, record: object) -> int:
         """A counter's start where its record has no ``start``: a process's (``process.cpu.time`` counts from it,
@@ -80,8 +82,26 @@ class SnapshotTaker:
             start_ns = self._begun.get(key)
             if start_ns is None:
                 start_ns = int(began) * 1_000_000_000
+                saved_ns = self._saved.get(key)
+                if saved_ns is not None and abs(saved_ns - start_ns) <= _SAVED_START_SLACK_NS:
+                    start_ns = saved_ns  # the start it was sent with before a restart
             self._began[key] = start_ns
         return start_ns
+
+    def starts(self) -> list[list[int | None]]:
+        """The last snapshot's process starts, ``[pid, start ticks, start_ns]`` rows (JSON), for :meth:`keep_starts`
+        after a restart."""
+        return [[pid, ticks, start_ns] for (pid, ticks), start_ns in sorted(self._began.items(), key=str)]
+
+    def keep_starts(self, rows: object) -> None:
+        """Rows of :meth:`starts` (a restart's): a process listed again in the next snapshot keeps the start its
+        series was sent with, where the one read now is within a minute of it (the same process, its start read
+        again: not one of a later boot that has its pid and start ticks). A malformed row is skipped."""
+        for row in rows if isinstance(rows, list) else ():
+            if isinstance(row, list) and len(row) == 3 and all(type(x) is int or x is None for x in row):
+                pid, ticks, start_ns = row
+                if pid is not None and start_ns is not None:
+                    self._saved[(pid, ticks)] = start_ns
 
     def take(self, batch: Batch) -> Snapshot:
         """``batch``'s points as the sender needs them, detached from the catalog's shared label mappings."""
@@ -91,7 +111,9 @@ class SnapshotTaker:
         # label mapping (held in the entry, so the identity cannot be reused), only this tick's kept. That
         # identity is promised by wattpipe.pipeline.series_labels.SeriesLabels (see its docstring).
         known, self._attributes = self._attributes, {}
-        self._began, self._begun = {}, self._began
+        listed = "host_processes" in batch.present  # (a tick whose /proc listing failed keeps the starts as they are)
+        if listed:
+            self._began, self._begun = {}, self._began
         tick_ns = batch.time.wall_ns
         for family in FAMILIES:
             out: list[Point] = []
@@ -107,4 +129,6 @@ class SnapshotTaker:
                 out.append(Point(entry[1], float(raw), start_ns, time_ns))
             if out:
                 metrics.append((family, tuple(out)))
+        if listed:
+            self._saved = {}
         return Snapshot(batch.pipeline, batch.count(), tuple(metrics))

@@ -76,8 +76,8 @@ class OtlpExporter:
         self._delta = DeltaState() if config.temporality == "delta" else None
         self._encoder = Encoder(self.resource, self._delta)
         self._state, self._state_key = ctx.state, ctx.state_key
-        if self._delta is not None and ctx.state.path is not None:  # checkpointed: a component's ``snapshot()``
-            self.snapshot = self._delta_snapshot
+        if ctx.state.path is not None:  # checkpointed: a component's ``snapshot()``
+            self.snapshot = self._state_snapshot
         self._sdk: Sender | None = None
         settings = queue_settings(config)
         events = SendLog(
@@ -120,22 +120,29 @@ class OtlpExporter:
             self._sdk.shutdown(timeout_millis=1000)
             self._sdk = None
 
-    # --- state: with delta temporality, what was last sent goes on across a restart ---------------------
+    # --- state: the process starts sent and, with delta temporality, what was last sent go on across a restart
 
     def _restore(self) -> None:
         saved = self._state.section(self._state_key)
-        if self._delta is None or not saved or len(self._delta):
+        if not saved:
+            return
+        self._snapshots.keep_starts(saved.get("process_starts"))  # (a section written before these were kept: none)
+        if self._delta is None or len(self._delta):
             return
         rows = saved.get("delta_last_sent")
         taken = self._delta.load(rows) if isinstance(rows, list) else 0
         self.log.info("exporter %s: deltas go on from what was last sent for %d series", self.component_id, taken)
 
-    def _delta_snapshot(self) -> dict[str, Any]:
-        """Delta temporality's durable state (``snapshot``): what was last sent per series, so that after a
-        restart each series' first delta runs from it, not from the series' start again (a backend summing
-        deltas would count the energy before the restart twice). Cumulative temporality keeps nothing."""
-        assert self._delta is not None
-        return {"delta_last_sent": self._delta.dump()}
+    def _state_snapshot(self) -> dict[str, Any]:
+        """The durable state (``snapshot``). The process starts sent: procfs reads a start a little differently
+        each time (a restart may read it a second on), and a series under another start is another series (with
+        delta temporality its first delta the whole total). With delta temporality, what was last sent per
+        series, so that after a restart each series' first delta runs from it, not from the series' start again
+        (a backend summing deltas would count the energy before the restart twice)."""
+        section: dict[str, Any] = {"process_starts": self._snapshots.starts()}
+        if self._delta is not None:
+            section["delta_last_sent"] = self._delta.dump()
+        return section
 
     def _warn_unused_tls_files(self) -> None:
         unused = [name for name in ("ca_file", "cert_file", "key_file") if getattr(self.config, name)]

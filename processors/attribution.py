@@ -30,6 +30,7 @@ import dataclasses
 import itertools
 import logging
 import operator
+from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
 from pydantic import Field
@@ -100,6 +101,14 @@ class AttributionProcessor:
             raise ValueError(f"not an attribution section: it has no {' and no '.join(missing)}")
         now = self.ctx.clock.now()
         offset_s = now.wall_s - now.monotonic_s
+        ahead_s = max((t - now.wall_s for t in _wall_times(saved)), default=0.0)
+        if ahead_s > 1.0:  # saved before the stop, yet after now: the wall clock stepped back since
+            self.log.warning(
+                "state file: held ticks end up to %.0f s after now (the wall clock stepped back?): taken as ending "
+                "now, their waits going on from there",
+                ahead_s,
+            )
+            offset_s += ahead_s
         idle = IdleHold(self.config.idle_wait, self.log)
         idle.load(saved["idle_hold"], offset_s)
         mig = MigAttribution(self.config.activity_hold, self.config.mig_max_wait, self.log)
@@ -413,3 +422,16 @@ factory = Factory.of(
     stability="alpha",
     provides=frozenset({"shares", "instance_energy"}),
 )
+
+
+def _wall_times(saved: object) -> Iterator[float]:
+    """Every wall time (a ``…_wall_s`` number) in a saved attribution section, at any depth."""
+    if isinstance(saved, Mapping):
+        for key, value in saved.items():
+            if str(key).endswith("_wall_s") and isinstance(value, int | float) and not isinstance(value, bool):
+                yield float(value)
+            else:
+                yield from _wall_times(value)
+    elif isinstance(saved, list):
+        for value in saved:
+            yield from _wall_times(value)

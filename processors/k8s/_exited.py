@@ -126,7 +126,9 @@ class ExitedProcesses:
             forget_wall_s = row.get("forget_wall_s")
             if isinstance(forget_wall_s, bool) or not isinstance(forget_wall_s, int | float):
                 raise ValueError(f"exited process {i}: forget_wall_s {forget_wall_s!r} is not a time")
-            gone.append((float(forget_wall_s) - offset_s, pair, w))
+            # Never later than keep_s from now: one further on was saved before a step back of the wall clock,
+            # and the queue forgets from its front only (it would hold everything learned after it as long).
+            gone.append((min(float(forget_wall_s) - offset_s, now.monotonic_s + self.keep_s), pair, w))
         if not self.max_pids:
             return
         self._listed = listed

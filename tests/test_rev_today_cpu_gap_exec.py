@@ -1,0 +1,121 @@
+"""tests/processors/test_cpu_attribution_gap_properties.py's churn property with execs added (the same pid and
+start time, another comm; CPU time in the same listing or not), in the ticks a zone is missing, comes back, or
+while processes spawn and exit and wattpipe restarts: every tick conserves and sums to the millijoule."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.processors.test_cpu_attribution_churn import CONFIGS, GROUPS, attributed, energies, processor
+from wattpipe.pipeline.batch import Batch
+from wattpipe.pipeline.clock import SteppedClock
+from wattpipe.pipeline.records import CpuZoneSample, HostProcess, NodeCpuTime
+
+ZONES = {"intel-rapl:0": ("package", 0), "intel-rapl:1": ("package", 1), "intel-rapl:0:0": ("dram", 0)}
+
+
+CHURN_TICK = st.fixed_dictionaries(
+    {
+        "actions": st.lists(
+            st.one_of(
+                st.tuples(st.just("spawn"), st.integers(1, 6), st.sampled_from([0.0, 1.0]), st.integers(0, 6)),
+                st.tuples(st.just("exit"), st.integers(1, 6), st.just(0.0)),
+                st.tuples(st.just("run"), st.integers(1, 6), st.sampled_from([0.0, 0.01, 0.5, 2.0])),
+                st.tuples(st.just("exec"), st.integers(1, 6), st.sampled_from([0.0, 0.5])),
+            ),
+            min_size=1,
+            max_size=5,
+        ),
+        "listed": st.sampled_from([True] * 5 + [False]),
+        "missing": st.sets(st.sampled_from(list(ZONES)), max_size=3),
+        "mj": st.lists(st.integers(0, 30_000), min_size=3, max_size=3),
+        "active": st.sampled_from([0.0, 0.4, 1.0]),
+        "restart": st.sampled_from([False] * 15 + [True]),
+        "dt": st.sampled_from([5.0] * 6 + [30.0, 400.0]),  # 400 s: a run of them passes the 10-minute bound
+    }
+)
+
+
+def _apply(procs: dict[int, HostProcess], groups_of: dict[Any, Any], actions: list[Any], now: Any, start: int) -> int:
+    for kind, pid, cpu_s, *spawn in actions:
+        if kind == "spawn":
+            start += 1
+            procs[pid] = HostProcess(
+                time=now, pid=pid, start_time_ticks=start, cpu_time_s=cpu_s, start_wall_s=now.wall_s, **GROUPS[spawn[0]]
+            )
+            groups_of[(pid, start)] = GROUPS[spawn[0]]
+        elif kind == "exit":
+            procs.pop(pid, None)
+        elif kind == "exec" and pid in procs:  # the same (pid, start time), another comm, maybe CPU time too
+            p = procs[pid]
+            procs[pid] = replace(p, time=now, comm=f"{p.comm or 'x'}+", cpu_time_s=(p.cpu_time_s or 0.0) + cpu_s)
+        elif pid in procs and cpu_s:
+            procs[pid] = replace(procs[pid], time=now, cpu_time_s=(procs[pid].cpu_time_s or 0.0) + cpu_s)
+    return start
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(CONFIGS), st.lists(CHURN_TICK, min_size=4, max_size=25))
+# long: one simulated node driven through a plan, its checks after every tick
+def test_zones_missing_with_execs_among_spawns_and_exits_conserve_and_sum_every_tick(
+    config: dict[str, Any], plan: list[dict[str, Any]]
+) -> None:
+    """Every tick, to the millijoule: each zone conserves, each zone type's attributed energy is its process
+    series' growth (late shares of ended processes included), each group's growth its processes', no series
+    falls; over the run each zone's measured energy is its counter's growth since its first reading (no
+    resets here), whatever restarts left out."""
+    clock = SteppedClock()
+    proc = processor(config, clock, None)
+    procs: dict[int, HostProcess] = {}
+    groups_of: dict[tuple[int, int], dict[str, str]] = {}
+    uj = dict.fromkeys(ZONES, 0)
+    total_s, active_s, start = 1000.0, 100.0, 1000
+    before, before_attributed = energies(proc), attributed(proc)
+    for i, t in enumerate([*plan, {**plan[-1], "missing": set(), "restart": False}]):
+        now = clock.now()
+        start = _apply(procs, groups_of, t["actions"], now, start)
+        for path, mj in zip(ZONES, t["mj"], strict=True):
+            uj[path] += mj * 1000 + 7
+        total_s += 4 * t["dt"]
+        active_s += 4 * t["dt"] * t["active"]
+        fields: dict[str, Any] = {
+            "cpu_zones": tuple(
+                CpuZoneSample(time=now, zone=zone, path=path, socket=socket, energy_uj=uj[path])
+                for path, (zone, socket) in ZONES.items()
+                if path not in t["missing"] or i == 0
+            ),
+            "node_cpu": (NodeCpuTime(time=now, total_s=total_s, active_s=active_s),),
+        }
+        if t["listed"]:
+            fields["host_processes"] = tuple(procs.values())
+        out = proc.process(Batch(time=now, interval_s=5.0, node="n").replace(**fields))
+        for power in out.device_power:
+            assert power.idle_energy_mj + power.active_energy_mj == power.energy_mj
+            assert min(power.idle_energy_mj, power.active_energy_mj) >= 0
+        for d in out.device_totals:
+            assert d.attributed_energy_mj + d.unattributed_energy_mj == d.active_energy_mj
+        after, after_attributed = energies(proc), attributed(proc)
+        grew = {k: v - before.get(k, 0) for k, v in after.items()}
+        assert all(v >= 0 for k, v in grew.items() if k in before), grew  # no series falls
+        by_zone: dict[str, int] = {}
+        by_group: dict[tuple[str, str, str], int] = {}
+        for key, mj in grew.items():
+            if key[0] != "process":
+                continue
+            _, pid, began, zone = key
+            by_zone[zone] = by_zone.get(zone, 0) + mj
+            for scope, field in (("container", "container_id"), ("pod", "pod_uid"), ("vm", "vm_id")):
+                if field in groups_of[(pid, began)]:
+                    gkey = (scope, groups_of[(pid, began)][field], zone)
+                    by_group[gkey] = by_group.get(gkey, 0) + mj
+        assert by_zone == {z: mj - before_attributed.get(z, 0) for z, mj in after_attributed.items() if z in by_zone}
+        assert sum(after_attributed.values()) - sum(before_attributed.values()) == sum(by_zone.values())
+        assert {k: v for k, v in by_group.items() if v} == {k: v for k, v in grew.items() if k[0] != "process" and v}
+        before, before_attributed = after, after_attributed
+        if t["restart"]:
+            proc = processor(config, clock, proc.snapshot())
+        clock.advance(t["dt"])
