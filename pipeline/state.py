@@ -45,6 +45,9 @@ class StateStore:
         self._last_save_s: float | None = None
         self.loaded_from: Path | None = None
         self.set_aside: Path | None = None
+        self._unwritable: set[str] = (
+            set()
+        )  # sections left out of the checkpoints (said once) while JSON cannot hold them
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -146,19 +149,13 @@ class StateStore:
         self._last_save_s = self.clock.monotonic()
         if self.path is None:
             return True
-        document = {
-            "format": FORMAT,
-            "version": VERSION,
-            "node": self.node_name,
-            "written_wall_s": self.clock.wall(),
-            "sections": self._sections,
-        }
+        text = self._text()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
             try:
                 with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                    json.dump(document, fh, separators=(",", ":"), allow_nan=False)
+                    fh.write(text)
                     fh.flush()
                     os.fsync(fh.fileno())
                 os.replace(tmp, self.path)
@@ -170,7 +167,42 @@ class StateStore:
                 os.fsync(dir_fd)
             finally:
                 os.close(dir_fd)
-        except (OSError, ValueError, TypeError) as exc:
+        except OSError as exc:
             log.error("state file %s: cannot write a checkpoint: %s", self.path, exc)
             return False
+        return True
+
+    def _text(self) -> str:
+        """The checkpoint as JSON. A section JSON cannot hold (a NaN, an infinity, an object of no JSON type) is
+        left out, named once while it stays so: it costs its component alone its state, not every component's."""
+        document = {
+            "format": FORMAT,
+            "version": VERSION,
+            "node": self.node_name,
+            "written_wall_s": self.clock.wall(),
+            "sections": self._sections,
+        }
+        try:
+            text = json.dumps(document, separators=(",", ":"), allow_nan=False)
+        except (ValueError, TypeError):  # (each section on its own, only then: a big state is dumped once)
+            document["sections"] = {k: v for k, v in self._sections.items() if self._writable(k, v)}
+            return json.dumps(document, separators=(",", ":"), allow_nan=False)
+        self._unwritable.clear()
+        return text
+
+    def _writable(self, key: str, value: JsonObject) -> bool:
+        try:
+            json.dumps(value, allow_nan=False)
+        except (ValueError, TypeError) as exc:
+            if key not in self._unwritable:
+                self._unwritable.add(key)
+                log.error(
+                    "state file %s: section %s cannot be written (%s); checkpoints go on without it, so a restart "
+                    "starts that component afresh",
+                    self.path,
+                    key,
+                    exc,
+                )
+            return False
+        self._unwritable.discard(key)
         return True

@@ -188,3 +188,24 @@ def test_a_stop_whose_last_checkpoint_fails_does_not_say_it_stopped_cleanly(
     assert code == steps.EXIT_RUNTIME
     assert "stopped cleanly" not in caplog.text
     assert f"the state file {blocker / 'state.json'} could not be written" in caplog.text
+
+
+def test_a_section_that_cannot_be_written_costs_only_its_component(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A NaN in one component's snapshot (JSON has no NaN: the file refuses it) made every checkpoint fail, every
+    other component's state included, for as long as the value stayed (the restart-today review's note). The
+    checkpoint is written without that section, which is named once."""
+    path = tmp_path / "state.json"
+    store = StateStore(path, SteppedClock(), "n1")
+    store.put("metrics/energy", {"energy_mj": 5})
+    store.put("metrics/broken", {"idle_w": float("nan")})
+    for _ in range(3):
+        assert store.save() is True
+    assert json.loads(path.read_text())["sections"] == {"metrics/energy": {"energy_mj": 5}}
+    said = [r.getMessage() for r in caplog.records if "metrics/broken" in r.getMessage()]
+    assert len(said) == 1, said
+    assert "cannot be written" in said[0]
+    store.put("metrics/broken", {"idle_w": 1.5})  # a good value again: written again
+    assert store.save() is True
+    assert json.loads(path.read_text())["sections"]["metrics/broken"] == {"idle_w": 1.5}
