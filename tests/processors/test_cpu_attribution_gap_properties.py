@@ -1,5 +1,5 @@
 """Properties of a RAPL zone's gaps (processors/_cpu_gap.py), against a model of the node: zones missing for runs
-of ticks while processes start, run and end, listings fail, pids' series are pruned and wattpipe restarts."""
+of ticks while processes start, run, exec and end, listings fail, pids' series are pruned and wattpipe restarts."""
 
 from __future__ import annotations
 
@@ -105,6 +105,7 @@ CHURN_TICK = st.fixed_dictionaries(
                 st.tuples(st.just("spawn"), st.integers(1, 6), st.sampled_from([0.0, 1.0]), st.integers(0, 6)),
                 st.tuples(st.just("exit"), st.integers(1, 6), st.just(0.0)),
                 st.tuples(st.just("run"), st.integers(1, 6), st.sampled_from([0.0, 0.01, 0.5, 2.0])),
+                st.tuples(st.just("exec"), st.integers(1, 6), st.sampled_from([0.0, 0.5])),
             ),
             min_size=1,
             max_size=5,
@@ -129,12 +130,15 @@ def _apply(procs: dict[int, HostProcess], groups_of: dict[Any, Any], actions: li
             groups_of[(pid, start)] = GROUPS[spawn[0]]
         elif kind == "exit":
             procs.pop(pid, None)
+        elif kind == "exec" and pid in procs:  # the same (pid, start time), another comm, maybe CPU time too
+            p = procs[pid]
+            procs[pid] = replace(p, time=now, comm=f"{p.comm or 'x'}+", cpu_time_s=(p.cpu_time_s or 0.0) + cpu_s)
         elif pid in procs and cpu_s:
             procs[pid] = replace(procs[pid], time=now, cpu_time_s=(procs[pid].cpu_time_s or 0.0) + cpu_s)
     return start
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(CONFIGS), st.lists(CHURN_TICK, min_size=4, max_size=25))
 # long: one simulated node driven through a plan, its checks after every tick
 def test_zones_missing_for_runs_of_ticks_under_churn_conserve_and_sum_every_tick(
