@@ -86,20 +86,25 @@ def run_cpu_ticks(ticks: int, mode: str, busy_services: int) -> None:
     import cpu_tick
     import tick_cost
 
+    from wattpipe import simulator
+    from wattpipe.pipeline.clock import SteppedClock
+    from wattpipe.pipeline.components import Registry
+    from wattpipe.pipeline.runtime import PipelineRunner
     from wattpipe.simulator.fake_host import ProcfsWriter
+    from wattpipe.simulator.scale import scale_scenario
 
     with tempfile.TemporaryDirectory(prefix="cpu-instructions-") as workdir:
-        clock = cpu_tick.SteppedClock()
-        node = cpu_tick.simulator.install(
-            cpu_tick.scale_scenario(
+        clock = SteppedClock()
+        node = simulator.install(
+            scale_scenario(
                 mig_gpus=0, timesliced_gpus=8, processes_per_gpu=64, host_processes=2000, busy_services=busy_services
             ),
             clock,
         )
         writer = ProcfsWriter(node, workdir, cgroups=True)
-        registry = cpu_tick.Registry.from_entry_points()
+        registry = Registry.from_entry_points()
         graph = cpu_tick.make_graph(Path(workdir), "off" if mode == "none" else mode, clock, registry)
-        runner = cpu_tick.PipelineRunner(graph, graph.pipelines[0])
+        runner = PipelineRunner(graph, graph.pipelines[0])
         exporter: Any = graph.exporters["prometheus"]
 
         async def export(batch: Any) -> None:
