@@ -22,7 +22,8 @@ Failure modes, each degrading rather than stopping:
 - ``root`` missing or unreadable (``/host/proc`` not mounted): one rate-limited warning, no records;
 - a process ending while it is read: left out, silently (the normal case on a busy node);
 - ``exe`` unreadable (a kernel thread, or another user's process without CAP_SYS_PTRACE): absent;
-- a scan still running when the next tick asks (a hung /proc read): that tick gets no records;
+- a scan still running when the next tick asks (a hung /proc read): that tick gets no records, its fields
+  absent (unknown, not "no process");
 - ``/proc/stat`` unreadable: a warning, and ``node_cpu`` absent that tick.
 - ``/proc/cpuinfo`` unreadable or not parseable: one warning naming the path and why, and no ``cpu_info``
   (not read again); missing (a test's tree): a debug line, the same.
@@ -139,19 +140,19 @@ class ProcfsReceiver:
 
     async def collect(self) -> Sequence[Record]:
         """Every process under root (no receiver of ``gpu_processes`` in the tick group, or cpu_time on)."""
-        return await self._collect(None, frozenset())
+        return await self._collect(None)
 
     async def collect_after(self, records: Sequence[Record], unknown: frozenset[str]) -> Sequence[Record]:
         """cpu_time off: the GPU processes of ``records`` only; the last ones where the GPU listing is ``unknown``."""
         pids = None if "gpu_processes" in unknown else [r.pid for r in records if isinstance(r, GpuProcessSample)]
-        return await self._collect(pids, unknown)
+        return await self._collect(pids, gpu=True)
 
-    async def _collect(self, pids: list[int] | None, unknown: frozenset[str]) -> Sequence[Record]:
+    async def _collect(self, pids: list[int] | None, *, gpu: bool = False) -> Sequence[Record]:
         now = self.clock.now()
         if self._pending is not None and not self._pending.done():
             self._warn("slow", f"the scan of {self.config.root} from an earlier tick is still running; none this tick")
+            self.provides = frozenset()  # unknown this tick, not "no process": every field absent
             return []
-        gpu = bool(unknown) or pids is not None
         self._pending = (
             self._executor.submit(self._gpu.scan, now, pids) if gpu else self._executor.submit(self.table.scan, now)
         )
