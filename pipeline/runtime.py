@@ -179,13 +179,14 @@ class PipelineGroup:
         self.ticks = 0
         self._log = RateLimitedLog(log, self.clock)
         self._reads = _reads(self.runners)
+        self._provided: set[str] = set()  # every field a receiver of the group provided, this tick or before
 
     async def tick(self) -> list[Batch]:
         """Run one tick now: read every receiver once, then finish every pipeline; their batches, in order."""
         if self.before_tick is not None:
             await asyncio.to_thread(self.before_tick)
         started = self.clock.now()
-        first, after = _phases(self._reads)
+        first, after = _phases(self._reads, self._provided)
         answers = await asyncio.gather(*(self._poll(read) for read in first))
         polled = {read.cid: records for read, records in zip(first, answers, strict=True)}
         if after:
@@ -272,10 +273,12 @@ def _fields(component: object, name: str) -> frozenset[str]:
     return frozenset(getattr(component, name, ()))
 
 
-def _phases(reads: Sequence[_Read]) -> tuple[list[_Read], list[tuple[_Read, frozenset[str]]]]:
+def _phases(reads: Sequence[_Read], provided: set[str]) -> tuple[list[_Read], list[tuple[_Read, frozenset[str]]]]:
     """The reads of a tick's first phase, and those after it, each with the fields of its ``after_records``
-    that a receiver of the first provides. Worked out each tick: a receiver's ``after_records`` may follow
-    what the graph asked of it (procfs's ``cpu_time: auto``)."""
+    that a receiver of the first provides (``provided`` gathers them, kept by the group: a receiver that left a
+    field out of its ``provides`` for a tick does not turn its dependents back to ``collect()``; that field
+    is unknown then). Worked out each tick: a receiver's ``after_records`` may follow what the graph asked
+    of it (procfs's ``cpu_time: auto``)."""
     first: list[_Read] = []
     waiting: list[tuple[_Read, frozenset[str]]] = []
     for read in reads:
@@ -286,7 +289,7 @@ def _phases(reads: Sequence[_Read]) -> tuple[list[_Read], list[tuple[_Read, froz
             first.append(read)
     if not waiting:
         return first, []
-    provided = {f for read in first for f in _fields(read.receiver, "provides")}
+    provided.update(f for read in first for f in _fields(read.receiver, "provides"))
     after = [(read, wanted & provided) for read, wanted in waiting if wanted & provided]
     first += [read for read, wanted in waiting if not wanted & provided]
     return first, after

@@ -112,3 +112,32 @@ def test_with_no_receiver_of_its_fields_in_the_group_it_is_read_as_any_other() -
     asyncio.run(Service(graph).run(max_ticks=2))
     after = graph.receivers["custom/after"]
     assert (after.plain, after.seen) == (2, [])  # type: ignore[attr-defined]
+
+
+class Narrowing(Listing):
+    """Answers every tick, but leaves ``gpu_processes`` out of its ``provides`` on the second (its listing failed)."""
+
+    async def collect(self) -> Sequence[Record]:
+        records = await super().collect()
+        if self.reads == 2:
+            self.provides = frozenset()
+            return []
+        self.provides = Listing.provides
+        return records
+
+
+def test_a_field_its_receiver_left_out_this_tick_is_unknown_and_the_order_stands() -> None:
+    receivers = f"""
+      custom/after: {{class: "{HERE}:After"}}
+      custom/n: {{class: "{HERE}:Narrowing", pids: [5]}}
+"""
+    graph = make_graph(receivers, "custom/after, custom/n")
+    asyncio.run(Service(graph).run(max_ticks=4))
+    after = graph.receivers["custom/after"]
+    assert after.plain == 0  # type: ignore[attr-defined]
+    assert after.seen == [  # type: ignore[attr-defined]
+        ([5], frozenset()),
+        ([], frozenset({"gpu_processes"})),
+        ([5], frozenset()),
+        ([5], frozenset()),
+    ]
