@@ -8,8 +8,9 @@ written as files by the simulator (``simulator/fake_host.py``) in a temporary di
 (nvml + procfs → idle → attribution → energy → prometheus) run against the same node and clock, their ticks
 interleaved (which goes first alternates), so both see the same machine at the same moment:
 
-- ``cpu_time: false`` — what a pipeline without CPU attribution configures: a process is read once, when
-  first seen (the target: procfs ≤ 10 % of the tick);
+- ``cpu_time: false`` — what a pipeline without CPU attribution configures: procfs reads after nvml and
+  reads only the GPU processes nvml lists, each once, when first listed; /proc is not listed (the target:
+  procfs ≤ 10 % of the tick);
 - ``cpu_time: true`` — every process's ``stat`` every tick, as CPU attribution needs (and as every pipeline
   did before issue 17);
 - ``cpu_time: true`` with ``cgroup_root`` — the same, except the processes of cgroups whose ``cpu.stat``
@@ -111,8 +112,10 @@ async def measure(ticks: int, host_processes: int, churn: int, workdir: Path) ->
     runners = {mode: PipelineRunner(g, g.pipelines[0]) for mode, g in graphs.items()}
     scans = {mode: Meter() for mode in MODES}
     for mode, g in graphs.items():
-        table: Any = g.receivers["procfs"].table  # type: ignore[attr-defined]
+        receiver: Any = g.receivers["procfs"]
+        table = receiver.table
         table.scan = scans[mode].wrap(table.scan)  # on the receiver's worker thread: metered there
+        receiver._gpu.scan = scans[mode].wrap(receiver._gpu.scan)  # cpu_time off: the GPU processes only
     components = [c for g in graphs.values() for c in (*g.exporters.values(), *g.receivers.values())]
     for component in components:
         await call_optional(component, "start")

@@ -60,7 +60,14 @@ class ComponentConfig(BaseModel):
 
 @runtime_checkable
 class Receiver(Protocol):
-    """Reads one source. ``provides``: the Batch fields its records fill."""
+    """Reads one source. ``provides``: the Batch fields its records fill.
+
+    Optional: ``after_records``, Batch fields (``"gpu_processes"``) this receiver reads after, with
+    ``async collect_after(records, unknown)``. Where another receiver of its tick group provides one of them,
+    the runtime reads the others first and then calls ``collect_after`` instead of ``collect`` with every record
+    they returned this tick (in their order) and ``unknown``: those of the fields whose receivers failed or timed
+    out this tick (unknown, not empty: none of their records came). Where none provides any, ``collect()``.
+    """
 
     provides: frozenset[str]
 

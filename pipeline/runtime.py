@@ -6,6 +6,13 @@ exporter. A receiver that fails or times out is counted and logged (once per dis
 minute) and the tick goes on without it; so does a failing processor or exporter. Pipelines that share a
 receiver tick together: it is read once per tick and every one of them gets its records.
 
+A receiver may read after the others of its tick, given what they returned: it names the Batch fields it
+reads in ``after_records`` and has ``collect_after(records, unknown)`` (see :class:`Receiver`). Where another
+receiver of the tick group provides one of those fields, the others are read first (concurrently), then it
+(with every other dependent one, concurrently), handed all their records in their order and ``unknown``: the
+fields of its ``after_records`` whose receivers failed or timed out this tick (unknown, not empty). Where none
+provides any, it is read with the others through ``collect()``, as any receiver.
+
 Lifecycle (the Collector's): exporters start first, receivers stop first. On stop, the tick in flight
 finishes, then receivers stop, processors shut down (saving state) and exporters flush, all within
 ``service.shutdown_timeout``.
@@ -172,14 +179,19 @@ class PipelineGroup:
         self.ticks = 0
         self._log = RateLimitedLog(log, self.clock)
         self._reads = _reads(self.runners)
+        self._provided: set[str] = set()  # every field a receiver of the group provided, this tick or before
 
     async def tick(self) -> list[Batch]:
         """Run one tick now: read every receiver once, then finish every pipeline; their batches, in order."""
         if self.before_tick is not None:
             await asyncio.to_thread(self.before_tick)
         started = self.clock.now()
-        answers = await asyncio.gather(*(self._poll(read) for read in self._reads))
-        polled = {read.cid: records for read, records in zip(self._reads, answers, strict=True)}
+        first, after = _phases(self._reads, self._provided)
+        answers = await asyncio.gather(*(self._poll(read) for read in first))
+        polled = {read.cid: records for read, records in zip(first, answers, strict=True)}
+        if after:
+            answers = await asyncio.gather(*(self._poll(read, first, polled, fields) for read, fields in after))
+            polled.update((read.cid, records) for (read, _), records in zip(after, answers, strict=True))
         if len(self.runners) == 1:  # the usual case: no task to wrap the one pipeline's rest of the tick in
             batches = [await self.runners[0].finish(started, polled)]
         else:
@@ -187,12 +199,25 @@ class PipelineGroup:
         self.ticks += 1
         return batches
 
-    async def _poll(self, read: _Read) -> Sequence[Record] | None:
+    async def _poll(
+        self,
+        read: _Read,
+        before: Sequence[_Read] = (),
+        polled: Mapping[str, Sequence[Record] | None] | None = None,
+        fields: frozenset[str] = frozenset(),
+    ) -> Sequence[Record] | None:
         """The receiver's records, or None if it failed or timed out (so its fields stay absent, not empty).
-        Counted for every pipeline that lists it: each of them got these records, or went without."""
+        Counted for every pipeline that lists it: each of them got these records, or went without. With
+        ``polled`` (a receiver that reads after ``before``, for ``fields``): through its ``collect_after``."""
         cid = read.cid
         try:
-            records = await asyncio.wait_for(read.receiver.collect(), timeout=read.timeout_s)
+            if polled is None:
+                reading = read.receiver.collect()
+            else:
+                records_before = [r for b in before if (got := polled[b.cid]) for r in got]
+                known = {f for b in before if polled[b.cid] is not None for f in _fields(b.receiver, "provides")}
+                reading = read.receiver.collect_after(records_before, fields - known)  # type: ignore[attr-defined]
+            records = await asyncio.wait_for(reading, timeout=read.timeout_s)
         except TimeoutError:
             self._failed(read, "timeout", f"did not answer within {read.timeout_s:g}s")
             return None
@@ -242,6 +267,32 @@ class PipelineGroup:
             for task in (sleeper, stopper):
                 task.cancel()
         return not stop.is_set()
+
+
+def _fields(component: object, name: str) -> frozenset[str]:
+    return frozenset(getattr(component, name, ()))
+
+
+def _phases(reads: Sequence[_Read], provided: set[str]) -> tuple[list[_Read], list[tuple[_Read, frozenset[str]]]]:
+    """The reads of a tick's first phase, and those after it, each with the fields of its ``after_records``
+    that a receiver of the first provides (``provided`` gathers them, kept by the group: a receiver that left a
+    field out of its ``provides`` for a tick does not turn its dependents back to ``collect()``; that field
+    is unknown then). Worked out each tick: a receiver's ``after_records`` may follow what the graph asked
+    of it (procfs's ``cpu_time: auto``)."""
+    first: list[_Read] = []
+    waiting: list[tuple[_Read, frozenset[str]]] = []
+    for read in reads:
+        wanted = _fields(read.receiver, "after_records")
+        if wanted and hasattr(read.receiver, "collect_after"):
+            waiting.append((read, wanted))
+        else:
+            first.append(read)
+    if not waiting:
+        return first, []
+    provided.update(f for read in first for f in _fields(read.receiver, "provides"))
+    after = [(read, wanted & provided) for read, wanted in waiting if wanted & provided]
+    first += [read for read, wanted in waiting if not wanted & provided]
+    return first, after
 
 
 def _reads(runners: Sequence[PipelineRunner]) -> tuple[_Read, ...]:

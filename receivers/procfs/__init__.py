@@ -4,22 +4,26 @@ cgroupfs drivers; nested and cgroup-namespaced paths), the VM a qemu/kvm process
 time from /proc/stat (:class:`NodeCpuTime`), every tick; the node's logical CPUs from /proc/cpuinfo
 (:class:`CpuInfo`, Kepler's ``kepler_node_cpu_info``), read once and given every tick.
 
-It lists *every* process, not only those on a GPU: receivers run concurrently within a tick, so this one
-cannot see which pids the ``nvml`` receiver is about to list. The join happens downstream, by pid (and
-``start_time_ticks`` where a processor keeps state across ticks). A process's identity (comm, exe, cgroup,
-VM) is read once per (pid, start time). With ``cpu_time: true`` (CPU attribution needs it) later ticks read
-each process's ``stat`` for its CPU time (kept open, one ``pread`` each: ``_statfiles.py``), which also
-tells a reused pid by its start time. With ``cpu_time: false`` (the GPU path needs no CPU time) a process
-seen in the previous tick is not read again: the tick costs a listing of /proc and the reads of new
-processes (docs/cpu.md, "Cost"). The default, ``auto``, is true exactly where a processor of a pipeline
-this receiver feeds asks for CPU time (``cpu_attribution``: the graph calls :meth:`ProcfsReceiver.asked`).
+With ``cpu_time: true`` (CPU attribution needs it) it lists *every* process and reads each one's ``stat``
+every tick for its CPU time (kept open, one ``pread`` each: ``_statfiles.py``), which also tells a reused pid
+by its start time; a process's identity (comm, exe, cgroup, VM) is read once per (pid, start time). With
+``cpu_time: false`` (the GPU path needs no CPU time) it lists only the GPU processes: it reads after the
+receivers of its tick that provide ``gpu_processes`` (``after_records``: the runtime hands it their records),
+reads each GPU pid it does not know yet and hands on the records of those it does (``_gpupids.py``: a pid is
+the same process while the GPU listing keeps it); /proc is not listed at all. A tick whose GPU listing is
+unknown (``nvml`` failed) gets the last records again. With no receiver of ``gpu_processes`` in its tick group
+it lists every process as with ``cpu_time: true``, but reads a process once, when first seen. Either way the
+join happens downstream, by pid (and ``start_time_ticks`` where a processor keeps state across ticks); see
+docs/cpu.md, "Cost". The default, ``auto``, is true exactly where a processor of a pipeline this receiver
+feeds asks for CPU time (``cpu_attribution``: the graph calls :meth:`ProcfsReceiver.asked`).
 ``max_processes`` bounds a tick's work on a node with runaway pids.
 
 Failure modes, each degrading rather than stopping:
 - ``root`` missing or unreadable (``/host/proc`` not mounted): one rate-limited warning, no records;
 - a process ending while it is read: left out, silently (the normal case on a busy node);
 - ``exe`` unreadable (a kernel thread, or another user's process without CAP_SYS_PTRACE): absent;
-- a scan still running when the next tick asks (a hung /proc read): that tick gets no records;
+- a scan still running when the next tick asks (a hung /proc read): that tick gets no records, its fields
+  absent (unknown, not "no process");
 - ``/proc/stat`` unreadable: a warning, and ``node_cpu`` absent that tick.
 - ``/proc/cpuinfo`` unreadable or not parseable: one warning naming the path and why, and no ``cpu_info``
   (not read again); missing (a test's tree): a debug line, the same.
@@ -41,11 +45,12 @@ from typing import Any, Literal
 from pydantic import Field
 
 from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
-from wattpipe.pipeline.records import Record
+from wattpipe.pipeline.records import GpuProcessSample, Record
 from wattpipe.pipeline.records_cpu import CpuInfo
 from wattpipe.pipeline.telemetry import ComponentTelemetry
 from wattpipe.receivers.procfs._cgroup import CgroupIdentity, Runtime, parse_cgroup, parse_cgroup_path
 from wattpipe.receivers.procfs._cpuinfo import parse_cpuinfo
+from wattpipe.receivers.procfs._gpupids import GpuPids
 from wattpipe.receivers.procfs._proc import ProcessTable, ProcStat, Scan, parse_stat
 
 __all__ = [
@@ -90,6 +95,7 @@ def clock_ticks_per_s() -> int:
 
 
 _PROVIDES = frozenset({"host_processes", "node_cpu", "cpu_info"})
+_GPU = frozenset({"gpu_processes"})
 
 
 class ProcfsReceiver:
@@ -107,6 +113,7 @@ class ProcfsReceiver:
         # second one racing it over the cache. No thread starts until the first collect().
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="procfs")
         self._pending: Future[Scan] | None = None
+        self._gpu = GpuPids(self.table)  # cpu_time off, beside a GPU receiver: the GPU processes only
         self._cpu_info: list[CpuInfo] | None = None  # None: not read yet; [] missing or unreadable
         self._cgroup_said: str | None = None  # cgroup_root's last line (why it is off), for describe()
 
@@ -124,13 +131,31 @@ class ProcfsReceiver:
         """``cpu_time: auto``: every process's CPU time every tick only if a processor downstream wants it."""
         if self.config.cpu_time == "auto" and ("process_cpu_time" in wants) != self.table.cpu_time:
             self.table = self._table("process_cpu_time" in wants)
+            self._gpu = GpuPids(self.table)
+
+    @property
+    def after_records(self) -> frozenset[str]:
+        """cpu_time off: read after the tick's receivers of ``gpu_processes`` (see :meth:`collect_after`)."""
+        return frozenset() if self.table.cpu_time else _GPU
 
     async def collect(self) -> Sequence[Record]:
+        """Every process under root (no receiver of ``gpu_processes`` in the tick group, or cpu_time on)."""
+        return await self._collect(None)
+
+    async def collect_after(self, records: Sequence[Record], unknown: frozenset[str]) -> Sequence[Record]:
+        """cpu_time off: the GPU processes of ``records`` only; the last ones where the GPU listing is ``unknown``."""
+        pids = None if "gpu_processes" in unknown else [r.pid for r in records if isinstance(r, GpuProcessSample)]
+        return await self._collect(pids, gpu=True)
+
+    async def _collect(self, pids: list[int] | None, *, gpu: bool = False) -> Sequence[Record]:
         now = self.clock.now()
         if self._pending is not None and not self._pending.done():
             self._warn("slow", f"the scan of {self.config.root} from an earlier tick is still running; none this tick")
+            self.provides = frozenset()  # unknown this tick, not "no process": every field absent
             return []
-        self._pending = self._executor.submit(self.table.scan, now)
+        self._pending = (
+            self._executor.submit(self._gpu.scan, now, pids) if gpu else self._executor.submit(self.table.scan, now)
+        )
         scan = await asyncio.wrap_future(self._pending)
         for key, message in scan.problems:
             self._warn(key, message)
@@ -139,6 +164,7 @@ class ProcfsReceiver:
         # could not be read.
         missing = {"node_cpu"} if scan.node_cpu is None else set()
         missing |= set() if cpus else {"cpu_info"}
+        missing |= {"host_processes"} if gpu and self._gpu.records is None else set()  # no GPU listing seen yet
         self.provides = _PROVIDES - missing
         node = [] if scan.node_cpu is None else [scan.node_cpu]
         return [*scan.records, *node, *cpus]

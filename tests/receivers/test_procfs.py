@@ -345,6 +345,7 @@ def test_a_scan_still_running_is_not_joined_by_a_second(
     with caplog.at_level(logging.WARNING):
         assert asyncio.run(two_ticks()) == []
     assert any("still running" in r.getMessage() for r in caplog.records)
+    assert receiver.provides == frozenset()  # that tick's processes are unknown, not "none": absent
     receiver._executor.shutdown(wait=True)
 
 

@@ -1,4 +1,5 @@
-"""procfs ``cpu_time: false`` leaves the GPU path's numbers exactly as ``cpu_time: true`` makes them."""
+"""procfs ``cpu_time: false`` leaves the GPU path's numbers exactly as ``cpu_time: true`` makes them (it reads
+only the GPU processes then: their records are the same)."""
 
 from __future__ import annotations
 
@@ -49,8 +50,17 @@ def graph(proc: Path, cpu_time: bool, clock: SteppedClock, registry: Registry) -
 def gpu_view(batch: Batch) -> tuple[object, ...]:
     shares = sorted((s.device_id, s.pid or 0, s.energy_mj, s.mode) for s in batch.shares)
     totals = sorted((t.scope, t.key, t.device_id, t.energy_mj, t.state) for t in batch.totals)
-    hosts = sorted((h.pid, h.start_time_ticks, h.container_id, h.pod_uid, h.start_wall_s) for h in batch.host_processes)
-    return shares, totals, hosts
+    return shares, totals
+
+
+def gpu_hosts(batch: Batch) -> set[tuple[object, ...]]:
+    """The host records of the batch's GPU processes."""
+    gpu = {p.pid for p in batch.gpu_processes}
+    return {
+        (h.pid, h.start_time_ticks, h.container_id, h.pod_uid, h.start_wall_s)
+        for h in batch.host_processes
+        if h.pid in gpu
+    }
 
 
 def test_the_gpu_path_is_the_same_with_cpu_time_off(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -81,6 +91,13 @@ def test_the_gpu_path_is_the_same_with_cpu_time_off(tmp_path: Path, caplog: pyte
                 on, off = await runners[True].tick(), await runners[False].tick()
                 assert gpu_view(on) == gpu_view(off), f"tick {i}"
                 assert all(h.cpu_time_s is None for h in off.host_processes)
+                # Off: the GPU processes only, each from the tick nvml first lists it; one that ended keeps its
+                # record while nvml still lists it (the simulated driver does for the tick it ends in: /proc not).
+                assert {h.pid for h in off.host_processes} == {p.pid for p in off.gpu_processes}, f"tick {i}"
+                extra = {h[0] for h in gpu_hosts(off) - gpu_hosts(on)}
+                assert gpu_hosts(on) <= gpu_hosts(off), f"tick {i}"
+                assert all(not (writer.proc / str(pid)).exists() for pid in extra), f"tick {i}"
+                assert len(on.host_processes) > len(off.host_processes)
                 compared += len(on.shares)
         finally:
             for g in graphs.values():
