@@ -93,6 +93,8 @@ def _meter_parts(graph: Graph) -> dict[str, Meter]:
     meters = {"cpu_attribution": Meter(), "render": Meter(), "procfs": Meter()}
     table: Any = graph.receivers["procfs"].table  # type: ignore[attr-defined]
     table.scan = meters["procfs"].wrap(table.scan)  # on the receiver's worker thread: metered there
+    gpu_pids: Any = graph.receivers["procfs"]._gpu  # type: ignore[attr-defined]
+    gpu_pids.scan = meters["procfs"].wrap(gpu_pids.scan)  # cpu_time off: the GPU processes only
     for cid, processor in graph.pipelines[0].processors:
         if cid == "cpu_attribution":
             metered: Any = processor
