@@ -42,6 +42,7 @@ what was last sent (a new series would start over from its whole total, and a ba
 count that energy twice). A family's own key (``container.id`` for a container's) always names it; where a
 point lacks its key (a pod known by name only, before its UID), all its attributes but the state name it."""
 _STATE = frozenset({"wattpipe.state"})
+FORGET_AFTER_NS = 3600 * 10**9  # a series none of whose points was sent for an hour while others' were
 
 
 class DeltaState:
@@ -61,9 +62,17 @@ class DeltaState:
 
     def dump(self) -> list[list[Any]]:
         """What was last sent per series, least recently sent first: ``[metric, start_ns, [[name, value], …],
-        raw, time_ns]`` rows (JSON)."""
+        raw, time_ns]`` rows (JSON). Series whose last point sent is older than ``FORGET_AFTER_NS`` before the
+        newest sent are forgotten first: they are no longer exported (an ended series stays for
+        ``terminated_retention``, a minute by default), and a node's churn would otherwise fill the state up to
+        ``max_series``. Measured against what was sent, not the clock: an outage forgets nothing."""
         with self._lock:
-            items = list(self._last_sent.items())
+            last_sent = self._last_sent
+            if last_sent:
+                newest_ns = next(reversed(last_sent.values()))[1]  # the last committed: the newest sent
+                while next(iter(last_sent.values()))[1] < newest_ns - FORGET_AFTER_NS:
+                    last_sent.popitem(last=False)  # least recently sent first (never the newest)
+            items = list(last_sent.items())
         return [
             [metric, start_ns, sorted(map(list, named)), raw, time_ns]
             for (metric, start_ns, named), (raw, time_ns) in items

@@ -100,3 +100,30 @@ def test_processes_that_share_a_pid_are_told_apart_by_their_start() -> None:
     sent(state, point(40, 200, start_ns=150))
     assert sent(state, point(1_000, 300, attributes=ended)) == (0, 200)
     assert sent(state, point(90, 300, start_ns=150)) == (50, 200)
+
+
+def test_series_not_sent_for_an_hour_while_others_were_are_forgotten_at_a_checkpoint() -> None:
+    """A node with churn ends processes all day: each ended series stayed in the state, up to max_series (100,000
+    rows, ~16 MB dumped on the event loop at every checkpoint; the revtoday review). A series none of whose
+    points was sent for an hour while others' were is no longer exported (terminated_retention is a minute by
+    default): it is forgotten when the state is dumped. An outage that sent nothing forgets nothing."""
+    hour_ns = 3600 * 10**9
+    state = DeltaState()
+    sent(state, point(1_000, 200, attributes={"process.pid": 1}))
+    sent(state, point(1_000, 300, attributes={"process.pid": 2}))
+    assert len(state.dump()) == 2
+    # Two hours later (an outage: nothing sent meanwhile), the first request after it: the one series still alive.
+    sent(state, point(5_000, 300 + 2 * hour_ns, attributes={"process.pid": 2}))
+    rows = state.dump()
+    assert [row[2] for row in rows] == [[["hw.id", "GPU-a"], ["process.pid", 2]]]
+    assert len(state) == 1
+    # The forgotten one back (it cannot, but if it did): it starts over from its own start, as any new series.
+    assert sent(state, point(1_500, 400 + 2 * hour_ns, attributes={"process.pid": 1})) == (1_500, 100)
+
+
+def test_an_outage_forgets_nothing() -> None:
+    state = DeltaState()
+    sent(state, point(1_000, 200, attributes={"process.pid": 1}))
+    sent(state, point(1_000, 300, attributes={"process.pid": 2}))
+    state.begin().of("e", point(9_000, 300 + 5 * 3600 * 10**9))  # built during a 5-hour outage, never sent
+    assert len(state.dump()) == 2
