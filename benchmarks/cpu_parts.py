@@ -23,31 +23,22 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from cpu_tick import make_graph
+from cpu_tick import install_node, make_graph
 from tick_cost import Meter, lifecycle
 
-from wattpipe import simulator
 from wattpipe.exporters import prometheus
 from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.clock import SteppedClock
 from wattpipe.pipeline.components import Registry
 from wattpipe.pipeline.labels import labelled_columns
 from wattpipe.pipeline.runtime import PipelineRunner
-from wattpipe.simulator.fake_host import ProcfsWriter
-from wattpipe.simulator.scale import scale_scenario
 
 STEPS = ("cpu_attribution", "_weights", "_split", "series.update", "series.totals", "render")
 
 
 async def measure(ticks: int, busy_services: int, workdir: Path) -> tuple[dict[str, list[float]], dict[str, float]]:
     clock = SteppedClock()
-    node = simulator.install(
-        scale_scenario(
-            mig_gpus=0, timesliced_gpus=8, processes_per_gpu=64, host_processes=2000, busy_services=busy_services
-        ),
-        clock,
-    )
-    writer = ProcfsWriter(node, workdir, cgroups=True)
+    writer = install_node(clock, workdir, busy_services=busy_services)
     graph = make_graph(workdir, "on", clock, Registry.from_entry_points())
     runner = PipelineRunner(graph, graph.pipelines[0])
     meters = {name: Meter() for name in STEPS}

@@ -89,6 +89,22 @@ def make_graph(root: Path, mode: str, clock: SteppedClock, components: Registry)
     return build(config, components, clock, Telemetry(clock))
 
 
+def install_node(
+    clock: SteppedClock, workdir: Path, host_processes: int = 2000, busy_services: int = 50, kernel_threads: int = 0
+) -> ProcfsWriter:
+    """The benchmark's simulated node (8 GPUs × 64 time-sliced processes + the host processes) installed, and the
+    writer of its /proc and /sys under ``workdir`` (each cgroup's cpu.stat too, for procfs's cgroup_root)."""
+    scenario = scale_scenario(
+        mig_gpus=0,
+        timesliced_gpus=8,
+        processes_per_gpu=64,
+        host_processes=host_processes,
+        busy_services=busy_services,
+        kernel_threads=kernel_threads,
+    )
+    return ProcfsWriter(simulator.install(scenario, clock), workdir, cgroups=True)
+
+
 def _meter_parts(graph: Graph) -> dict[str, Meter]:
     meters = {"cpu_attribution": Meter(), "render": Meter(), "procfs": Meter()}
     table: Any = graph.receivers["procfs"].table  # type: ignore[attr-defined]
@@ -108,18 +124,7 @@ async def measure(
     ticks: int, host_processes: int, busy_services: int, kernel_threads: int, workdir: Path
 ) -> dict[str, dict[str, list[float]]]:
     clock = SteppedClock()
-    node = simulator.install(
-        scale_scenario(
-            mig_gpus=0,
-            timesliced_gpus=8,
-            processes_per_gpu=64,
-            host_processes=host_processes,
-            busy_services=busy_services,
-            kernel_threads=kernel_threads,
-        ),
-        clock,
-    )
-    writer = ProcfsWriter(node, workdir, cgroups=True)  # each cgroup's cpu.stat too, for cgroup_root
+    writer = install_node(clock, workdir, host_processes, busy_services, kernel_threads)
     driver = Meter()
     pynvml.nvmlLib = MeteredLibrary(pynvml.nvmlLib, driver)
     pynvml._nvmlGetFunctionPointer_cache = {}  # re-resolve every symbol through the metered library

@@ -86,22 +86,13 @@ def run_cpu_ticks(ticks: int, mode: str, busy_services: int) -> None:
     import cpu_tick
     import tick_cost
 
-    from wattpipe import simulator
     from wattpipe.pipeline.clock import SteppedClock
     from wattpipe.pipeline.components import Registry
     from wattpipe.pipeline.runtime import PipelineRunner
-    from wattpipe.simulator.fake_host import ProcfsWriter
-    from wattpipe.simulator.scale import scale_scenario
 
     with tempfile.TemporaryDirectory(prefix="cpu-instructions-") as workdir:
         clock = SteppedClock()
-        node = simulator.install(
-            scale_scenario(
-                mig_gpus=0, timesliced_gpus=8, processes_per_gpu=64, host_processes=2000, busy_services=busy_services
-            ),
-            clock,
-        )
-        writer = ProcfsWriter(node, workdir, cgroups=True)
+        writer = cpu_tick.install_node(clock, Path(workdir), busy_services=busy_services)
         registry = Registry.from_entry_points()
         graph = cpu_tick.make_graph(Path(workdir), "off" if mode == "none" else mode, clock, registry)
         runner = PipelineRunner(graph, graph.pipelines[0])
