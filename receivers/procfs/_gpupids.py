@@ -69,10 +69,8 @@ class GpuPids:
                 failed += 1  # ended, or unreadable (said): tried again next tick while listed
             else:
                 records[pid], identities[pid] = got
-        if failed and failed == len(new) and not os.path.isdir(table._root):
-            out.problems.append(
-                ("root", f"cannot read {table.root}: no host processes (is the host's /proc mounted there?)")
-            )
+        if failed and failed == len(new):
+            _say_why(table, out)
         self.records, self._identities = records, identities
         table._cache = identities
         out.records = list(records.values())
@@ -80,3 +78,18 @@ class GpuPids:
 
     def cached(self) -> int:
         return len(self._identities)
+
+
+def _say_why(table: ProcessTable, out: Scan) -> None:
+    """No GPU pid could be read: root missing, or not a /proc (an empty directory where the host's /proc was
+    to be mounted), is said as listing it would; a /proc of another pid namespace (hostPID off: the k8s
+    processor's degraded mode) is not a fault. Listed only then: one ``listdir`` of that /proc."""
+    try:
+        names = os.listdir(table._root)
+    except OSError:
+        out.problems.append(
+            ("root", f"cannot read {table.root}: no host processes (is the host's /proc mounted there?)")
+        )
+        return
+    if not any(name.isdigit() for name in names):
+        out.problems.append(("empty", f"{table.root} has no process directories: is it a /proc?"))
