@@ -36,3 +36,12 @@ def test_gpu_pids_another_pid_namespace_lacks_are_left_out_silently(
         assert after(receiver, listing(4242, 5101)) == {}
         assert "host_processes" in receiver.provides
     assert caplog.text == ""
+
+
+def test_a_missing_root_says_so_before_any_gpu_process(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # Listing /proc said so at the first tick; reading only the GPU pids said nothing until a GPU process came
+    # (a node whose jobs start later): node_cpu absent and no line naming why.
+    caplog.set_level(logging.WARNING)
+    receiver = make_receiver(tmp_path / "nowhere", cpu_time=False)
+    assert after(receiver, listing()) == {}
+    assert "is the host's /proc mounted there?" in caplog.text

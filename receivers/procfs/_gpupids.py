@@ -69,7 +69,7 @@ class GpuPids:
                 failed += 1  # ended, or unreadable (said): tried again next tick while listed
             else:
                 records[pid], identities[pid] = got
-        if failed and failed == len(new):
+        if (failed and failed == len(new)) or out.node_cpu is None:  # no GPU pid read, or no /proc/stat
             _say_why(table, out)
         self.records, self._identities = records, identities
         table._cache = identities
@@ -81,9 +81,10 @@ class GpuPids:
 
 
 def _say_why(table: ProcessTable, out: Scan) -> None:
-    """No GPU pid could be read: root missing, or not a /proc (an empty directory where the host's /proc was
-    to be mounted), is said as listing it would; a /proc of another pid namespace (hostPID off: the k8s
-    processor's degraded mode) is not a fault. Listed only then: one ``listdir`` of that /proc."""
+    """No GPU pid could be read, or no /proc/stat (as before any GPU process came): a root missing, or not a
+    /proc (an empty directory where the host's /proc was to be mounted), is said as listing it would say it; a
+    /proc of another pid namespace (hostPID off: the k8s processor's degraded mode) is not a fault. Listed only
+    then: one ``listdir`` of root."""
     try:
         names = os.listdir(table._root)
     except OSError:
