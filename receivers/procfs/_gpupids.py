@@ -69,10 +69,8 @@ class GpuPids:
                 failed += 1  # ended, or unreadable (said): tried again next tick while listed
             else:
                 records[pid], identities[pid] = got
-        if failed and failed == len(new) and not os.path.isdir(table._root):
-            out.problems.append(
-                ("root", f"cannot read {table.root}: no host processes (is the host's /proc mounted there?)")
-            )
+        if (failed and failed == len(new)) or out.node_cpu is None:  # no GPU pid read, or no /proc/stat
+            _say_why(table, out)
         self.records, self._identities = records, identities
         table._cache = identities
         out.records = list(records.values())
@@ -80,3 +78,19 @@ class GpuPids:
 
     def cached(self) -> int:
         return len(self._identities)
+
+
+def _say_why(table: ProcessTable, out: Scan) -> None:
+    """No GPU pid could be read, or no /proc/stat (as before any GPU process came): a root missing, or not a
+    /proc (an empty directory where the host's /proc was to be mounted), is said as listing it would say it; a
+    /proc of another pid namespace (hostPID off: the k8s processor's degraded mode) is not a fault. Listed only
+    then: one ``listdir`` of root."""
+    try:
+        names = os.listdir(table._root)
+    except OSError:
+        out.problems.append(
+            ("root", f"cannot read {table.root}: no host processes (is the host's /proc mounted there?)")
+        )
+        return
+    if not any(name.isdigit() for name in names):
+        out.problems.append(("empty", f"{table.root} has no process directories: is it a /proc?"))
