@@ -63,12 +63,9 @@ class GpuPids:
         if (failed and failed == len(new)) or out.node_cpu is None:  # no GPU pid read, or no /proc/stat
             _say_why(table, out)
         self.records, self._identities = records, identities
-        table._cache = identities
+        table._cache = identities  # (what describe() counts: table.cached())
         out.records = list(records.values())
         return out
-
-    def cached(self) -> int:
-        return len(self._identities)
 
 
 def _say_why(table: ProcessTable, out: Scan) -> None:
