@@ -45,9 +45,8 @@ class StateStore:
         self._last_save_s: float | None = None
         self.loaded_from: Path | None = None
         self.set_aside: Path | None = None
-        self._unwritable: set[str] = (
-            set()
-        )  # sections left out of the checkpoints (said once) while JSON cannot hold them
+        # Sections left out of the checkpoints (said once) while JSON cannot hold them.
+        self._unwritable: set[str] = set()
 
     # --- reading ---------------------------------------------------------------------------
 

@@ -42,16 +42,7 @@ class GpuPids:
         if pids is None:
             out.records = [] if self.records is None else list(self.records.values())
             return out
-        wanted = sorted({pid for pid in pids if pid > 0})
-        if len(wanted) > table.max_processes:
-            out.problems.append(
-                (
-                    "max_processes",
-                    f"{len(wanted)} GPU processes, more than max_processes ({table.max_processes}): "
-                    f"reading the {table.max_processes} lowest pids only",
-                )
-            )
-            wanted = wanted[: table.max_processes]
+        wanted = table._capped(sorted({pid for pid in pids if pid > 0}), "GPU processes", out)
         last = self.records or {}
         records: dict[int, HostProcess] = {}
         identities: dict[int, Identity] = {}
@@ -72,12 +63,9 @@ class GpuPids:
         if (failed and failed == len(new)) or out.node_cpu is None:  # no GPU pid read, or no /proc/stat
             _say_why(table, out)
         self.records, self._identities = records, identities
-        table._cache = identities
+        table._cache = identities  # (what describe() counts: table.cached())
         out.records = list(records.values())
         return out
-
-    def cached(self) -> int:
-        return len(self._identities)
 
 
 def _say_why(table: ProcessTable, out: Scan) -> None:

@@ -351,16 +351,21 @@ class ProcessTable:
         if not pids:
             out.problems.append(("empty", f"{self.root} has no process directories: is it a /proc?"))
             return None
-        if len(pids) > self.max_processes:
-            out.problems.append(
-                (
-                    "max_processes",
-                    f"{len(pids)} processes under {self.root}, more than max_processes ({self.max_processes}): "
-                    f"reading the {self.max_processes} lowest pids only",
-                )
+        return self._capped(pids, f"processes under {self.root}", out)
+
+    def _capped(self, pids: list[int], what: str, out: Scan) -> list[int]:
+        """The lowest ``max_processes`` of the sorted ``pids`` (``what``: they, in the problem noted where that
+        leaves some out); ``pids`` itself where it does not."""
+        if len(pids) <= self.max_processes:
+            return pids
+        out.problems.append(
+            (
+                "max_processes",
+                f"{len(pids)} {what}, more than max_processes ({self.max_processes}): "
+                f"reading the {self.max_processes} lowest pids only",
             )
-            pids = pids[: self.max_processes]
-        return pids
+        )
+        return pids[: self.max_processes]
 
     def _node_cpu(self, now: Timestamp, out: Scan) -> NodeCpuTime | None:
         try:
