@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from wattpipe.pipeline.records import HostProcess, NodeCpuTime
-from wattpipe.processors._cpu_series import process_key
+from wattpipe.processors._cpu_series import LateShare, process_key
 from wattpipe.processors._cpu_split import usage_ratio
 from wattpipe.processors.attribution_math import apportion
 
@@ -30,7 +30,6 @@ GAP_MAX_S = 600.0
 keeps no CPU time beyond it, and its energy's active part stays unattributed when it returns."""
 
 Key = tuple[int, int]  # pid, start time: process_key
-LateShare = tuple[Key, HostProcess, str, int]  # a process no longer listed: its key, last listing, zone type, mJ
 
 
 @dataclass(slots=True)

@@ -9,7 +9,7 @@ processes' shares and ends when none of its processes is listed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -246,17 +246,18 @@ class CpuSeries:
                 remaining = self._members.get(gkey[:2])
                 self._idle_or_gone(gseries, gkey[2], tick, listed and not remaining, wall_s)
         held, held_groups = self.pending
-        if ended and self._prune(self.processes, wall_s, lambda k: k[:2] in held if held else False):
+        if ended and self._prune(self.processes, wall_s, held):
             self._rows = None
-        for gkey in self._prune(self.groups, wall_s, lambda k: k[:2] in held_groups if held_groups else False):
+        for gkey in self._prune(self.groups, wall_s, held_groups):
             self._rows = None
             self._groups_version += 1
             if not any(k[:2] == gkey[:2] for k in self.groups):
                 self._members.pop(gkey[:2], None)
 
-    def _prune(self, table: dict[Any, Series], wall_s: float, held: Callable[[Any], bool]) -> list[Any]:
-        """``prune`` (retention, ``max_terminated``) of the ended series not ``held`` (an open gap may bill them)."""
-        kept = {k: s for k, s in table.items() if s.ended_wall_s is not None and held(k)} if self.pending[0] else {}
+    def _prune(self, table: dict[Any, Series], wall_s: float, held: AbstractSet[Any]) -> list[Any]:
+        """``prune`` (retention, ``max_terminated``) of the ended series whose key's owner (its first two parts) is
+        not ``held`` (an open gap may bill them)."""
+        kept = {k: s for k, s in table.items() if s.ended_wall_s is not None and k[:2] in held} if held else {}
         for key in kept:
             del table[key]
         dropped = prune(table, wall_s, lambda _: self.retention_s, self.max_terminated)

@@ -370,9 +370,9 @@ class CpuAttributionProcessor:
         (and their watts over their own intervals, and the late shares of those that exited meanwhile)."""
         # The watts are over the interval of the energy that was split (a gap's is longer).
         interval_s = next((p.interval_s for p in powers if p.device_id not in gap_paths), batch.interval_s)
-        split_zones = frozenset(p.device_name or "" for p in powers if p.unattributable is None)
-        read_zones = frozenset(p.device_name or "" for p in powers)
         intervals = self._intervals(powers)
+        split_zones = frozenset(intervals)  # the zone types split: those with an interval
+        read_zones = frozenset(p.device_name or "" for p in powers)
         if all(since < 0 for _, since in groups):  # no zone back from a gap: the tick's deltas alone
             by_zone = {zone: apportion(active, weights.cpu_s) for (zone, _), (active, _) in groups.items()}
             return TickShares(

@@ -6,6 +6,7 @@ container's, pod's and VM's growth the sum of its processes', and no series ever
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -86,6 +87,26 @@ def attributed(proc: CpuAttributionProcessor) -> dict[str, int]:
     return out
 
 
+def grown_sums(
+    grew: Mapping[tuple[Any, ...], int], groups_of: Mapping[tuple[int, int], Mapping[str, str]]
+) -> tuple[dict[str, int], dict[tuple[str, str, str], int]]:
+    """The process series' growth (``energies``' keys) summed per zone type, and per container, pod and VM
+    (``groups_of``: (pid, start) → its group attributes)."""
+    by_zone: dict[str, int] = {}
+    by_group: dict[tuple[str, str, str], int] = {}
+    for key, mj in grew.items():
+        if key[0] != "process":
+            continue
+        _, pid, began, zone = key
+        by_zone[zone] = by_zone.get(zone, 0) + mj
+        member = groups_of[(pid, began)]
+        for scope, field in (("container", "container_id"), ("pod", "pod_uid"), ("vm", "vm_id")):
+            if field in member:
+                gkey = (scope, member[field], zone)
+                by_group[gkey] = by_group.get(gkey, 0) + mj
+    return by_zone, by_group
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(CONFIGS), st.lists(TICK, min_size=4, max_size=25))
 # long: one simulated node driven through a plan, its checks after every tick
@@ -140,18 +161,7 @@ def test_every_tick_conserves_and_sums_through_reuse_gaps_naming_restarts_and_pr
         after, after_attributed = energies(proc), attributed(proc)
         grew = {k: v - before.get(k, 0) for k, v in after.items()}
         assert all(v >= 0 for k, v in grew.items() if k in before), grew  # no series falls
-        by_zone: dict[str, int] = {}
-        by_group: dict[tuple[str, str, str], int] = {}
-        for key, mj in grew.items():
-            if key[0] != "process":
-                continue
-            _, pid, began, zone = key
-            by_zone[zone] = by_zone.get(zone, 0) + mj
-            member = groups_of[(pid, began)]
-            for group_scope, field in (("container", "container_id"), ("pod", "pod_uid"), ("vm", "vm_id")):
-                if field in member:
-                    key = (group_scope, member[field], zone)
-                    by_group[key] = by_group.get(key, 0) + mj
+        by_zone, by_group = grown_sums(grew, groups_of)
         assert by_zone == {z: mj - before_attributed.get(z, 0) for z, mj in after_attributed.items() if z in by_zone}
         assert sum(after_attributed.values()) - sum(before_attributed.values()) == sum(by_zone.values())
         assert {k: v for k, v in by_group.items() if v} == {k: v for k, v in grew.items() if k[0] != "process" and v}

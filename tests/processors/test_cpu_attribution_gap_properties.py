@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.processors.test_cpu_attribution_churn import CONFIGS, GROUPS, attributed, energies, processor
+from tests.processors.test_cpu_attribution_churn import CONFIGS, GROUPS, attributed, energies, grown_sums, processor
 from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.clock import SteppedClock
 from wattpipe.pipeline.records import CpuZoneSample, HostProcess, NodeCpuTime
@@ -181,17 +181,7 @@ def test_zones_missing_for_runs_of_ticks_under_churn_conserve_and_sum_every_tick
         after, after_attributed = energies(proc), attributed(proc)
         grew = {k: v - before.get(k, 0) for k, v in after.items()}
         assert all(v >= 0 for k, v in grew.items() if k in before), grew  # no series falls
-        by_zone: dict[str, int] = {}
-        by_group: dict[tuple[str, str, str], int] = {}
-        for key, mj in grew.items():
-            if key[0] != "process":
-                continue
-            _, pid, began, zone = key
-            by_zone[zone] = by_zone.get(zone, 0) + mj
-            for scope, field in (("container", "container_id"), ("pod", "pod_uid"), ("vm", "vm_id")):
-                if field in groups_of[(pid, began)]:
-                    gkey = (scope, groups_of[(pid, began)][field], zone)
-                    by_group[gkey] = by_group.get(gkey, 0) + mj
+        by_zone, by_group = grown_sums(grew, groups_of)
         assert by_zone == {z: mj - before_attributed.get(z, 0) for z, mj in after_attributed.items() if z in by_zone}
         assert sum(after_attributed.values()) - sum(before_attributed.values()) == sum(by_zone.values())
         assert {k: v for k, v in by_group.items() if v} == {k: v for k, v in grew.items() if k[0] != "process" and v}
