@@ -43,7 +43,7 @@ from wattpipe.processors._mig_shares import (
 )
 from wattpipe.processors._mig_window import Collection, Hold, Release
 
-__all__ = ["MigAttribution", "late_shares"]
+__all__ = ["MIG_MODES", "MigAttribution", "late_shares"]
 
 _MODES: dict[str, str] = {
     "mig": "shares by each instance's activity × compute slices (dcgm-exporter)",
@@ -51,6 +51,8 @@ _MODES: dict[str, str] = {
     "mig_slices": "no instance activity: splitting by compute slices over the instances with processes",
     "mig_equal": "no instance activity or layout: splitting equally over the instances with processes",
 }
+MIG_MODES: frozenset[str] = frozenset(_MODES)
+"""How a MIG device's energy may be split: never held for idle, and a MIG hold's release is active already."""
 
 
 class MigAttribution:
