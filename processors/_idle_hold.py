@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, get_args
 
 from wattpipe.pipeline.records import SharingMode
+from wattpipe.processors._mig_attribution import MIG_MODES
 from wattpipe.processors.attribution_math import apportion
 
 __all__ = ["HeldTick", "IdleHold", "Released", "release"]
@@ -162,7 +163,7 @@ class IdleHold:
         self._ticks.update((device_id, ticks) for device_id, ticks in restored.items() if ticks)
 
 
-_HOLDABLE: frozenset[str] = frozenset(get_args(SharingMode)) - {"mig", "mig_held", "mig_slices", "mig_equal"}
+_HOLDABLE: frozenset[str] = frozenset(get_args(SharingMode)) - MIG_MODES
 
 
 def _held_tick(device_id: object, i: int, row: Any, wall_offset_s: float) -> HeldTick:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from typing import Any
 
 from wattpipe.pipeline.batch import Batch
@@ -43,7 +43,7 @@ from wattpipe.processors._mig_shares import (
 )
 from wattpipe.processors._mig_window import Collection, Hold, Release
 
-__all__ = ["MigAttribution"]
+__all__ = ["MIG_MODES", "MigAttribution", "late_shares"]
 
 _MODES: dict[str, str] = {
     "mig": "shares by each instance's activity × compute slices (dcgm-exporter)",
@@ -51,6 +51,8 @@ _MODES: dict[str, str] = {
     "mig_slices": "no instance activity: splitting by compute slices over the instances with processes",
     "mig_equal": "no instance activity or layout: splitting equally over the instances with processes",
 }
+MIG_MODES: frozenset[str] = frozenset(_MODES)
+"""How a MIG device's energy may be split: never held for idle, and a MIG hold's release is active already."""
 
 
 class MigAttribution:
@@ -110,7 +112,7 @@ class MigAttribution:
             dataclasses.replace(s, energy_mj=s.energy_mj + (unattributed_mj if s.pid is None else by_pid.pop(s.pid, 0)))
             for s in shares
         ]
-        return out + _exited(power, shares[0].mode, by_pid, group_of, set())
+        return out + late_shares(power.time, power.device_id, shares[0].mode, by_pid, group_of)
 
     def unanswered(self, answered: set[str], now: Timestamp) -> tuple[list[GpuShare], list[InstanceEnergy]]:
         """What the holds of devices with no DevicePower this tick (down, or lost for good: ``split`` never runs
@@ -125,27 +127,7 @@ class MigAttribution:
             hold.release_due(now.monotonic_s)
             release = hold.take()
             by_pid, group_of, unattributed_mj = release.processes()
-            mode = self._mode.get(dev, "mig")
-            if unattributed_mj:
-                shares.append(
-                    GpuShare(
-                        time=now, device_id=dev, pid=None, share=0.0, energy_mj=unattributed_mj, power_w=0.0, mode=mode
-                    )
-                )
-            shares += [
-                GpuShare(
-                    time=now,
-                    device_id=dev,
-                    pid=pid,
-                    share=0.0,
-                    energy_mj=mj,
-                    power_w=0.0,
-                    mode=mode,
-                    gpu_instance_id=group_of.get(pid),
-                )
-                for pid, mj in sorted(by_pid.items())
-                if mj > 0
-            ]
+            shares += late_shares(now, dev, self._mode.get(dev, "mig"), by_pid, group_of, unattributed_mj)
             per_instance += [
                 InstanceEnergy(time=now, device_id=dev, gpu_instance_id=gi, profile=None, energy_mj=mj, power_w=0.0)
                 for gi, mj in sorted((g, mj) for g, mj in release.by_group.items() if g is not None and mj > 0)
@@ -309,24 +291,39 @@ def _records(
         )
         for gi in groups
     ]
-    exited = _exited(power, mode, by_pid, group_of, {p.pid for p in unique})
+    exited = late_shares(time, dev, mode, by_pid, group_of, present={p.pid for p in unique})
     return [remainder, *shares, *exited], per_instance
 
 
-def _exited(
-    power: DevicePower, mode: SharingMode, by_pid: dict[int, int], group_of: dict[int, Group], present: set[int]
+def late_shares(
+    time: Timestamp,
+    device_id: str,
+    mode: SharingMode,
+    by_pid: Mapping[int, int],
+    group_of: Mapping[int, Group] | None = None,
+    unattributed_mj: int = 0,
+    present: Container[int] = (),
 ) -> list[GpuShare]:
-    """Shares of processes no longer listed that a held tick released energy to: no watts, not running."""
-    return [
+    """Shares of energy released with no tick of its own to split (held, then released late, or to processes
+    no longer listed, those in ``present`` left out): no watts, share 0. The remainder first, when any."""
+    shares = []
+    if unattributed_mj:
+        shares.append(
+            GpuShare(
+                time=time, device_id=device_id, pid=None, share=0.0, energy_mj=unattributed_mj, power_w=0.0, mode=mode
+            )
+        )
+    groups = group_of or {}
+    return shares + [
         GpuShare(
-            time=power.time,
-            device_id=power.device_id,
+            time=time,
+            device_id=device_id,
             pid=pid,
             share=0.0,
             energy_mj=mj,
             power_w=0.0,
             mode=mode,
-            gpu_instance_id=group_of.get(pid),
+            gpu_instance_id=groups.get(pid),
         )
         for pid, mj in sorted(by_pid.items())
         if mj > 0 and pid not in present

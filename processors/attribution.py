@@ -51,7 +51,7 @@ from wattpipe.pipeline.records import (
 )
 from wattpipe.processors._idle_hold import HeldTick, IdleHold, Released
 from wattpipe.processors._learned import LearnedConfig, LearnedModel, Reason, row_of
-from wattpipe.processors._mig_attribution import MigAttribution
+from wattpipe.processors._mig_attribution import MigAttribution, late_shares
 from wattpipe.processors.attribution_math import apportion, fractions, since_start
 
 __all__ = ["AttributionConfig", "AttributionProcessor", "apportion", "factory"]
@@ -259,23 +259,8 @@ class AttributionProcessor:
             )
             mode = self._idle.mode(dev)
             released = self._idle.take(dev, None)
-            if released.unattributed_mj:  # (a held tick always has processes: kept for conservation)
-                out.append(
-                    GpuShare(
-                        time=now,
-                        device_id=dev,
-                        pid=None,
-                        share=0.0,
-                        energy_mj=released.unattributed_mj,
-                        power_w=0.0,
-                        mode=mode,
-                    )
-                )
-            out.extend(
-                GpuShare(time=now, device_id=dev, pid=pid, share=0.0, energy_mj=mj, power_w=0.0, mode=mode)
-                for pid, mj in sorted((released.by_pid or {}).items())
-                if mj > 0
-            )
+            # (a held tick always has processes: its remainder is kept for conservation)
+            out += late_shares(now, dev, mode, released.by_pid or {}, unattributed_mj=released.unattributed_mj)
         return out, per_instance
 
     def _mode(self, device: DeviceSample | None, procs: list[GpuProcessSample]) -> SharingMode:

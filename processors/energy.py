@@ -52,6 +52,7 @@ from wattpipe.pipeline.config import Duration
 from wattpipe.pipeline.records import DevicePower, DeviceTotals, GpuShare, HostProcess, Totals
 from wattpipe.processors._energy_groups import GroupSeries, Late
 from wattpipe.processors._energy_series import Order, Series, prune, restore, saved, start_at, to_totals
+from wattpipe.processors._mig_attribution import MIG_MODES
 
 __all__ = ["EnergyConfig", "EnergyProcessor", "factory"]
 
@@ -71,7 +72,6 @@ class EnergyConfig(ComponentConfig):
     released for it after its process exited still finds it. Keep it above ``mig_max_wait`` plus a tick."""
 
 
-_MIG_MODES = frozenset({"mig", "mig_held", "mig_slices", "mig_equal"})  # a MIG hold's release: active already
 _UNKNOWN_START = -1  # no procfs source: the process's start time is not known
 
 SeriesKey = tuple[int, str, int]  # pid, device id, process start time (clock ticks since boot)
@@ -259,7 +259,7 @@ class EnergyProcessor:
         for share in shares:
             if share.device_id not in powers:
                 mj = released.setdefault(share.device_id, [0, 0])
-                mj[0] += 0 if share.mode in _MIG_MODES else share.energy_mj
+                mj[0] += 0 if share.mode in MIG_MODES else share.energy_mj
                 mj[1] += share.energy_mj
         for device_id, (active_mj, held_mj) in released.items():
             d = self.devices.get(device_id)
