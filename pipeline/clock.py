@@ -30,6 +30,11 @@ class Timestamp:
     def wall_ns(self) -> int:
         return round(self.wall_s * 1e9)
 
+    @property
+    def wall_offset_s(self) -> float:
+        """Wall time less monotonic time now: turns a monotonic time into wall time and back (saved state)."""
+        return self.wall_s - self.monotonic_s
+
 
 @runtime_checkable
 class Clock(Protocol):

@@ -100,7 +100,7 @@ class AttributionProcessor:
         if missing:
             raise ValueError(f"not an attribution section: it has no {' and no '.join(missing)}")
         now = self.ctx.clock.now()
-        offset_s = now.wall_s - now.monotonic_s
+        offset_s = now.wall_offset_s
         ahead_s = max((t - now.wall_s for t in _wall_times(saved)), default=0.0)
         if ahead_s > 1.0:  # saved before the stop, yet after now: the wall clock stepped back since
             self.log.warning(
@@ -124,7 +124,7 @@ class AttributionProcessor:
 
     def snapshot(self) -> dict[str, Any]:
         now = self.ctx.clock.now()
-        offset_s = now.wall_s - now.monotonic_s
+        offset_s = now.wall_offset_s
         return {"idle_hold": self._idle.dump(offset_s), "mig_hold": self._mig.dump(offset_s)}
 
     # --- the tick ----------------------------------------------------------------------------

@@ -173,7 +173,7 @@ class K8sProcessor:
 
     def snapshot(self) -> dict[str, Any]:
         now = self.ctx.clock.now()
-        return {"exited": self._exited.dump(now.wall_s - now.monotonic_s), "seen": sorted(self._seen)}
+        return {"exited": self._exited.dump(now.wall_offset_s), "seen": sorted(self._seen)}
 
     def _api_client(self) -> ApiClient | str:
         """A configured client, or why there is none."""

@@ -115,7 +115,7 @@ class ExitedProcesses:
     def load(self, saved: Mapping[str, Any], now: Timestamp) -> None:
         """Remember what :meth:`dump` saved (nothing when remembering is off). A section it cannot use raises
         ValueError naming what, with nothing restored."""
-        offset_s = now.wall_s - now.monotonic_s
+        offset_s = now.wall_offset_s
         listed: dict[Pair, Workload] = {}
         gone: list[tuple[float, Pair, Workload]] = []
         for i, row in enumerate(_rows(saved, "listed")):
