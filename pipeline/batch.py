@@ -31,7 +31,7 @@ from wattpipe.pipeline.records import (
     Workload,
     record_kind,
 )
-from wattpipe.pipeline.records_cpu import CPU_RECORD_TYPES, CpuInfo
+from wattpipe.pipeline.records_cpu import CPU_RECORD_TYPES, ContainerCpuTime, CpuInfo
 from wattpipe.pipeline.records_topology import TOPOLOGY_RECORD_TYPES, GpuLink, GpuSetScore
 
 __all__ = ["Batch", "LabelAction"]
@@ -86,6 +86,7 @@ _FIELD_BY_TYPE: dict[type[Record], str] = {
     GpuLink: "gpu_links",
     GpuSetScore: "gpu_set_scores",
     CpuInfo: "cpu_info",
+    ContainerCpuTime: "container_cpu",
 }
 if tuple(_FIELD_BY_TYPE) != RECORD_TYPES + TOPOLOGY_RECORD_TYPES + CPU_RECORD_TYPES:
     raise TypeError("records.RECORD_TYPES and the Batch fields differ: a new record type needs both")
@@ -127,6 +128,7 @@ class Batch:
     cpu_zones: tuple[CpuZoneSample, ...] = ()
     node_cpu: tuple[NodeCpuTime, ...] = ()
     cpu_info: tuple[CpuInfo, ...] = ()
+    container_cpu: tuple[ContainerCpuTime, ...] = ()
     # Which fields some receiver or processor actually filled this tick (present, even if empty):
     # lets exporters tell "no processes" from "no process source".
     present: frozenset[str] = field(default_factory=frozenset)

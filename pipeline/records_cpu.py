@@ -1,7 +1,8 @@
 """The CPU records beside ``records.py`` (which is near its size limit): the node's logical CPUs as
-``/proc/cpuinfo`` describes them (Kepler's ``kepler_node_cpu_info``).
+``/proc/cpuinfo`` describes them (Kepler's ``kepler_node_cpu_info``), and each container's cgroup CPU time.
 
-``pipeline/batch.py`` carries them in ``cpu_info`` and checks them against :data:`CPU_RECORD_TYPES`.
+``pipeline/batch.py`` carries them in ``cpu_info`` and ``container_cpu`` and checks them against
+:data:`CPU_RECORD_TYPES`.
 """
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from wattpipe.pipeline._slots import quick_init
-from wattpipe.pipeline.records import Record
+from wattpipe.pipeline.record_base import Record, RecordKind
 
-__all__ = ["CPU_RECORD_TYPES", "CpuInfo"]
+__all__ = ["CPU_RECORD_TYPES", "ContainerCpuTime", "CpuInfo"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -29,7 +30,21 @@ class CpuInfo(Record):
     core_id: str | None = None  # ``core id``: the core within its socket
 
 
-CPU_RECORD_TYPES: tuple[type[Record], ...] = (CpuInfo,)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContainerCpuTime(Record):
+    """A container's cgroup v2 CPU time (``cpu.stat`` ``usage_usec``, in seconds): every task the cgroup ever
+    held, exited ones included, cumulative. From the ``procfs`` receiver with ``cpu_time`` and ``cgroup_root``."""
+
+    KIND: ClassVar[RecordKind] = "container"
+    IDENTITY: ClassVar[tuple[str, ...]] = ("container_id", "container_runtime", "pod_uid")
+
+    container_id: str
+    container_runtime: str | None = None  # containerd | cri-o | docker | podman, from the cgroup path
+    pod_uid: str | None = None  # its pod's, from the cgroup path
+    usage_s: float  # cumulative since the cgroup was made
+
+
+CPU_RECORD_TYPES: tuple[type[Record], ...] = (CpuInfo, ContainerCpuTime)
 
 for _record_type in CPU_RECORD_TYPES:
     quick_init(_record_type)

@@ -4,19 +4,22 @@ The same series as the GPU side's energy processor (``processors/_energy_series.
 grow, ``state="terminated"`` once the process has left, kept for a retention, at most ``max_terminated`` per
 table, the ones with the most energy kept). A process series starts at its first tick with CPU energy and
 ends when /proc no longer lists its (pid, start time); a container, pod or VM series is the sum of its
-processes' shares and ends when none of its processes is listed.
+processes' shares and ends when none of its processes is listed. With ``cpu_attribution``'s ``unseen: containers``
+a container's series (and its pod's) also takes its unseen CPU time's share (``_cpu_unseen.py``), and runs on
+while its cgroup is read (``alive``), listed processes or not.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.constructors import new_totals
 from wattpipe.pipeline.records import HostProcess, Totals
+from wattpipe.pipeline.records_cpu import ContainerCpuTime
 from wattpipe.processors._cpu_identity import GroupScope, Identity, Names, group_memberships, process_attrs
 from wattpipe.processors._energy_series import Scope, Series, prune, restore, saved, start_at
 
@@ -69,6 +72,12 @@ class TickShares:
     # intervals they span, summed: a gap's energy is over the gap), in place of its mJ over zone_intervals'.
     zone_watts: Mapping[str, Sequence[float]] = field(default_factory=dict)
     late: Sequence[LateShare] = ()  # the shares of a gap for processes no longer listed
+    # unseen: containers: the containers with CPU time no listed process carried, and per zone type their mJ
+    unseen: Sequence[ContainerCpuTime] = ()
+    unseen_by_zone: Mapping[str, Sequence[int]] = field(default_factory=dict)
+
+    def with_unseen(self, unseen: Sequence[ContainerCpuTime], by_zone: Mapping[str, Sequence[int]]) -> TickShares:
+        return replace(self, unseen=unseen, unseen_by_zone=by_zone) if by_zone else self
 
 
 class CpuSeries:
@@ -90,6 +99,8 @@ class CpuSeries:
         # Processes (pid, start time) and groups (scope, id) an open zone gap may yet bill (processors/_cpu_gap.py):
         # their ended series are not dropped until it closes (its late shares find them).
         self.pending: tuple[AbstractSet[tuple[int, int]], AbstractSet[tuple[str, str]]] = (frozenset(), frozenset())
+        # unseen: containers: the containers (scope, id) whose cgroup was read this tick, and their pods: running
+        self.alive: AbstractSet[tuple[str, str]] = frozenset()
 
     def _identity(self, pk: tuple[int, int], host: HostProcess, names: Names) -> Identity:
         known = self._known.get(pk)
@@ -164,6 +175,8 @@ class CpuSeries:
                         gseries.seen = tick_no
                         grouped.append((gseries, gseries.energy_mj, per_mj))
                     gseries.energy_mj += mj
+        if tick.unseen_by_zone:
+            self._unseen(tick, names, tick_start_s, grouped)
         self._finish(now.wall_s, tick, grouped)
         self._settle(now.wall_s, tick, hosts, listed)
 
@@ -178,6 +191,37 @@ class CpuSeries:
             self._gap_watts(tick)
         if tick.late:
             self._late(wall_s, tick.late)
+
+    def _unseen(
+        self, tick: TickShares, names: Names, start_s: float, grouped: list[tuple[Series, int, float | None]]
+    ) -> None:
+        """Each container's share of its unseen CPU time, to its container's series and its pod's (begun where
+        there is none, labelled as its processes' would be), with the groups that had a share (``grouped``)."""
+        tick_no = self._tick
+        for zone, shares in tick.unseen_by_zone.items():
+            zone_s = tick.zone_intervals.get(zone, tick.interval_s)
+            per_mj = 1 / 1000.0 / zone_s if zone_s > 0 else None
+            for record, mj in zip(tick.unseen, shares, strict=True):
+                if mj == 0:
+                    continue
+                host = HostProcess(
+                    time=record.time,
+                    pid=-1,  # (no process: names.find goes by container and pod)
+                    container_id=record.container_id,
+                    container_runtime=record.container_runtime,
+                    pod_uid=record.pod_uid,
+                )
+                for scope, group, attrs in group_memberships(host, names.find(host)):
+                    gseries = self.groups.get((scope, group, zone))
+                    if gseries is None:
+                        gseries = self.groups[(scope, group, zone)] = Series(0, start_s)
+                        _label(gseries, {**attrs, "zone": zone})
+                        self._rows = None
+                        self._groups_version += 1
+                    if gseries.seen != tick_no:
+                        gseries.seen = tick_no
+                        grouped.append((gseries, gseries.energy_mj, per_mj))
+                    gseries.energy_mj += mj
 
     def _forget_changed(self, tick: TickShares, names: Names) -> None:
         """The identities of processes whose listing says another comm or container now made anew, their old
@@ -243,7 +287,7 @@ class CpuSeries:
             self._adopt_restored(hosts)
         for gkey, gseries in self.groups.items():
             if gseries.seen != tick_no:
-                remaining = self._members.get(gkey[:2])
+                remaining = self._members.get(gkey[:2]) or gkey[:2] in self.alive
                 self._idle_or_gone(gseries, gkey[2], tick, listed and not remaining, wall_s)
         held, held_groups = self.pending
         if ended and self._prune(self.processes, wall_s, held):

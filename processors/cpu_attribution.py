@@ -11,7 +11,8 @@ the GPU path. A zone back from ticks it missed is measured and split across them
 process's CPU time since its last reading, kept while it was missing (``processors/_cpu_gap.py``; past 10
 minutes its active energy is unattributed, ``unattributable="gap"``). Processes' shares are summed per
 zone *type* (two sockets' ``package`` zones are one ``package`` series per process, as Kepler labels them),
-then into containers, pods and VMs (``processors/_cpu_series.py``).
+then into containers, pods and VMs (``processors/_cpu_series.py``). ``unseen: containers`` adds each container's
+cgroup CPU time that no listed process carried to the weights, billed to the container and its pod (``_cpu_unseen.py``).
 
 Out: a ``DevicePower`` (``device_type="cpu"``) and a ``DeviceTotals`` per zone, labelled ``zone`` and
 ``path``; a ``Totals`` per process, container and pod per zone type, with ``device_id`` ``cpu:<zone>``; and the
@@ -36,12 +37,13 @@ from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
 from wattpipe.pipeline.config import Duration
 from wattpipe.pipeline.records import CpuZoneSample, DevicePower, DeviceTotals, HostProcess, NodeCpuTime
+from wattpipe.pipeline.records_cpu import ContainerCpuTime
 from wattpipe.processors._cpu_gap import GAP_MAX_S, Gaps, merge_shares
 from wattpipe.processors._cpu_idle import ZoneIdle, ZoneIdles
 from wattpipe.processors._cpu_series import CpuSeries, Names, TickShares, process_key
 from wattpipe.processors._cpu_split import idle_active, splittable, usage_ratio
+from wattpipe.processors._cpu_unseen import UnseenTime, split_active
 from wattpipe.processors._energy_series import start_at
-from wattpipe.processors.attribution_math import apportion
 
 __all__ = ["CpuAttributionConfig", "CpuAttributionProcessor", "factory"]
 
@@ -80,6 +82,9 @@ class CpuAttributionConfig(ComponentConfig):
     A zone type not listed is learned (``learn_idle``), else split by the usage ratio."""
     terminated_retention: Duration = 60.0
     """How long an ended series (an exited process, a gone container, pod or VM) stays exported."""
+    unseen: Literal["none", "containers"] = "none"
+    """``containers``: a container's cgroup CPU time no listed process carried (processes that lived inside a tick,
+    or ended since their last listing) joins the weights, billed to it and its pod (docs/attribution.md)."""
     max_terminated: int = Field(default=500, ge=0)
     """At most this many ended series are kept per table (the ones with the most energy)."""
 
@@ -133,6 +138,8 @@ class _Weights:
     cpu_s: list[float]
     listed: bool  # /proc answered this tick
     exited: AbstractSet[tuple[int, int]] = frozenset()  # in the last listing, not in this one
+    unseen: tuple[ContainerCpuTime, ...] = ()  # unseen: containers: the containers with unseen time, and its s
+    unseen_s: tuple[float, ...] = ()
 
 
 class CpuAttributionProcessor:
@@ -153,6 +160,7 @@ class CpuAttributionProcessor:
         self.series = CpuSeries(config.terminated_retention, config.max_terminated)
         self._idles = ZoneIdles(config.idle_w, config.learn_idle, ctx.logger) if config.mode == "idle" else None
         self._gaps = Gaps(_ZONE_GONE_AFTER_S)  # the CPU time used while a zone is missing, by its last-read tick
+        self._unseen = UnseenTime(ctx) if config.unseen == "containers" else None
 
     # --- state: totals and series go on across a restart (``service.state``) ------------------------------
 
@@ -201,6 +209,9 @@ class CpuAttributionProcessor:
             )
         weights = self._weights(batch, hosts)
         absent = self._absent(batch)
+        if self._unseen is not None:  # (not over a zone's gap: _cpu_unseen.py)
+            u = self._unseen.weigh(batch, weights.hosts, weights.cpu_s, weights.listed, not (absent or self._gaps.open))
+            weights, self.series.alive = replace(weights, unseen=tuple(u.records), unseen_s=tuple(u.seconds)), u.alive
         if absent or self._gaps.open:  # a zone missing: the CPU time used meanwhile is kept (processors/_cpu_gap.py)
             self._gaps.track(absent, node_before)
             if weights.listed:
@@ -354,6 +365,7 @@ class CpuAttributionProcessor:
         elif gap_cpu_s is None:
             why = "gap"
         cpu_s = weights.cpu_s if gap_cpu_s is False else gap_cpu_s or []
+        cpu_s = [*cpu_s, *weights.unseen_s] if weights.unseen_s and gap_cpu_s is False else cpu_s  # (any CPU time)
         split = gap_cpu_s is not None and splittable(cpu_s, ratio, idle_mj, weights.listed)
         return _Part(sample, interval_s, idle, active, split, why, zone_idle, idle_known)
 
@@ -374,10 +386,10 @@ class CpuAttributionProcessor:
         split_zones = frozenset(intervals)  # the zone types split: those with an interval
         read_zones = frozenset(p.device_name or "" for p in powers)
         if all(since < 0 for _, since in groups):  # no zone back from a gap: the tick's deltas alone
-            by_zone = {zone: apportion(active, weights.cpu_s) for (zone, _), (active, _) in groups.items()}
+            by_zone, unseen = split_active(groups, weights.cpu_s, weights.unseen_s)
             return TickShares(
                 interval_s, weights.keys, weights.hosts, by_zone, weights.exited, split_zones, read_zones, intervals
-            )
+            ).with_unseen(weights.unseen, unseen)
         m = merge_shares(weights.keys, weights.hosts, weights.cpu_s, groups, self._gaps.open, hosts)
         span_s = max(span_s for _, span_s in groups.values())  # a series begun now began within the gap (its start)
         return TickShares(

@@ -94,7 +94,7 @@ def clock_ticks_per_s() -> int:
         return 100
 
 
-_PROVIDES = frozenset({"host_processes", "node_cpu", "cpu_info"})
+_PROVIDES = frozenset({"host_processes", "node_cpu", "cpu_info", "container_cpu"})
 _GPU = frozenset({"gpu_processes"})
 
 
@@ -164,10 +164,11 @@ class ProcfsReceiver:
         # could not be read.
         missing = {"node_cpu"} if scan.node_cpu is None else set()
         missing |= set() if cpus else {"cpu_info"}
+        missing |= {"container_cpu"} if scan.containers is None else set()  # no cgroup v2 mount, or cpu_time off
         missing |= {"host_processes"} if gpu and self._gpu.records is None else set()  # no GPU listing seen yet
         self.provides = _PROVIDES - missing
         node = [] if scan.node_cpu is None else [scan.node_cpu]
-        return [*scan.records, *node, *cpus]
+        return [*scan.records, *node, *cpus, *(scan.containers or ())]
 
     def _read_cpu_info(self) -> list[CpuInfo]:
         """/proc/cpuinfo, parsed on the first tick only (it does not change while the node runs)."""

@@ -311,6 +311,10 @@ class CgroupUsage:
                 files.keep_only(live)
         return out
 
+    def readings(self) -> dict[str, int]:
+        """The last :meth:`moved`'s readings: each path asked about that could be read, its ``usage_usec``."""
+        return self._last
+
     def close(self) -> None:
         """Close the cpu.stat files kept open (on the scanning thread)."""
         self._files.close()

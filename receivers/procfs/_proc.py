@@ -13,8 +13,10 @@ from pathlib import Path
 
 from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.records import HostProcess, NodeCpuTime
+from wattpipe.pipeline.records_cpu import ContainerCpuTime
 from wattpipe.receivers.procfs._cgroup import parse_cgroup
 from wattpipe.receivers.procfs._cgroupcpu import CgroupUsage, Note, unified_path
+from wattpipe.receivers.procfs._containercpu import container_usage
 from wattpipe.receivers.procfs._identity import Identity
 from wattpipe.receivers.procfs._pidstat import ProcStat, comm_of, cpu_and_start, exec_head, parse_stat
 from wattpipe.receivers.procfs._stat import parse_proc_stat
@@ -41,6 +43,8 @@ class Scan:
     records: list[HostProcess] = field(default_factory=list)
     problems: list[tuple[str, str]] = field(default_factory=list)  # (key, message)
     node_cpu: NodeCpuTime | None = None  # None: /proc/stat could not be read
+    # Each container's cgroup CPU time (_containercpu.py); None: not known (cpu_time off, no cgroup v2 mount).
+    containers: list[ContainerCpuTime] | None = None
 
 
 class _Gone(Exception):
@@ -152,6 +156,7 @@ class ProcessTable:
         boot_wall_s = self._boot_wall_s(now)
         self._scans += 1
         full = names is None and self._scans % FULL_READ_EVERY == 1
+        cgroups = self._cache  # the last scan's processes: _idle reads their cgroups (before this scan replaces it)
         idle = None if names is not None or full else self._idle()
         if idle is not None and pids is self._listed[1] and len(self._cache) == len(self._last) == len(pids):
             records, cache = self._read_stale(pids, idle, now, boot_wall_s, out)
@@ -167,6 +172,9 @@ class ProcessTable:
             self._read_all(pids, known, now, boot_wall_s, out, records, cache, moved)
             self.stat_files.keep_only(cache)  # the files of processes gone (or skipped)
         out.records = list(records.values())  # in pid order
+        if self._usage is not None and names is None:  # _idle read the last scan's cgroups
+            paths = ((i.cgroup_path, i.cgroup) for i in cgroups.values() if i.cgroup_path is not None)
+            out.containers = container_usage(now, paths, self._usage.readings())
         self._cache = cache  # pids that are gone (or skipped) are forgotten
         if self.cpu_time:
             self._last = records

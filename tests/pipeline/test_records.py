@@ -34,7 +34,7 @@ from wattpipe.pipeline.records import (
     Workload,
     record_kind,
 )
-from wattpipe.pipeline.records_cpu import CpuInfo
+from wattpipe.pipeline.records_cpu import ContainerCpuTime, CpuInfo
 from wattpipe.pipeline.records_topology import GpuLink, GpuSetScore
 
 T = Timestamp(monotonic_s=1000.0, wall_s=1_767_225_600.0)
@@ -91,6 +91,7 @@ def one_of_each() -> list[Record]:
         GpuLink(time=T, gpu_a=0, gpu_b=1, link="NV2", pcie="NODE", nvlinks=2, score=220),
         GpuSetScore(time=T, size=2, free_gpus=2, score=220, gpus="0,1"),
         CpuInfo(time=T, processor="0", vendor_id="GenuineIntel", model_name="Xeon", physical_id="0", core_id="0"),
+        ContainerCpuTime(time=T, container_id="c" * 64, container_runtime="containerd", pod_uid="uid-1", usage_s=7.5),
     ]
 
 
@@ -99,7 +100,7 @@ def test_with_records_routes_each_record_type_to_its_field_and_marks_it_present(
     out = batch().with_records(records)
 
     assert out.present == frozenset(Batch.FIELDS)
-    assert out.count() == len(Batch.FIELDS) == 20
+    assert out.count() == len(Batch.FIELDS) == 21
     for record in records:
         field = Batch.field_for(type(record))
         assert getattr(out, field) == (record,), field

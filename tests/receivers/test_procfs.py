@@ -16,7 +16,7 @@ from wattpipe import simulator
 from wattpipe.pipeline.clock import SteppedClock, Timestamp
 from wattpipe.pipeline.components import Registry
 from wattpipe.pipeline.records import HostProcess, NodeCpuTime
-from wattpipe.pipeline.records_cpu import CpuInfo
+from wattpipe.pipeline.records_cpu import ContainerCpuTime, CpuInfo
 from wattpipe.pipeline.telemetry import Telemetry
 from wattpipe.receivers.procfs import ProcfsConfig, ProcfsReceiver, factory, parse_stat
 from wattpipe.receivers.procfs._proc import Scan
@@ -83,7 +83,8 @@ def poll(receiver: ProcfsReceiver) -> dict[int, HostProcess]:
     records = asyncio.run(receiver.collect())
     # The processes, then the node's CPU time where /proc/stat could be read (test_procfs_cpu.py), then the
     # node's CPUs where /proc/cpuinfo could be (test_procfs_cpuinfo.py).
-    assert all(isinstance(r, HostProcess) for r in records if not isinstance(r, (NodeCpuTime, CpuInfo)))
+    others = (NodeCpuTime, CpuInfo, ContainerCpuTime)  # and containers' CPU time (test_procfs_containercpu.py)
+    assert all(isinstance(r, HostProcess) for r in records if not isinstance(r, others))
     return {r.pid: r for r in records if isinstance(r, HostProcess)}
 
 
@@ -374,7 +375,7 @@ def test_factory_defaults_and_registration() -> None:
     assert isinstance(config, ProcfsConfig)
     assert (config.root, config.max_processes) == ("/proc", 10_000)
     assert (factory.type, factory.kind, factory.stability) == ("procfs", "receiver", "alpha")
-    assert factory.provides == frozenset({"host_processes", "node_cpu", "cpu_info"})
+    assert factory.provides == frozenset({"host_processes", "node_cpu", "cpu_info", "container_cpu"})
     receiver = factory.create(make_context("procfs", "receiver"), config)
     assert isinstance(receiver, ProcfsReceiver)
     assert receiver.provides == factory.provides

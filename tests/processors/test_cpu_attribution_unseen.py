@@ -1,0 +1,255 @@
+"""``cpu_attribution``'s ``unseen: containers``: a container's cgroup CPU time that no listed process carried (its
+short-lived processes, its processes' last seconds before they exited) joins the weights and is billed to the
+container and its pod (processors/_cpu_unseen.py); ``none`` (the default) is the seed's model, unchanged."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from tests.processors.test_cpu_attribution import Node, processor, step, totals
+from wattpipe.pipeline.batch import Batch
+from wattpipe.pipeline.records_cpu import ContainerCpuTime
+from wattpipe.processors.cpu_attribution import CpuAttributionConfig
+
+ZONE = {"intel-rapl:0": ("package", 0, 0, 0)}
+
+
+@dataclass
+class CgroupNode(Node):
+    """A Node whose containers' cgroups are read too: container id → (pod UID, usage s); ``cgroups_read`` False:
+    no cgroup v2 mount (the field absent)."""
+
+    cgroups: dict[str, tuple[str | None, float]] = field(default_factory=dict)
+    cgroups_read: bool = True
+
+    def batch(self) -> Batch:
+        out = super().batch()
+        if not self.cgroups_read:
+            return out
+        now = self.clock.now()
+        records = tuple(
+            ContainerCpuTime(time=now, container_id=cid, container_runtime="containerd", pod_uid=pod, usage_s=s)
+            for cid, (pod, s) in self.cgroups.items()
+        )
+        return out.replace(container_cpu=records)
+
+    def use(self, cid: str, seconds: float) -> None:
+        pod, s = self.cgroups[cid]
+        self.cgroups[cid] = (pod, s + seconds)
+
+
+def build_node() -> CgroupNode:
+    """Pod ``build`` (container ``ci``: ``make``, pid 10) and another tenant, pod ``web`` (container ``nginx``,
+    pid 20). Each tick ``make`` uses 1 s and its compiler children, which never live through a scan, 3 s more;
+    nginx uses 4 s. 10,000 mJ a tick at usage ratio 0.8: 8,000 mJ active."""
+    node = CgroupNode(zones=dict(ZONE))
+    node.spawn(10, comm="make", container_id="ci", pod_uid="build")
+    node.spawn(20, comm="nginx", container_id="nginx", pod_uid="web")
+    node.cgroups = {"ci": ("build", 100.0), "nginx": ("web", 50.0)}
+    return node
+
+
+def build_tick(node: CgroupNode) -> None:
+    node.spend("intel-rapl:0", 10_000)
+    node.total_s += 10.0
+    node.active_s += 8.0
+    node.run(10, 1.0)
+    node.run(20, 4.0)
+    node.use("ci", 4.0)
+    node.use("nginx", 4.0)
+
+
+def energy(out: Batch, scope: str, key: str) -> int:
+    return totals(out, scope)[(key, "cpu:package")].energy_mj
+
+
+def test_the_setting_is_validated_by_name() -> None:
+    assert CpuAttributionConfig().unseen == "none"
+    with pytest.raises(ValidationError, match="unseen"):
+        CpuAttributionConfig(unseen="pods")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("unseen", "ci_mj", "nginx_mj"), [("none", 1_600, 6_400), ("containers", 4_000, 4_000)])
+def test_a_container_whose_short_lived_processes_were_never_listed_gets_their_energy(
+    unseen: str, ci_mj: int, nginx_mj: int
+) -> None:
+    node = build_node()
+    proc = processor(unseen=unseen)
+    step(proc, node)
+    build_tick(node)
+    out = step(proc, node)
+    # none: 8,000 mJ over 1 s (make) and 4 s (nginx): the other tenant pays for the compilers.
+    # containers: over make's 1 s, nginx's 4 s and ci's 3 s unseen: 1,000 / 4,000 / 3,000.
+    assert energy(out, "process", "10") == 1_000 if unseen == "containers" else 1_600
+    assert energy(out, "process", "20") == nginx_mj
+    assert (energy(out, "container", "ci"), energy(out, "pod", "build")) == (ci_mj, ci_mj)
+    assert (energy(out, "container", "nginx"), energy(out, "pod", "web")) == (nginx_mj, nginx_mj)
+    (zone,) = out.device_totals
+    assert (zone.attributed_energy_mj, zone.unattributed_energy_mj, zone.idle_energy_mj) == (8_000, 0, 2_000)
+    ci = totals(out, "container")[("ci", "cpu:package")]
+    assert ci.power_w == pytest.approx(ci_mj / 5.0 / 1000.0)  # its watts include its unseen share
+
+
+def test_first_read_and_backwards_usage_are_baselines() -> None:
+    node = build_node()
+    proc = processor(unseen="containers")
+    step(proc, node)
+    node.cgroups["late"] = ("build", 500.0)  # first read now: a baseline, though it used CPU before
+    build_tick(node)
+    out = step(proc, node)
+    assert energy(out, "container", "ci") == 4_000
+    assert ("late", "cpu:package") not in totals(out, "container")
+    build_tick(node)
+    node.cgroups["ci"] = ("build", 1.0)  # went back: made anew under the same id: no delta
+    out = step(proc, node)
+    assert energy(out, "container", "ci") == 4_000 + 1_600  # make's 1 s of 5 s: the seed's split this tick
+    build_tick(node)
+    out = step(proc, node)
+    assert energy(out, "container", "ci") == 4_000 + 1_600 + 4_000
+
+
+def test_a_container_with_no_listed_process_is_billed_and_stays_running_while_its_cgroup_is_read() -> None:
+    node = build_node()
+    proc = processor(unseen="containers")
+    node.cgroups["batch"] = ("jobs", 0.0)  # its processes all live inside a tick
+    step(proc, node)
+    build_tick(node)
+    node.use("batch", 2.0)
+    out = step(proc, node)
+    # 8,000 mJ over make 1, nginx 4, ci 3, batch 2 (10 s)
+    assert [energy(out, "container", c) for c in ("ci", "nginx", "batch")] == [3_200, 3_200, 1_600]
+    assert energy(out, "pod", "jobs") == 1_600
+    batch = totals(out, "container")[("batch", "cpu:package")]
+    assert (batch.state, batch.attributes()["pod_uid"], batch.attributes()["runtime"]) == (
+        "running",
+        "jobs",
+        "containerd",
+    )
+    build_tick(node)  # batch idles this tick, its cgroup still read: running at 0 W
+    out = step(proc, node)
+    batch = totals(out, "container")[("batch", "cpu:package")]
+    assert (batch.state, batch.energy_mj, batch.power_w) == ("running", 1_600, 0.0)
+    del node.cgroups["batch"]  # no longer read (its cgroup removed): it ends
+    build_tick(node)
+    out = step(proc, node)
+    assert totals(out, "container")[("batch", "cpu:package")].state == "terminated"
+    assert totals(out, "pod")[("jobs", "cpu:package")].state == "terminated"
+
+
+def test_without_container_cpu_time_it_says_so_once_and_splits_by_processes(caplog: pytest.LogCaptureFixture) -> None:
+    node = build_node()
+    node.cgroups_read = False
+    proc = processor(unseen="containers")
+    with caplog.at_level(logging.WARNING):
+        step(proc, node)
+        build_tick(node)
+        out = step(proc, node)
+        for _ in range(3):
+            build_tick(node)
+            step(proc, node)
+    said = [r.getMessage() for r in caplog.records if "unseen" in r.getMessage()]
+    assert len(said) == 1
+    assert "no container CPU time" in said[0]
+    assert "processes only" in said[0]
+    assert energy(out, "container", "ci") == 1_600  # the seed's split
+
+
+def test_a_zone_gap_is_a_baseline_for_unseen_time() -> None:
+    node = CgroupNode(zones={**ZONE, "intel-rapl:1": ("package", 1, 0, 0)})
+    node.spawn(10, comm="make", container_id="ci", pod_uid="build")
+    node.spawn(20, comm="nginx", container_id="nginx", pod_uid="web")
+    node.cgroups = {"ci": ("build", 100.0), "nginx": ("web", 50.0)}
+    proc = processor(unseen="containers")
+    step(proc, node)
+    missing = node.zones.pop("intel-rapl:1")
+    build_tick(node)
+    out = step(proc, node)  # intel-rapl:1 missing: the tick is split by the processes alone
+    assert energy(out, "container", "ci") == 1_600
+    node.zones["intel-rapl:1"] = ("package", 1, missing[2] + 20_000_000, 0)
+    build_tick(node)
+    out = step(proc, node)  # back: the gap's split is the processes' (_cpu_gap.py); no unseen time this tick
+    assert out.device_totals[0].unattributed_energy_mj == 0
+    assert energy(out, "container", "ci") - energy(out, "process", "10") == 0
+    build_tick(node)
+    before = energy(out, "container", "ci")
+    out = step(proc, node)
+    assert energy(out, "container", "ci") - before == 4_000  # read every tick again: unseen time counts
+
+
+# --- properties: churn, unseen time, containers coming and going ---------------------------------------
+
+
+TICK = st.fixed_dictionaries(
+    {
+        "mj": st.integers(0, 50_000),
+        "active_s": st.integers(0, 10),
+        "spawn": st.lists(st.sampled_from(["a", "b", "c", None]), max_size=3),
+        "exit": st.lists(st.integers(0, 20), max_size=2),
+        "run": st.lists(st.floats(0.0, 3.0), max_size=6),
+        "hidden": st.lists(st.floats(0.0, 4.0), min_size=3, max_size=3),  # unseen s per container a, b, c
+        "cgroups": st.lists(st.booleans(), min_size=3, max_size=3),  # which containers are read this tick
+        "listed": st.booleans(),
+    }
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(TICK, min_size=1, max_size=12))
+@example([{"mj": 1, "active_s": 1, "spawn": [], "exit": [], "run": [], "hidden": [0.5, 0.0, 0.0],
+           "cgroups": [True, True, True], "listed": True}] * 3)  # fmt: skip
+def test_conservation_and_monotonic_totals_with_churn_and_unseen_time(ticks: list[dict]) -> None:  # type: ignore[type-arg]
+    node = CgroupNode(zones=dict(ZONE))
+    pods = {"a": "p1", "b": "p1", "c": "p2"}
+    node.cgroups = {c: (pods[c], 0.0) for c in pods}
+    proc = processor(unseen="containers", terminated_retention=1e9, max_terminated=10_000)
+    container_of: dict[int, str | None] = {}
+    last: dict[tuple[str, str], int] = {}
+    next_pid = 100
+    step(proc, node)
+    for tick in ticks:
+        for c in tick["spawn"]:
+            node.spawn(next_pid, container_id=c, pod_uid=None if c is None else pods[c])
+            container_of[next_pid] = c
+            next_pid += 1
+        for i in tick["exit"]:
+            if node.procs:
+                node.procs.pop(sorted(node.procs)[i % len(node.procs)])
+        for i, seconds in enumerate(tick["run"]):
+            if node.procs:
+                pid = sorted(node.procs)[i % len(node.procs)]
+                node.run(pid, seconds)
+                if (c := container_of[pid]) is not None:
+                    node.use(c, seconds)
+        for c, seconds in zip(pods, tick["hidden"], strict=True):
+            node.use(c, seconds)
+        read = {c for c, on in zip(pods, tick["cgroups"], strict=True) if on}
+        every = dict(node.cgroups)
+        node.cgroups = {c: v for c, v in every.items() if c in read}
+        node.listed = tick["listed"]
+        node.spend("intel-rapl:0", tick["mj"])
+        node.total_s += 10.0
+        node.active_s += tick["active_s"]
+        out = step(proc, node)
+        node.cgroups = every
+        (zone,) = out.device_totals
+        assert zone.idle_energy_mj + zone.attributed_energy_mj + zone.unattributed_energy_mj == zone.energy_mj
+        processes = {int(k[0]): t.energy_mj for k, t in totals(out, "process").items()}
+        containers = {k[0]: t.energy_mj for k, t in totals(out, "container").items()}
+        in_containers = {c: sum(mj for pid, mj in processes.items() if container_of[pid] == c) for c in pods}
+        unseen = {c: containers.get(c, 0) - in_containers[c] for c in pods}
+        assert all(mj >= 0 for mj in unseen.values())  # a container is at least the sum of its processes
+        # every attributed mJ is a process's, or a container's unseen share: nothing lost, nothing twice
+        assert sum(processes.values()) + sum(unseen.values()) == zone.attributed_energy_mj
+        pods_mj = {k[0]: t.energy_mj for k, t in totals(out, "pod").items()}
+        assert pods_mj.get("p1", 0) == containers.get("a", 0) + containers.get("b", 0)
+        assert pods_mj.get("p2", 0) == containers.get("c", 0)
+        for t in out.totals:
+            key = (t.scope, t.key)
+            assert t.energy_mj >= last.get(key, 0)  # monotonic
+            last[key] = t.energy_mj

@@ -1,0 +1,126 @@
+"""procfs with ``cpu_time`` and ``cgroup_root``: a ``ContainerCpuTime`` per container, from the ``cpu.stat`` reads
+it already makes to skip idle cgroups (receivers/procfs/_containercpu.py), for ``cpu_attribution``'s
+``unseen: containers``."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+from tests.receivers.test_procfs import make_receiver, write_process
+from tests.receivers.test_procfs_cgroupcpu import mount, usage
+from wattpipe.pipeline.clock import SteppedClock, Timestamp
+from wattpipe.pipeline.records_cpu import ContainerCpuTime
+from wattpipe.receivers.procfs import ProcfsReceiver
+from wattpipe.receivers.procfs._cgroup import CgroupIdentity
+from wattpipe.receivers.procfs._containercpu import container_usage
+
+ID_A = "a" * 64
+ID_B = "b" * 64
+UID = "a1b2c3d4-e5f6-4789-abcd-ef0123456789"
+POD = f"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID.replace('-', '_')}.slice"
+A = f"{POD}/cri-containerd-{ID_A}.scope"
+B = f"{POD}/cri-containerd-{ID_B}.scope"
+
+
+def containers(receiver: ProcfsReceiver) -> dict[str, ContainerCpuTime] | None:
+    """One tick's container records by id; None where the receiver says the field is absent this tick."""
+    records = asyncio.run(receiver.collect())
+    if "container_cpu" not in receiver.provides:
+        assert not any(isinstance(r, ContainerCpuTime) for r in records)
+        return None
+    return {r.container_id: r for r in records if isinstance(r, ContainerCpuTime)}
+
+
+def advance(receiver: ProcfsReceiver, seconds: float = 5.0) -> None:
+    clock = receiver.clock
+    assert isinstance(clock, SteppedClock)
+    clock.advance(seconds)
+
+
+def test_each_containers_cumulative_cgroup_usage_in_seconds_with_its_pod(tmp_path: Path) -> None:
+    proc, cgroups = tmp_path / "proc", mount(tmp_path / "cgroup")
+    write_process(proc, 10, "make", utime=100, cgroup=f"0::{A}\n")
+    write_process(proc, 11, "cc1", utime=100, cgroup=f"0::{A}\n")
+    write_process(proc, 12, "nginx", utime=100, cgroup=f"0::{B}\n")
+    write_process(proc, 13, "sshd", utime=100, cgroup="0::/system.slice/ssh.service\n")  # in no container
+    usage(cgroups, A, 7_250_000)
+    usage(cgroups, B, 1_000_000)
+    usage(cgroups, "/system.slice/ssh.service", 3_000_000)
+    receiver = make_receiver(proc, cgroup_root=str(cgroups))
+    assert containers(receiver) == {}  # first scan: no process's cgroup known yet (present, and empty)
+    advance(receiver)
+    second = containers(receiver)
+    assert second is not None
+    assert sorted(second) == [ID_A, ID_B]  # one per container, however many processes; none for sshd's cgroup
+    a = second[ID_A]
+    assert (a.usage_s, a.pod_uid, a.container_runtime) == (7.25, UID, "containerd")
+    usage(cgroups, A, 9_000_000)
+    advance(receiver)
+    third = containers(receiver)
+    assert third is not None
+    assert third[ID_A].usage_s == 9.0
+    assert third[ID_A].time.monotonic_s - a.time.monotonic_s == 5.0
+
+
+def test_a_container_whose_last_process_ended_is_read_once_more_then_not(tmp_path: Path) -> None:
+    proc, cgroups = tmp_path / "proc", mount(tmp_path / "cgroup")
+    write_process(proc, 10, "job", utime=100, cgroup=f"0::{A}\n")
+    write_process(proc, 1, "init", utime=100)  # (a /proc with no process at all is a failed listing)
+    usage(cgroups, A, 1_000_000)
+    receiver = make_receiver(proc, cgroup_root=str(cgroups))
+    containers(receiver)
+    advance(receiver)
+    baseline = containers(receiver)
+    assert baseline is not None
+    assert baseline[ID_A].usage_s == 1.0
+    # the job runs 2 s more and exits before the next scan: its cgroup still counts them
+    for name in os.listdir(proc / "10"):
+        os.remove(proc / "10" / name)
+    os.rmdir(proc / "10")
+    usage(cgroups, A, 3_000_000)
+    advance(receiver)
+    last = containers(receiver)
+    assert last is not None
+    assert last[ID_A].usage_s == 3.0
+    advance(receiver)
+    assert containers(receiver) == {}  # no process of it listed since: not read again
+
+
+def test_a_removed_cgroup_gives_no_record_not_zero(tmp_path: Path) -> None:
+    proc, cgroups = tmp_path / "proc", mount(tmp_path / "cgroup")
+    write_process(proc, 10, "job", utime=100, cgroup=f"0::{A}\n")
+    usage(cgroups, A, 1_000_000)
+    receiver = make_receiver(proc, cgroup_root=str(cgroups))
+    containers(receiver)
+    advance(receiver)
+    os.remove(cgroups / A.lstrip("/") / "cpu.stat")
+    assert containers(receiver) == {}
+
+
+def test_no_cgroup_v2_mount_no_records_absent_not_empty(tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    write_process(proc, 10, "job", utime=100, cgroup=f"0::{A}\n")
+    plain = tmp_path / "cgroup"
+    plain.mkdir()  # no cgroup.controllers: not a cgroup v2 mount
+    receiver = make_receiver(proc, cgroup_root=str(plain))
+    assert containers(receiver) is None
+    advance(receiver)
+    assert containers(receiver) is None
+    off = make_receiver(proc, cgroup_root="")
+    assert containers(off) is None
+    gpu_path = make_receiver(proc, cgroup_root=str(mount(tmp_path / "v2")), cpu_time=False)
+    assert containers(gpu_path) is None
+
+
+def test_a_nested_cgroup_is_counted_in_its_containers_once() -> None:
+    t = Timestamp(wall_s=1.0, monotonic_s=1.0)
+    a = CgroupIdentity(container_id=ID_A, pod_uid=UID, runtime="containerd")
+    b = CgroupIdentity(container_id=ID_B)
+    usec = {A: 5_000_000, f"{A}/init.scope": 4_000_000, B: 2_000_000, f"{B}/x": 1_000_000, f"{B}/y": 500_000}
+    found = container_usage(t, [(f"{A}/init.scope", a), (A, a), (f"{B}/x", b), (f"{B}/y", b)], usec)
+    # A: its own cgroup holds init.scope's usage; B's processes sit in two sibling cgroups: their sum
+    assert [(r.container_id, r.usage_s) for r in found] == [(ID_A, 5.0), (ID_B, 1.5)]
+    # one of a container's cgroups unreadable: the container unknown, not less
+    assert container_usage(t, [(f"{B}/x", b), (f"{B}/y", b)], {f"{B}/x": 1}) == []
