@@ -161,6 +161,7 @@ class CpuAttributionProcessor:
         self._idles = ZoneIdles(config.idle_w, config.learn_idle, ctx.logger) if config.mode == "idle" else None
         self._gaps = Gaps(_ZONE_GONE_AFTER_S)  # the CPU time used while a zone is missing, by its last-read tick
         self._unseen = UnseenTime(ctx) if config.unseen == "containers" else None
+        self.wants = self.wants | {"container_cpu_time"} if self._unseen else self.wants  # procfs: ContainerCpuTime
 
     # --- state: totals and series go on across a restart (``service.state``) ------------------------------
 

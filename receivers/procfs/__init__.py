@@ -128,10 +128,12 @@ class ProcfsReceiver:
         )
 
     def asked(self, wants: frozenset[str]) -> None:
-        """``cpu_time: auto``: every process's CPU time every tick only if a processor downstream wants it."""
+        """``cpu_time: auto``: every process's CPU time every tick only if a processor downstream wants it; each
+        container's cgroup CPU time (``ContainerCpuTime``) only if one wants that (``cpu_attribution``'s unseen)."""
         if self.config.cpu_time == "auto" and ("process_cpu_time" in wants) != self.table.cpu_time:
             self.table = self._table("process_cpu_time" in wants)
             self._gpu = GpuPids(self.table)
+        self.table.containers = "container_cpu_time" in wants  # ContainerCpuTime only for who bills by it
 
     @property
     def after_records(self) -> frozenset[str]:

@@ -114,6 +114,7 @@ class ProcessTable:
         # cpu_time on and cgroup_root set ("auto": beside root): a process whose cgroup ran nothing since the
         # last scan keeps its record. ``note`` hears, once, why it is off (not a cgroup v2 mount, ...).
         self._usage = CgroupUsage.of(cgroup_root, self._root, note, cgroup_files) if cpu_time else None
+        self.containers = True  # with cgroup_root: each container's usage (receiver.asked: only where one wants it)
         self._last: dict[int, HostProcess] = {}  # cpu_time on: the last scan's records, by pid
         self._lines: dict[int, bytes] = {}  # cpu_time on: each process's stat line its last record was made from
         self._scans = 0  # scans that read processes with cpu_time on: every FULL_READ_EVERY-th reads them all
@@ -172,7 +173,7 @@ class ProcessTable:
             self._read_all(pids, known, now, boot_wall_s, out, records, cache, moved)
             self.stat_files.keep_only(cache)  # the files of processes gone (or skipped)
         out.records = list(records.values())  # in pid order
-        if self._usage is not None and names is None:  # _idle read the last scan's cgroups
+        if self.containers and self._usage is not None and names is None:  # _idle read the last scan's cgroups
             paths = ((i.cgroup_path, i.cgroup) for i in cgroups.values() if i.cgroup_path is not None)
             out.containers = container_usage(now, paths, self._usage.readings())
         self._cache = cache  # pids that are gone (or skipped) are forgotten

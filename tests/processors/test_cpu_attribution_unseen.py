@@ -253,3 +253,8 @@ def test_conservation_and_monotonic_totals_with_churn_and_unseen_time(ticks: lis
             key = (t.scope, t.key)
             assert t.energy_mj >= last.get(key, 0)  # monotonic
             last[key] = t.energy_mj
+
+
+def test_it_asks_procfs_for_container_cpu_time_only_when_on() -> None:
+    assert processor().wants == frozenset({"process_cpu_time"})
+    assert processor(unseen="containers").wants == frozenset({"process_cpu_time", "container_cpu_time"})

@@ -124,3 +124,21 @@ def test_a_nested_cgroup_is_counted_in_its_containers_once() -> None:
     assert [(r.container_id, r.usage_s) for r in found] == [(ID_A, 5.0), (ID_B, 1.5)]
     # one of a container's cgroups unreadable: the container unknown, not less
     assert container_usage(t, [(f"{B}/x", b), (f"{B}/y", b)], {f"{B}/x": 1}) == []
+
+
+def test_made_only_where_a_processor_asks_for_them(tmp_path: Path) -> None:
+    # The graph hands procfs its pipelines' wants: cpu_attribution asks for container_cpu_time with unseen:
+    # containers only, so a pipeline without it neither pays for the records nor carries them.
+    proc, cgroups = tmp_path / "proc", mount(tmp_path / "cgroup")
+    write_process(proc, 10, "job", utime=100, cgroup=f"0::{A}\n")
+    usage(cgroups, A, 1_000_000)
+    receiver = make_receiver(proc, cgroup_root=str(cgroups))
+    receiver.asked(frozenset({"process_cpu_time"}))
+    containers(receiver)
+    advance(receiver)
+    assert containers(receiver) is None
+    receiver.asked(frozenset({"process_cpu_time", "container_cpu_time"}))
+    advance(receiver)
+    found = containers(receiver)
+    assert found is not None
+    assert found[ID_A].usage_s == 1.0
