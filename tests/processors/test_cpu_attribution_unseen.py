@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from tests.processors.test_cpu_attribution import Node, processor, step, totals
+from tests.processors.test_cpu_attribution import Node, processor, restarted, step, totals
 from wattpipe.pipeline.batch import Batch
+from wattpipe.pipeline.clock import SteppedClock
 from wattpipe.pipeline.records_cpu import ContainerCpuTime
+from wattpipe.pipeline.state import StateStore
 from wattpipe.processors.cpu_attribution import CpuAttributionConfig
 
 ZONE = {"intel-rapl:0": ("package", 0, 0, 0)}
@@ -258,3 +261,20 @@ def test_conservation_and_monotonic_totals_with_churn_and_unseen_time(ticks: lis
 def test_it_asks_procfs_for_container_cpu_time_only_when_on() -> None:
     assert processor().wants == frozenset({"process_cpu_time"})
     assert processor(unseen="containers").wants == frozenset({"process_cpu_time", "container_cpu_time"})
+
+
+def test_after_a_restart_the_first_tick_is_a_baseline_and_the_container_goes_on(tmp_path: Path) -> None:
+    node = build_node()
+    store = StateStore(tmp_path / "state.json", SteppedClock(), "n")
+    proc = processor(store, unseen="containers")
+    step(proc, node)
+    build_tick(node)
+    assert energy(step(proc, node), "container", "ci") == 4_000
+    proc = restarted(proc, store, unseen="containers")
+    build_tick(node)
+    out = step(proc, node)  # a baseline for the zones, the processes and the containers alike (nothing kept)
+    assert energy(out, "container", "ci") == 4_000
+    assert proc._unseen is not None
+    assert proc._unseen._usage == {"ci": 108.0, "nginx": 58.0}  # read now: the next tick's deltas start here
+    build_tick(node)
+    assert energy(step(proc, node), "container", "ci") == 4_000 + 4_000  # the restored series goes on
