@@ -311,9 +311,10 @@ class CgroupUsage:
                 files.keep_only(live)
         return out
 
-    def readings(self) -> dict[str, int]:
-        """The last :meth:`moved`'s readings: each path asked about that could be read, its ``usage_usec``."""
-        return self._last
+    def readings(self) -> dict[str, int] | None:
+        """The last :meth:`moved`'s readings: each path asked about that could be read, its ``usage_usec``; None
+        where no path can be placed under the mount (our cgroup namespace's root not found): none is known."""
+        return None if self._prefix is None else self._last
 
     def close(self) -> None:
         """Close the cpu.stat files kept open (on the scanning thread)."""

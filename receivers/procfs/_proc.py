@@ -173,9 +173,10 @@ class ProcessTable:
             self._read_all(pids, known, now, boot_wall_s, out, records, cache, moved)
             self.stat_files.keep_only(cache)  # the files of processes gone (or skipped)
         out.records = list(records.values())  # in pid order
-        if self.containers and self._usage is not None and names is None:  # _idle read the last scan's cgroups
+        usec = self._usage.readings() if self.containers and self._usage is not None and names is None else None
+        if usec is not None:  # _idle read the last scan's cgroups
             paths = ((i.cgroup_path, i.cgroup) for i in cgroups.values() if i.cgroup_path is not None)
-            out.containers = container_usage(now, paths, self._usage.readings())
+            out.containers = container_usage(now, paths, usec)
         self._cache = cache  # pids that are gone (or skipped) are forgotten
         if self.cpu_time:
             self._last = records

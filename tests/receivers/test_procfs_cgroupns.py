@@ -107,6 +107,7 @@ def test_where_no_cgroup_holds_us_every_process_is_read_with_one_info_line(
             assert records[10].cpu_time_s == records[11].cpu_time_s == (utime - 100) / 100
             (proc / "10" / "stat").write_text(stat_line(10, "host", utime=utime))
             (proc / "11" / "stat").write_text(stat_line(11, "beside", utime=utime))
+            assert "container_cpu" not in receiver.provides  # no path placed: no container's usage known (absent)
     lines = [r for r in caplog.records if "cgroup_root" in r.getMessage()]
     assert [r.levelno for r in lines] == [logging.INFO]
     assert str(cgroups) in lines[0].getMessage()
