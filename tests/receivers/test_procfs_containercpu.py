@@ -142,3 +142,23 @@ def test_made_only_where_a_processor_asks_for_them(tmp_path: Path) -> None:
     found = containers(receiver)
     assert found is not None
     assert found[ID_A].usage_s == 1.0
+
+
+def test_the_usage_on_a_full_read_scan_is_that_scans_not_the_last_ones(tmp_path: Path) -> None:
+    # Every FULL_READ_EVERY-th scan reads every process's stat and skips the idle-cgroup check; its container
+    # usage must still be read then: a stale one makes the next tick's delta span two ticks while the
+    # processes' deltas span one, billing the container a whole tick of its processes' time a second time.
+    from wattpipe.receivers.procfs._proc import FULL_READ_EVERY
+
+    proc, cgroups = tmp_path / "proc", mount(tmp_path / "cgroup")
+    write_process(proc, 10, "nginx", utime=100, cgroup=f"0::{A}\n")
+    receiver = make_receiver(proc, cgroup_root=str(cgroups))
+    seen: list[float] = []
+    for scan in range(2 * FULL_READ_EVERY + 2):
+        usage(cgroups, A, 1_000_000 * (scan + 1))
+        write_process(proc, 10, "nginx", utime=100 * (scan + 1), cgroup=f"0::{A}\n")
+        got = containers(receiver)
+        if got:
+            seen.append(got[ID_A].usage_s)
+        advance(receiver)
+    assert seen == [float(scan + 1) for scan in range(1, 2 * FULL_READ_EVERY + 2)]
