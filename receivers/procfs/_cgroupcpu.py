@@ -311,10 +311,14 @@ class CgroupUsage:
                 files.keep_only(live)
         return out
 
-    def readings(self) -> dict[str, int] | None:
-        """The last :meth:`moved`'s readings: each path asked about that could be read, its ``usage_usec``; None
-        where no path can be placed under the mount (our cgroup namespace's root not found): none is known."""
-        return None if self._prefix is None else self._last
+    def readings(self) -> dict[str, tuple[str, int]] | None:
+        """The last :meth:`moved`'s readings: each path asked about that could be read, the ``cpu.stat`` read for
+        it (a threaded cgroup's is its threaded domain's, which other paths may share) and its ``usage_usec``;
+        None where no path can be placed under the mount (our cgroup namespace's root not found): none is known."""
+        if self._prefix is None:
+            return None
+        where = self._where
+        return {path: (stat, usage) for path, usage in self._last.items() if (stat := where.get(path)) is not None}
 
     def close(self) -> None:
         """Close the cpu.stat files kept open (on the scanning thread)."""

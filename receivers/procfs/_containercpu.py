@@ -30,10 +30,11 @@ def _outermost(paths: set[str]) -> list[str]:
 
 
 def container_usage(
-    now: Timestamp, cgroups: Iterable[tuple[str, CgroupIdentity]], usec: Mapping[str, int]
+    now: Timestamp, cgroups: Iterable[tuple[str, CgroupIdentity]], usec: Mapping[str, tuple[str, int]]
 ) -> list[ContainerCpuTime]:
     """A record per container of ``cgroups`` (each process's cgroup path and its identity), its usage the sum of
-    its outermost cgroups' readings (``usec``: path → ``usage_usec``); none for a container one of whose
+    its outermost cgroups' readings (``usec``: path → the ``cpu.stat`` read and its ``usage_usec``), each file
+    once (two threaded cgroups are read through their domain's one file); none for a container one of whose
     cgroups gave no reading (removed, unreadable): unknown, not less."""
     by_container: dict[str, tuple[CgroupIdentity, set[str]]] = {}
     for path, identity in cgroups:
@@ -44,7 +45,7 @@ def container_usage(
         readings = [usec.get(path) for path in _outermost(paths)]
         if any(r is None for r in readings):
             continue
-        total = sum(r for r in readings if r is not None)
+        total = sum(dict(r for r in readings if r is not None).values())  # by file: each counted once
         out.append(
             ContainerCpuTime(
                 time=now,

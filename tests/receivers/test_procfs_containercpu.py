@@ -118,12 +118,13 @@ def test_a_nested_cgroup_is_counted_in_its_containers_once() -> None:
     t = Timestamp(wall_s=1.0, monotonic_s=1.0)
     a = CgroupIdentity(container_id=ID_A, pod_uid=UID, runtime="containerd")
     b = CgroupIdentity(container_id=ID_B)
-    usec = {A: 5_000_000, f"{A}/init.scope": 4_000_000, B: 2_000_000, f"{B}/x": 1_000_000, f"{B}/y": 500_000}
+    values = {A: 5_000_000, f"{A}/init.scope": 4_000_000, B: 2_000_000, f"{B}/x": 1_000_000, f"{B}/y": 500_000}
+    usec = {path: (f"{path}/cpu.stat", value) for path, value in values.items()}  # (the file read, its usage)
     found = container_usage(t, [(f"{A}/init.scope", a), (A, a), (f"{B}/x", b), (f"{B}/y", b)], usec)
     # A: its own cgroup holds init.scope's usage; B's processes sit in two sibling cgroups: their sum
     assert [(r.container_id, r.usage_s) for r in found] == [(ID_A, 5.0), (ID_B, 1.5)]
     # one of a container's cgroups unreadable: the container unknown, not less
-    assert container_usage(t, [(f"{B}/x", b), (f"{B}/y", b)], {f"{B}/x": 1}) == []
+    assert container_usage(t, [(f"{B}/x", b), (f"{B}/y", b)], {f"{B}/x": ("x", 1)}) == []
 
 
 def test_made_only_where_a_processor_asks_for_them(tmp_path: Path) -> None:
@@ -162,3 +163,23 @@ def test_the_usage_on_a_full_read_scan_is_that_scans_not_the_last_ones(tmp_path:
             seen.append(got[ID_A].usage_s)
         advance(receiver)
     assert seen == [float(scan + 1) for scan in range(1, 2 * FULL_READ_EVERY + 2)]
+
+
+def test_two_threaded_cgroups_of_one_container_read_through_one_file_count_it_once(tmp_path: Path) -> None:
+    # cgroup v2's thread mode (KubeVirt's housekeeping cgroup): two processes whose main threads sit in two
+    # threaded children of the container's cgroup are both watched through the container's own cpu.stat (their
+    # threaded domain). The container's usage is that file's, once: not once per child read through it.
+    proc, cgroups = tmp_path / "proc", mount(tmp_path / "cgroup")
+    write_process(proc, 10, "virt-launcher", utime=100, cgroup=f"0::{A}/t1\n")
+    write_process(proc, 11, "worker", utime=100, cgroup=f"0::{A}/t2\n")
+    usage(cgroups, A, 4_000_000)
+    for child in ("t1", "t2"):
+        usage(cgroups, f"{A}/{child}", 1_000_000)
+        (cgroups / A.lstrip("/") / child / "cgroup.type").write_text("threaded\n")
+    (cgroups / A.lstrip("/") / "cgroup.type").write_text("domain threaded\n")
+    receiver = make_receiver(proc, cgroup_root=str(cgroups))
+    containers(receiver)
+    advance(receiver)
+    got = containers(receiver)
+    assert got is not None
+    assert got[ID_A].usage_s == 4.0
