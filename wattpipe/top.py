@@ -256,7 +256,28 @@ def _live(source: _Source, view: View, console: Console, every_s: float) -> int:
             live.update(render(snapshot, history, view), refresh=True)
 
 
+def _url_problem(given: str) -> str | None:
+    """What makes ``--url`` not a URL top can read (before any request is made), or None."""
+    try:
+        parts = urllib.parse.urlsplit(metrics_url(given))
+        port = parts.port  # raises on a port that is not a number in 0-65535
+    except ValueError as exc:
+        return f"not a URL ({exc})"
+    if parts.scheme not in ("http", "https"):
+        return f"'{parts.scheme}://' is not http:// or https://"
+    if not parts.hostname:
+        return "no host in it"
+    if any(c.isspace() for c in parts.hostname):
+        return f"'{parts.hostname}' is not a host name"
+    if port == 0:
+        return "port 0 is not a port to read from"
+    return None
+
+
 def _usage_problem(args: argparse.Namespace) -> str | None:
+    problem = _url_problem(args.url) if args.url else None
+    if problem:
+        return f"--url {args.url}: {problem} (e.g. http://node:28282/metrics or node:28282)"
     if args.every <= 0:
         return f"--every {args.every}: must be a positive number of seconds"
     if args.url and (args.demo or args.scenario):

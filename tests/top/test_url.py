@@ -192,3 +192,13 @@ def test_top_reads_a_running_wattpipe_given_as_host_and_port(otel_demo: str) -> 
     done = top("--url", host_port, "--once")
     assert done.returncode == 0, done.stderr
     assert f"wattpipe top  {otel_demo}  node demo-node" in done.stdout
+
+
+@pytest.mark.parametrize("given", [":::bad", "http://[::1", "http://", "ftp://node/metrics", "not a url", "node:99999"])
+def test_a_url_that_cannot_be_one_is_refused_with_exit_2_naming_it(given: str) -> None:
+    # ":::bad" and "http://[::1" once ended in an httpx / urllib traceback; "not a url" in a DNS lookup.
+    done = top("--url", given, "--once")
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.startswith(f"error: --url {given}: ")
+    assert "e.g. http://node:28282/metrics or node:28282" in done.stderr
