@@ -185,3 +185,25 @@ def test_simulate_shorter_than_one_interval_reports_without_a_traceback(tmp_path
     )
     rows = json.loads(report.read_text())["saturation"]
     assert all(r["true_value"] is None for r in rows if r["window_s"] == 0)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["run", "-c", "configs/default.yaml", "--ticks", "0"], "argument --ticks: '0' is not a whole number above 0"),
+        (["demo", "--ticks", "-1"], "argument --ticks: '-1' is not a whole number above 0"),
+        (["simulate", "--ticks", "2.5"], "argument --ticks: '2.5' is not a whole number above 0"),
+        (["probe", "rapl", "--count", "0"], "argument --count: '0' is not a whole number above 0"),
+        (["probe", "rapl", "--every", "-1"], "argument --every: '-1' is not a number of seconds of 0 or more"),
+        (["probe", "rapl", "--timeout", "0"], "argument --timeout: '0' is not a number of seconds above 0"),
+    ],
+)
+def test_counts_and_seconds_that_cannot_be_are_refused_naming_the_option(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `run --ticks 0` and `demo --ticks -1` once started, ran no tick and said "stopped cleanly"; `probe --timeout 0`
+    # said the receiver "did not answer within 0s".
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err

@@ -211,6 +211,34 @@ def _duration(text: str) -> float:
     return seconds
 
 
+def _count(text: str) -> int:
+    """``--ticks`` and ``--count``: a whole number above 0 (0 or less would start, do nothing and say it stopped)."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number above 0")
+    return int(text)
+
+
+def _seconds(text: str, above_zero: bool) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not (seconds > 0 or (seconds == 0 and not above_zero)):  # NaN too
+        bound = "above 0" if above_zero else "of 0 or more"
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number of seconds {bound}")
+    return seconds
+
+
+def _pause_s(text: str) -> float:
+    """``probe --every``: seconds between polls, 0 allowed."""
+    return _seconds(text, above_zero=False)
+
+
+def _timeout_s(text: str) -> float:
+    """``probe --timeout``: seconds one poll may take, above 0."""
+    return _seconds(text, above_zero=True)
+
+
 def _port(text: str) -> int:
     """``--port``'s type: a TCP port (0: any free one; the log says which)."""
     if not text.isdigit() or int(text) > 65535:
@@ -234,7 +262,7 @@ def parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("run", help="run the pipelines until SIGTERM/SIGINT")
     with_config(sp)
-    sp.add_argument("--ticks", type=int, default=None, help="stop after this many ticks per pipeline")
+    sp.add_argument("--ticks", type=_count, default=None, help="stop after this many ticks per pipeline")
     sp.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default=None)
     sp.add_argument("--port", type=_port, default=None, help=PORT_HELP)
     sp.set_defaults(fn=cmd_run)
@@ -254,9 +282,14 @@ def parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("probe", help="run one receiver once and print its records as JSON")
     sp.add_argument("id", help="the receiver's ID in the config, e.g. nvml or dcgm/local; without -c, a receiver type")
     sp.add_argument("-c", "--config", default=None, help="pipeline configuration (YAML); none: the type's defaults")
-    sp.add_argument("--count", type=int, default=1, help="polls to make (default 1)")
-    sp.add_argument("--every", type=float, default=1.0, help="seconds between polls (default 1)")
-    sp.add_argument("--timeout", type=float, default=10.0, help="seconds one poll may take (default 10)")
+    sp.add_argument("--count", type=_count, default=1, help="polls to make (default 1)")
+    sp.add_argument("--every", type=_pause_s, default=1.0, help="seconds between polls (default 1)")
+    sp.add_argument(
+        "--timeout",
+        type=_timeout_s,
+        default=10.0,
+        help="seconds one poll may take (default 10)",
+    )
     sp.set_defaults(fn=cmd_probe)
 
     _simulated_commands(sub)
@@ -275,7 +308,7 @@ def _simulated_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         sp.add_argument(
             "--scenario", default=str(DEMO_SCENARIO), help="simulated node (default: configs/scenarios/demo.yaml)"
         )
-        sp.add_argument("--ticks", type=int, default=None, help="stop after this many ticks per pipeline")
+        sp.add_argument("--ticks", type=_count, default=None, help="stop after this many ticks per pipeline")
         sp.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default=None)
 
     sp = sub.add_parser("demo", help="run the pipeline on a simulated GPU node, in real time (no GPU needed)")
