@@ -207,3 +207,29 @@ def test_counts_and_seconds_that_cannot_be_are_refused_naming_the_option(
         main(argv)
     assert exited.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_readmes_configs_paths_work_from_outside_a_checkout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # README says `wattpipe run -c configs/default.yaml`; from an installed wheel, in any directory, that file
+    # was "no such file" although the wheel ships it (wattpipe/configs/). Now the shipped copy is used, and named.
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli("validate", "-c", "configs/default.yaml")
+    assert code == 0, err
+    shipped = ROOT / "configs" / "default.yaml"
+    assert f"configs/default.yaml is not in {tmp_path}: using the one installed with wattpipe, {shipped}" in err
+    assert out.startswith(f"{shipped}: valid")
+    code, _, err = run_cli("demo", "--scenario", "configs/scenarios/nope.yaml", "--ticks", "1")
+    assert code == 2  # not shipped either: the error names the path as given
+    assert "scenario configs/scenarios/nope.yaml: cannot read it" in err
+
+
+def test_a_local_configs_file_wins_over_the_installed_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "default.yaml").write_text(GOOD)
+    code, out, err = run_cli("validate", "-c", "configs/default.yaml")
+    assert code == 0, err
+    assert out.startswith("configs/default.yaml: valid: metrics (1 receivers, 0 processors, 1 exporters)")
+    assert "installed" not in err

@@ -338,6 +338,9 @@ def _simulated_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
     try:
         args = parser().parse_args(argv)
+        for option in ("config", "scenario"):
+            if getattr(args, option, None):
+                setattr(args, option, _shipped_if_missing(getattr(args, option), err or sys.stderr))
         if getattr(args, "config", None) and not Path(args.config).exists():
             print(f"error: {args.config}: no such file", file=err or sys.stderr)
             return EXIT_CONFIG
@@ -347,6 +350,19 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
         _silence_stdout()
         return EXIT_BROKEN_PIPE
     return code
+
+
+def _shipped_if_missing(given: str, err: TextIO) -> str:
+    """``configs/…`` as README writes it: the file here if there is one, else the copy installed with wattpipe
+    (a wheel ships configs/ as wattpipe/configs/), said on stderr; any other path as given."""
+    path = Path(given)
+    if path.is_absolute() or path.exists() or not path.parts or path.parts[0] != "configs":
+        return given
+    shipped = (CONFIGS / Path(*path.parts[1:])).resolve()
+    if not shipped.is_file():
+        return given
+    print(f"{given} is not in {Path.cwd()}: using the one installed with wattpipe, {shipped}", file=err)
+    return str(shipped)
 
 
 def _silence_stdout() -> None:
