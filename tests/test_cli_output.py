@@ -380,3 +380,17 @@ def test_top_is_a_command(capsys: pytest.CaptureFixture[str]) -> None:
 
     assert info.value.code == 0
     assert "--url" in capsys.readouterr().out
+
+
+def test_the_demo_pipeline_names_the_node_of_the_scenario_it_runs_on(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # configs/demo.yaml once said node_name: demo-node whatever --scenario gave: `wattpipe top --demo --scenario
+    # configs/scenarios/cpu.yaml` titled the node cpu-node "demo-node", and every series carried that name.
+    monkeypatch.setenv("WATTPIPE_INTERVAL", "10s")
+    monkeypatch.setenv("COLUMNS", "100")
+    scenario = str(ROOT / "configs" / "scenarios" / "cpu.yaml")
+    assert main(["simulate", "--scenario", scenario, "--duration", "20s", "--console", "--log-level", "warning"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("── metrics · node cpu-node · ") == 3
+    assert "demo-node" not in out
