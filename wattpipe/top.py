@@ -300,7 +300,8 @@ def main(args: argparse.Namespace) -> int:
     with _source(args) as source:
         view.source = f"demo at {source.url}" if source.demo is not None else source.url
         try:
-            if args.once or not console.is_terminal:  # into a pipe or a file: one screen
+            if args.once or not console.is_terminal:  # into a pipe or a file: one screen, no keys read
+                view.keys = False
                 return _once(source, view, console, _DEMO_START_S)
             return _live(source, view, console, args.every)
         except KeyboardInterrupt:

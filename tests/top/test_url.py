@@ -202,3 +202,12 @@ def test_a_url_that_cannot_be_one_is_refused_with_exit_2_naming_it(given: str) -
     assert "Traceback" not in done.stderr
     assert done.stderr.startswith(f"error: --url {given}: ")
     assert "e.g. http://node:28282/metrics or node:28282" in done.stderr
+
+
+def test_one_screen_into_a_pipe_lists_no_keys_it_cannot_take(local_wattpipe: str) -> None:
+    # The key line ("w sort by watts … q quit") once ended every --once screen and every pipe: keys nobody can press.
+    done = top("--url", local_wattpipe)
+    assert done.returncode == 0, done.stderr
+    assert "4242 python" in done.stdout
+    assert "keys:" not in done.stdout
+    assert "q quit" not in done.stdout
