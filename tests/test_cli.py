@@ -233,3 +233,13 @@ def test_a_local_configs_file_wins_over_the_installed_one(tmp_path: Path, monkey
     assert code == 0, err
     assert out.startswith("configs/default.yaml: valid: metrics (1 receivers, 0 processors, 1 exporters)")
     assert "installed" not in err
+
+
+def test_the_help_says_top_shows_cpu_zones_and_what_components_json_does(capsys: pytest.CaptureFixture[str]) -> None:
+    # `wattpipe --help` once said top shows "GPUs, pods, processes", on a node where it shows CPU zones too.
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "GPUs and CPU (RAPL) zones, pods, processes" in " ".join(capsys.readouterr().out.split())
+    with pytest.raises(SystemExit):
+        main(["components", "--help"])
+    assert "--json      the same as JSON" in capsys.readouterr().out

@@ -276,7 +276,7 @@ def parser() -> argparse.ArgumentParser:
     sp.set_defaults(fn=cmd_print_config)
 
     sp = sub.add_parser("components", help="every installed component type, its stability and purpose")
-    sp.add_argument("--json", action="store_true")
+    sp.add_argument("--json", action="store_true", help="the same as JSON: kind, type, stability, description")
     sp.set_defaults(fn=cmd_components)
 
     sp = sub.add_parser("probe", help="run one receiver once and print its records as JSON")
@@ -330,7 +330,9 @@ def _simulated_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
 
     from wattpipe import top  # the live view: its options are its own
 
-    sp = sub.add_parser("top", help="a live view of a running wattpipe (or of the demo): GPUs, pods, processes")
+    sp = sub.add_parser(
+        "top", help="a live view of a running wattpipe (or of the demo): GPUs and CPU (RAPL) zones, pods, processes"
+    )
     top.add_arguments(sp)
     sp.set_defaults(fn=_top)
 
