@@ -361,7 +361,16 @@ def _top_level(source: YamlSource) -> tuple[_Sections, ServiceConfig | None, lis
             [f"{source.where(())}: the configuration must be a mapping with receivers, exporters and service"]
         )
 
-    unknown_top = [k for k in data if k not in ("receivers", "processors", "exporters", "service")]
+    sections = ["receivers", "processors", "exporters", "service"]
+    unknown_top = [k for k in data if k not in sections]
+    if data and len(unknown_top) == len(data) and not any(_suggest(str(k), sections) for k in unknown_top):
+        # Another file given by mistake (-c /etc/passwd): one line, none of its contents echoed.
+        raise ConfigError(
+            [
+                f"{source.name}: not a wattpipe configuration: none of its {len(data)} top-level keys is "
+                f"{', '.join(sections[:-1])} or {sections[-1]}, nor close to one"
+            ]
+        )
     for key in unknown_top:
         hint = _suggest(key, ["receivers", "processors", "exporters", "service"])
         errors.append(f"{source.where((key,))} {key}: unknown section{hint}")

@@ -243,3 +243,22 @@ def test_the_help_says_top_shows_cpu_zones_and_what_components_json_does(capsys:
     with pytest.raises(SystemExit):
         main(["components", "--help"])
     assert "--json      the same as JSON" in capsys.readouterr().out
+
+
+def test_a_file_that_is_no_configuration_is_one_line_that_does_not_echo_it() -> None:
+    # `wattpipe validate -c /etc/shadow` printed every line of it ("shadow:1 root:…: unknown section"), hashes and all.
+    code, out, err = run_cli("validate", "-c", str(ROOT / "tests" / "configs" / "not_a_config.yaml"))
+    assert code == 2
+    assert out == ""
+    assert len(err.splitlines()) == 1, err
+    assert "secret-ish" not in err
+    assert "daemon" not in err
+
+
+def test_a_config_whose_sections_are_all_misspelt_still_gets_its_suggestions(tmp_path: Path) -> None:
+    cfg = tmp_path / "typos.yaml"
+    cfg.write_text("recievers: {nvml: {}}\nexporter: {console: {}}\nservce: {}\n")
+    code, _, err = run_cli("validate", "-c", str(cfg))
+    assert code == 2
+    assert "typos.yaml:1 recievers: unknown section; did you mean 'receivers'?" in err
+    assert "not a wattpipe configuration" not in err
