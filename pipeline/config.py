@@ -351,6 +351,9 @@ def _validate(source: YamlSource, registry: Registry, environ: Mapping[str, str]
     )
 
 
+_SECTION_NAMES = ["receivers", "processors", "exporters", "service"]
+
+
 def _top_level(source: YamlSource) -> tuple[_Sections, ServiceConfig | None, list[str]]:
     """The component sections and the service section, each parsed on its own, and the problems with
     either (raises where the file's shape leaves nothing to check)."""
@@ -361,18 +364,17 @@ def _top_level(source: YamlSource) -> tuple[_Sections, ServiceConfig | None, lis
             [f"{source.where(())}: the configuration must be a mapping with receivers, exporters and service"]
         )
 
-    sections = ["receivers", "processors", "exporters", "service"]
-    unknown_top = [k for k in data if k not in sections]
-    if data and len(unknown_top) == len(data) and not any(_suggest(str(k), sections) for k in unknown_top):
+    unknown_top = [k for k in data if k not in _SECTION_NAMES]
+    if data and len(unknown_top) == len(data) and not any(_suggest(str(k), _SECTION_NAMES) for k in unknown_top):
         # Another file given by mistake (-c /etc/passwd): one line, none of its contents echoed.
         raise ConfigError(
             [
                 f"{source.name}: not a wattpipe configuration: none of its {len(data)} top-level keys is "
-                f"{', '.join(sections[:-1])} or {sections[-1]}, nor close to one"
+                f"{', '.join(_SECTION_NAMES[:-1])} or {_SECTION_NAMES[-1]}, nor close to one"
             ]
         )
     for key in unknown_top:
-        hint = _suggest(key, ["receivers", "processors", "exporters", "service"])
+        hint = _suggest(key, _SECTION_NAMES)
         errors.append(f"{source.where((key,))} {key}: unknown section{hint}")
     section_data = {k: data.get(k) or {} for k in ("receivers", "processors", "exporters")}
     for name, value in section_data.items():
