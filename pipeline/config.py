@@ -259,7 +259,10 @@ def _pydantic_messages(exc: ValidationError, source: YamlSource, prefix: KeyPath
             msg = str(err["msg"]).removeprefix("Value error, ")
             plain = isinstance(got, dict | list) or got is None or repr(got) in msg or f"'{got}'" in msg
             shown = "" if plain else f" (got {got!r})"
-            messages.append(f"{where}: {msg}{shown}")
+            names = source.env.get(path, ())  # a value from ${env:…}: the variable to look at, not only the line
+            plural = "s" if len(names) > 1 else ""
+            read = f" (that line reads the environment variable{plural} {', '.join(names)})" if names else ""
+            messages.append(f"{where}: {msg}{shown}{read}")
     return messages
 
 

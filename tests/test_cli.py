@@ -262,3 +262,18 @@ def test_a_config_whose_sections_are_all_misspelt_still_gets_its_suggestions(tmp
     assert code == 2
     assert "typos.yaml:1 recievers: unknown section; did you mean 'receivers'?" in err
     assert "not a wattpipe configuration" not in err
+
+
+def test_a_bad_value_read_from_the_environment_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    # WATTPIPE_INTERVAL=abc said "default.yaml:28 service.pipelines.metrics.interval: 'abc' is not a duration"
+    # and nothing of where 'abc' came from: line 28 says ${env:WATTPIPE_INTERVAL:-5s}.
+    monkeypatch.setenv("WATTPIPE_INTERVAL", "abc")
+    monkeypatch.setenv("WATTPIPE_PROMETHEUS_LISTEN", "nonsense")
+    code, _, err = run_cli("validate", "-c", str(ROOT / "configs" / "default.yaml"))
+    assert code == 2
+    assert (
+        "service.pipelines.metrics.interval: 'abc' is not a duration; write it like 500ms, 5s, 2m or 1h "
+        "(that line reads the environment variable WATTPIPE_INTERVAL)"
+    ) in err
+    assert "exporters.prometheus.listen: 'nonsense' is not host:port" in err
+    assert "(that line reads the environment variable WATTPIPE_PROMETHEUS_LISTEN)" in err
