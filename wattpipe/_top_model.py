@@ -99,6 +99,7 @@ class Snapshot:
     node: str | None = None
     scheme: str | None = None
     cpus: list[CpuZone] = field(default_factory=list)
+    telemetry: bool = False  # wattpipe's own /metrics (service.telemetry.listen): a wattpipe, not its energy series
 
 
 @dataclass
@@ -327,4 +328,5 @@ def parse(text: str) -> Snapshot:
             gpus.setdefault(uuid, Gpu(uuid))
     for gpu in gpus.values():
         gpu.rows = _tree(gpu.uuid, found, (gpu.unattributed_w, gpu.unattributed_j))
-    return Snapshot(list(gpus.values()), node, scheme, _cpu_zones(samples, found))
+    telemetry = "wattpipe_tick_duration_seconds" in text
+    return Snapshot(list(gpus.values()), node, scheme, _cpu_zones(samples, found), telemetry=telemetry)

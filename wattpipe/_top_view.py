@@ -308,6 +308,14 @@ def render(snapshot: Snapshot | None, history: History, view: View) -> Renderabl
                 style="yellow",
             )
         )
+    elif snapshot is not None and snapshot.telemetry:
+        parts.append(
+            Text(
+                "this is wattpipe's own telemetry (service.telemetry.listen), not its energy series: read the "
+                "prometheus exporter's listen (:28282 by default)",
+                style="yellow",
+            )
+        )
     elif snapshot is not None:
         parts.append(Text("no GPU or CPU series in the exposition (is this a wattpipe /metrics?)", style="yellow"))
     parts.extend(Text(e, style="red") for e in view.errors)

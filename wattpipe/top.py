@@ -78,9 +78,10 @@ class _Source:
             raise RuntimeError(f"the demo exited with code {self.demo.returncode}: {self.demo_log_tail()}")
         try:
             response = self.client.get(self.url)
-            response.raise_for_status()
         except httpx.HTTPError as exc:
             raise RuntimeError(f"cannot read {self.url}: {exc}") from exc
+        if response.is_error:  # the status alone: httpx's own message adds a line pointing at a web page
+            raise RuntimeError(f"cannot read {self.url}: HTTP {response.status_code} {response.reason_phrase}")
         try:
             return parse(response.text)
         except ValueError as exc:

@@ -211,3 +211,28 @@ def test_one_screen_into_a_pipe_lists_no_keys_it_cannot_take(local_wattpipe: str
     assert "4242 python" in done.stdout
     assert "keys:" not in done.stdout
     assert "q quit" not in done.stdout
+
+
+def test_an_http_error_is_one_line_with_its_status() -> None:
+    # A 404 printed httpx's two lines, the second "For more information check: https://developer.mozilla.org/…".
+    with serving(lambda path: (404, b"not here", "text/plain")) as base:
+        url = f"{base}/nope"
+        done = top("--url", url, "--once")
+    assert done.returncode == 1
+    assert done.stderr == f"error: cannot read {url}: HTTP 404 Not Found\n"
+
+
+def test_wattpipes_own_telemetry_port_is_told_apart_from_its_energy_series() -> None:
+    # `top --url node:8888` (wattpipe's telemetry, not its exporter) said "is this a wattpipe /metrics?": it is one.
+    telemetry = (
+        "# TYPE wattpipe_tick_duration_seconds histogram\n"
+        'wattpipe_tick_duration_seconds_bucket{le="+Inf",pipeline="metrics"} 3.0\n'
+        'wattpipe_tick_duration_seconds_count{pipeline="metrics"} 3.0\n'
+        'wattpipe_tick_duration_seconds_sum{pipeline="metrics"} 0.01\n'
+    )
+    with serving(lambda path: (200, telemetry.encode(), "text/plain; version=0.0.4")) as base:
+        done = top("--url", base, "--once")
+    assert done.returncode == 0, done.stderr
+    assert "wattpipe's own telemetry (service.telemetry.listen), not its energy series" in done.stdout
+    assert "the prometheus exporter's listen (:28282 by default)" in done.stdout
+    assert "is this a wattpipe /metrics?" not in done.stdout
