@@ -396,14 +396,14 @@ def test_the_demo_pipeline_names_the_node_of_the_scenario_it_runs_on(
     assert "demo-node" not in out
 
 
-def test_a_busy_telemetry_port_says_it_can_be_turned_off_and_that_port_does_not_move_it(
+def test_a_busy_telemetry_port_says_it_can_be_turned_off_and_is_not_the_exporters(
     held_port: int, real_node: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # A second `wattpipe demo --port 29000` beside a first stopped on the first's telemetry port (8888): --port
-    # moves /metrics only, which the advice did not say, nor that an empty listen turns the listener off.
+    # A second `wattpipe demo --port 29000` beside a first stopped on the first's telemetry port (8888): the advice
+    # did not say that an empty listen turns that listener off, nor that it is not the exporter's port.
     monkeypatch.setenv("WATTPIPE_TELEMETRY_LISTEN", f"127.0.0.1:{held_port}")
     assert main(["run", "-c", DEFAULT, "--port", "0", "--ticks", "1"]) == 1
     err = capsys.readouterr().err
     assert (
-        "(which that line reads); an empty listen serves no telemetry (--port moves the exporter's /metrics only)"
+        "(which that line reads); an empty listen serves none (it is not the exporter's /metrics, which moves on its own)"
     ) in err

@@ -167,7 +167,9 @@ def _serve_telemetry(graph: Graph) -> int | None:
         log.error("service.telemetry.listen %s: cannot listen: %s", listen, exc)
         if _port_in_use(exc):
             advice = listen_advice(graph.config, ("service", "telemetry", "listen"), port_flag=False)
-            log.error("%s; an empty listen serves no telemetry (--port moves the exporter's /metrics only)", advice)
+            log.error(
+                "%s; an empty listen serves none (it is not the exporter's /metrics, which moves on its own)", advice
+            )
         return EXIT_RUNTIME
     log.info("telemetry listening on %s: %s (/metrics, /healthz, /readyz)", server.bound, server.url)
     return None
