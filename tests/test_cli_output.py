@@ -407,3 +407,10 @@ def test_a_busy_telemetry_port_says_it_can_be_turned_off_and_is_not_the_exporter
     assert (
         "(which that line reads); an empty listen serves none (it is not the exporter's /metrics, which moves on its own)"
     ) in err
+
+
+def test_run_takes_duration_as_demo_does(real_node: None, capsys: pytest.CaptureFixture[str]) -> None:
+    # `wattpipe run -c configs/default.yaml --duration 8s` was "wattpipe: error: unrecognized arguments" under the
+    # top-level usage, though demo and simulate take --duration.
+    assert main(["run", "-c", DEFAULT, "--port", "0", "--duration", "1s"]) == 0  # 200 ms ticks: it stops itself
+    assert "stopped cleanly" in capsys.readouterr().err

@@ -174,7 +174,10 @@ def cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     graph = build_or_report(config, registry, RealClock(), err)
     if graph is None:
         return EXIT_CONFIG
-    return asyncio.run(run_service(graph, max_ticks=args.ticks))
+    max_ticks = args.ticks
+    if max_ticks is None and args.duration is not None:  # as demo counts it: the ticks that fit, and the first
+        max_ticks = int(args.duration // min(p.config.interval for p in graph.pipelines)) + 1
+    return asyncio.run(run_service(graph, max_ticks=max_ticks))
 
 
 # --- parser ---------------------------------------------------------------------------------
@@ -265,6 +268,7 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--ticks", type=_count, default=None, help="stop after this many ticks per pipeline")
     sp.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default=None)
     sp.add_argument("--port", type=_port, default=None, help=PORT_HELP)
+    sp.add_argument("--duration", type=_duration, default=None, help="stop after this long (default: SIGTERM/SIGINT)")
     sp.set_defaults(fn=cmd_run)
 
     sp = sub.add_parser("validate", help="build everything, start nothing; exit 0 if valid, 2 if not")
