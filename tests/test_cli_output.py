@@ -405,7 +405,8 @@ def test_a_busy_telemetry_port_says_it_can_be_turned_off_and_is_not_the_exporter
     assert main(["run", "-c", DEFAULT, "--port", "0", "--ticks", "1"]) == 1
     err = capsys.readouterr().err
     assert (
-        "(which that line reads); an empty listen serves none (it is not the exporter's /metrics, which moves on its own)"
+        "(which that line reads); or set it empty for no telemetry listener (/healthz, /readyz and wattpipe's own "
+        "/metrics; the energy series are the exporter's)"
     ) in err
 
 

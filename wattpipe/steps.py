@@ -168,7 +168,9 @@ def _serve_telemetry(graph: Graph) -> int | None:
         if _port_in_use(exc):
             advice = listen_advice(graph.config, ("service", "telemetry", "listen"), port_flag=False)
             log.error(
-                "%s; an empty listen serves none (it is not the exporter's /metrics, which moves on its own)", advice
+                "%s; or set it empty for no telemetry listener (/healthz, /readyz and wattpipe's own /metrics; "
+                "the energy series are the exporter's)",
+                advice,
             )
         return EXIT_RUNTIME
     log.info("telemetry listening on %s: %s (/metrics, /healthz, /readyz)", server.bound, server.url)
