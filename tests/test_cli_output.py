@@ -4,6 +4,7 @@ reader that goes away, a busy port, and errors that say where and what."""
 from __future__ import annotations
 
 import io
+import json
 import logging
 import os
 import re
@@ -415,3 +416,40 @@ def test_run_takes_duration_as_demo_does(real_node: None, capsys: pytest.Capture
     # top-level usage, though demo and simulate take --duration.
     assert main(["run", "-c", DEFAULT, "--port", "0", "--duration", "1s"]) == 0  # 200 ms ticks: it stops itself
     assert "stopped cleanly" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["simulate", "demo"])
+def test_a_simulated_node_never_writes_the_configurations_state_file(
+    command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `wattpipe simulate -c configs/default.yaml` wrote the simulated node's totals into the real node's
+    # /var/lib/wattpipe/state.json; the next `wattpipe run` there said "written by node demo-node, not vm; using
+    # it" and restored 2 simulated GPUs' idle power and 3 simulated processes' energy.
+    real_state = tmp_path / "real" / "state.json"
+    real_state.parent.mkdir()
+    real_state.write_text("what the real node measured\n")
+    monkeypatch.setenv("WATTPIPE_STATE", str(real_state))
+    monkeypatch.setenv("WATTPIPE_TELEMETRY_LISTEN", "")
+    monkeypatch.setenv("WATTPIPE_INTERVAL", "1s")
+    extra = ["--port", "0"] if command == "demo" else []
+    err = io.StringIO()
+    assert main([command, "-c", DEFAULT, "--ticks", "3", "--log-level", "warning", *extra], io.StringIO(), err) == 0
+    assert real_state.read_text() == "what the real node measured\n"
+    assert list(real_state.parent.iterdir()) == [real_state]  # no checkpoint beside it either
+
+
+def test_the_demo_still_writes_a_new_state_file_and_goes_on_from_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = tmp_path / "state.json"
+    monkeypatch.setenv("WATTPIPE_STATE", str(state))
+    monkeypatch.setenv("WATTPIPE_TELEMETRY_LISTEN", "")
+    monkeypatch.setenv("WATTPIPE_INTERVAL", "1s")
+    argv = ["demo", "-c", DEFAULT, "--ticks", "3", "--port", "0", "--log-level", "info"]
+    assert main(argv, io.StringIO(), io.StringIO()) == 0
+    assert json.loads(state.read_text())["node"] == "demo-node"  # the simulated node's own file
+    capsys.readouterr()
+    assert main(argv, io.StringIO(), io.StringIO()) == 0
+    err = capsys.readouterr().err
+    assert f"state loaded from {state}" in err
+    assert "left as it is" not in err
