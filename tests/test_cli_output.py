@@ -452,4 +452,4 @@ def test_the_demo_still_writes_a_new_state_file_and_goes_on_from_its_own(
     assert main(argv, io.StringIO(), io.StringIO()) == 0
     err = capsys.readouterr().err
     assert f"state loaded from {state}" in err
-    assert "left as it is" not in err
+    assert "not used" not in err

@@ -50,6 +50,6 @@ def state_for_simulated_node(config: Config, tmp: Path, stepped: bool) -> Config
         why = f"written by node {writer}" if writer else "not a state file this node wrote"
     else:
         why = "a stepped clock's state is no node's"
-    log.warning("state file %s left as it is (%s): the simulated node keeps its state in a temporary file", path, why)
+    log.warning("state file %s not used (%s): the simulated node keeps its state in a temporary file", path, why)
     state = config.service.state.model_copy(update={"path": str(tmp / "state.json")})
     return dataclasses.replace(config, service=config.service.model_copy(update={"state": state}))
