@@ -63,7 +63,10 @@ class ConsoleExporter:
             if self.config.format == "json":
                 self._json(batch)
             else:
-                render(batch, self._fields(batch), self.stream, console_width(self.stream, self.config.width))
+                fields = self._fields(batch)
+                render(batch, fields, self.stream, console_width(self.stream, self.config.width))
+                if not fields and self.config.kinds and batch.count():  # records, none of the kinds asked for
+                    self.stream.write(f"(no {_listed(self.config.kinds)} this tick)\n")
                 self.stream.flush()
         except BrokenPipeError:
             self._closed = True
@@ -92,6 +95,11 @@ class ConsoleExporter:
         if lines:
             self.stream.write("\n".join(lines) + "\n")
             self.stream.flush()
+
+
+def _listed(names: list[str]) -> str:
+    """``a``, ``a or b``, ``a, b or c``."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
 
 
 def _discard_further_writes(stream: TextIO) -> None:

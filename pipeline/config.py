@@ -259,7 +259,10 @@ def _pydantic_messages(exc: ValidationError, source: YamlSource, prefix: KeyPath
             msg = str(err["msg"]).removeprefix("Value error, ")
             plain = isinstance(got, dict | list) or got is None or repr(got) in msg or f"'{got}'" in msg
             shown = "" if plain else f" (got {got!r})"
-            messages.append(f"{where}: {msg}{shown}")
+            names = source.env.get(path, ())  # a value from ${env:…}: the variable to look at, not only the line
+            plural = "s" if len(names) > 1 else ""
+            read = f" (that line reads the environment variable{plural} {', '.join(names)})" if names else ""
+            messages.append(f"{where}: {msg}{shown}{read}")
     return messages
 
 
@@ -351,6 +354,9 @@ def _validate(source: YamlSource, registry: Registry, environ: Mapping[str, str]
     )
 
 
+_SECTION_NAMES = ["receivers", "processors", "exporters", "service"]
+
+
 def _top_level(source: YamlSource) -> tuple[_Sections, ServiceConfig | None, list[str]]:
     """The component sections and the service section, each parsed on its own, and the problems with
     either (raises where the file's shape leaves nothing to check)."""
@@ -361,9 +367,17 @@ def _top_level(source: YamlSource) -> tuple[_Sections, ServiceConfig | None, lis
             [f"{source.where(())}: the configuration must be a mapping with receivers, exporters and service"]
         )
 
-    unknown_top = [k for k in data if k not in ("receivers", "processors", "exporters", "service")]
+    unknown_top = [k for k in data if k not in _SECTION_NAMES]
+    if data and len(unknown_top) == len(data) and not any(_suggest(str(k), _SECTION_NAMES) for k in unknown_top):
+        # Another file given by mistake (-c /etc/passwd): one line, none of its contents echoed.
+        raise ConfigError(
+            [
+                f"{source.name}: not a wattpipe configuration: none of its {len(data)} top-level keys is "
+                f"{', '.join(_SECTION_NAMES[:-1])} or {_SECTION_NAMES[-1]}, nor close to one"
+            ]
+        )
     for key in unknown_top:
-        hint = _suggest(key, ["receivers", "processors", "exporters", "service"])
+        hint = _suggest(key, _SECTION_NAMES)
         errors.append(f"{source.where((key,))} {key}: unknown section{hint}")
     section_data = {k: data.get(k) or {} for k in ("receivers", "processors", "exporters")}
     for name, value in section_data.items():

@@ -101,6 +101,11 @@ def load_yaml_text(
         mark = getattr(exc, "problem_mark", None)
         where = f"{name}:{mark.line + 1}" if mark is not None else name
         problem = getattr(exc, "problem", None) or str(exc)
+        # Where the parser noticed is often a line after the mistake: "could not find expected ':'" on the line
+        # after a key without its colon, an unclosed "{" at the next key. Its context names the line it began at.
+        context, context_mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+        if context and context_mark is not None:
+            problem = f"{problem} ({context} at line {context_mark.line + 1})"
         raise SourceError([f"{where}: not valid YAML: {problem}"]) from None
     source = YamlSource(name=name, data=None)
     errors: list[str] = []

@@ -456,6 +456,15 @@ def load_scenario(path: str | Path) -> Scenario:
     data = source.data if source.data is not None else {}
     if not isinstance(data, dict):
         raise ScenarioError([f"{path}: a scenario is a mapping (node, gpus, pods, processes, …)"])
+    keys = sorted(Scenario.model_fields)
+    if data and not any(k in keys or suggest(str(k), keys) for k in data):
+        # Another file given by mistake (--scenario /etc/passwd): one line, none of its contents echoed.
+        raise ScenarioError(
+            [
+                f"{path}: not a scenario: none of its {len(data)} top-level keys is one a scenario has "
+                "(node, gpus, pods, processes, …)"
+            ]
+        )
     return parse_scenario(data, source=str(path), where=source)
 
 

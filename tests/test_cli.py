@@ -185,3 +185,95 @@ def test_simulate_shorter_than_one_interval_reports_without_a_traceback(tmp_path
     )
     rows = json.loads(report.read_text())["saturation"]
     assert all(r["true_value"] is None for r in rows if r["window_s"] == 0)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["run", "-c", "configs/default.yaml", "--ticks", "0"], "argument --ticks: '0' is not a whole number above 0"),
+        (["demo", "--ticks", "-1"], "argument --ticks: '-1' is not a whole number above 0"),
+        (["simulate", "--ticks", "2.5"], "argument --ticks: '2.5' is not a whole number above 0"),
+        (["probe", "rapl", "--count", "0"], "argument --count: '0' is not a whole number above 0"),
+        (["probe", "rapl", "--every", "-1"], "argument --every: '-1' is not a number of seconds of 0 or more"),
+        (["probe", "rapl", "--timeout", "0"], "argument --timeout: '0' is not a number of seconds above 0"),
+    ],
+)
+def test_counts_and_seconds_that_cannot_be_are_refused_naming_the_option(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `run --ticks 0` and `demo --ticks -1` once started, ran no tick and said "stopped cleanly"; `probe --timeout 0`
+    # said the receiver "did not answer within 0s".
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_the_readmes_configs_paths_work_from_outside_a_checkout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # README says `wattpipe run -c configs/default.yaml`; from an installed wheel, in any directory, that file
+    # was "no such file" although the wheel ships it (wattpipe/configs/). Now the shipped copy is used, and named.
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli("validate", "-c", "configs/default.yaml")
+    assert code == 0, err
+    shipped = ROOT / "configs" / "default.yaml"
+    assert f"configs/default.yaml is not in {tmp_path}: using the one installed with wattpipe, {shipped}" in err
+    assert out.startswith(f"{shipped}: valid")
+    code, _, err = run_cli("demo", "--scenario", "configs/scenarios/nope.yaml", "--ticks", "1")
+    assert code == 2  # not shipped either: the error names the path as given
+    assert "scenario configs/scenarios/nope.yaml: cannot read it" in err
+
+
+def test_a_local_configs_file_wins_over_the_installed_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "default.yaml").write_text(GOOD)
+    code, out, err = run_cli("validate", "-c", "configs/default.yaml")
+    assert code == 0, err
+    assert out.startswith("configs/default.yaml: valid: metrics (1 receivers, 0 processors, 1 exporters)")
+    assert "installed" not in err
+
+
+def test_the_help_says_top_shows_cpu_zones_and_what_components_json_does(capsys: pytest.CaptureFixture[str]) -> None:
+    # `wattpipe --help` once said top shows "GPUs, pods, processes", on a node where it shows CPU zones too.
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "GPUs and CPU (RAPL) zones, pods, processes" in " ".join(capsys.readouterr().out.split())
+    with pytest.raises(SystemExit):
+        main(["components", "--help"])
+    assert "--json      the same as JSON" in capsys.readouterr().out
+
+
+def test_a_file_that_is_no_configuration_is_one_line_that_does_not_echo_it() -> None:
+    # `wattpipe validate -c /etc/shadow` printed every line of it ("shadow:1 root:…: unknown section"), hashes and all.
+    code, out, err = run_cli("validate", "-c", str(ROOT / "tests" / "configs" / "not_a_config.yaml"))
+    assert code == 2
+    assert out == ""
+    assert len(err.splitlines()) == 1, err
+    assert "secret-ish" not in err
+    assert "daemon" not in err
+
+
+def test_a_config_whose_sections_are_all_misspelt_still_gets_its_suggestions(tmp_path: Path) -> None:
+    cfg = tmp_path / "typos.yaml"
+    cfg.write_text("recievers: {nvml: {}}\nexporter: {console: {}}\nservce: {}\n")
+    code, _, err = run_cli("validate", "-c", str(cfg))
+    assert code == 2
+    assert "typos.yaml:1 recievers: unknown section; did you mean 'receivers'?" in err
+    assert "not a wattpipe configuration" not in err
+
+
+def test_a_bad_value_read_from_the_environment_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    # WATTPIPE_INTERVAL=abc said "default.yaml:28 service.pipelines.metrics.interval: 'abc' is not a duration"
+    # and nothing of where 'abc' came from: line 28 says ${env:WATTPIPE_INTERVAL:-5s}.
+    monkeypatch.setenv("WATTPIPE_INTERVAL", "abc")
+    monkeypatch.setenv("WATTPIPE_PROMETHEUS_LISTEN", "nonsense")
+    code, _, err = run_cli("validate", "-c", str(ROOT / "configs" / "default.yaml"))
+    assert code == 2
+    assert (
+        "service.pipelines.metrics.interval: 'abc' is not a duration; write it like 500ms, 5s, 2m or 1h "
+        "(that line reads the environment variable WATTPIPE_INTERVAL)"
+    ) in err
+    assert "exporters.prometheus.listen: 'nonsense' is not host:port" in err
+    assert "(that line reads the environment variable WATTPIPE_PROMETHEUS_LISTEN)" in err

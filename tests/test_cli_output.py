@@ -4,6 +4,7 @@ reader that goes away, a busy port, and errors that say where and what."""
 from __future__ import annotations
 
 import io
+import json
 import logging
 import os
 import re
@@ -380,3 +381,75 @@ def test_top_is_a_command(capsys: pytest.CaptureFixture[str]) -> None:
 
     assert info.value.code == 0
     assert "--url" in capsys.readouterr().out
+
+
+def test_the_demo_pipeline_names_the_node_of_the_scenario_it_runs_on(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # configs/demo.yaml once said node_name: demo-node whatever --scenario gave: `wattpipe top --demo --scenario
+    # configs/scenarios/cpu.yaml` titled the node cpu-node "demo-node", and every series carried that name.
+    monkeypatch.setenv("WATTPIPE_INTERVAL", "10s")
+    monkeypatch.setenv("COLUMNS", "100")
+    scenario = str(ROOT / "configs" / "scenarios" / "cpu.yaml")
+    assert main(["simulate", "--scenario", scenario, "--duration", "20s", "--console", "--log-level", "warning"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("── metrics · node cpu-node · ") == 3
+    assert "demo-node" not in out
+
+
+def test_a_busy_telemetry_port_says_it_can_be_turned_off_and_is_not_the_exporters(
+    held_port: int, real_node: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A second `wattpipe demo --port 29000` beside a first stopped on the first's telemetry port (8888): the advice
+    # did not say that an empty listen turns that listener off, nor that it is not the exporter's port.
+    monkeypatch.setenv("WATTPIPE_TELEMETRY_LISTEN", f"127.0.0.1:{held_port}")
+    assert main(["run", "-c", DEFAULT, "--port", "0", "--ticks", "1"]) == 1
+    err = capsys.readouterr().err
+    assert (
+        "(which that line reads); or set it empty for no telemetry listener (/healthz, /readyz and wattpipe's own "
+        "/metrics; the energy series are the exporter's)"
+    ) in err
+
+
+def test_run_takes_duration_as_demo_does(real_node: None, capsys: pytest.CaptureFixture[str]) -> None:
+    # `wattpipe run -c configs/default.yaml --duration 8s` was "wattpipe: error: unrecognized arguments" under the
+    # top-level usage, though demo and simulate take --duration.
+    assert main(["run", "-c", DEFAULT, "--port", "0", "--duration", "1s"]) == 0  # 200 ms ticks: it stops itself
+    assert "stopped cleanly" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["simulate", "demo"])
+def test_a_simulated_node_never_writes_the_configurations_state_file(
+    command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `wattpipe simulate -c configs/default.yaml` wrote the simulated node's totals into the real node's
+    # /var/lib/wattpipe/state.json; the next `wattpipe run` there said "written by node demo-node, not vm; using
+    # it" and restored 2 simulated GPUs' idle power and 3 simulated processes' energy.
+    real_state = tmp_path / "real" / "state.json"
+    real_state.parent.mkdir()
+    real_state.write_text("what the real node measured\n")
+    monkeypatch.setenv("WATTPIPE_STATE", str(real_state))
+    monkeypatch.setenv("WATTPIPE_TELEMETRY_LISTEN", "")
+    monkeypatch.setenv("WATTPIPE_INTERVAL", "1s")
+    extra = ["--port", "0"] if command == "demo" else []
+    err = io.StringIO()
+    assert main([command, "-c", DEFAULT, "--ticks", "3", "--log-level", "warning", *extra], io.StringIO(), err) == 0
+    assert real_state.read_text() == "what the real node measured\n"
+    assert list(real_state.parent.iterdir()) == [real_state]  # no checkpoint beside it either
+
+
+def test_the_demo_still_writes_a_new_state_file_and_goes_on_from_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = tmp_path / "state.json"
+    monkeypatch.setenv("WATTPIPE_STATE", str(state))
+    monkeypatch.setenv("WATTPIPE_TELEMETRY_LISTEN", "")
+    monkeypatch.setenv("WATTPIPE_INTERVAL", "1s")
+    argv = ["demo", "-c", DEFAULT, "--ticks", "3", "--port", "0", "--log-level", "info"]
+    assert main(argv, io.StringIO(), io.StringIO()) == 0
+    assert json.loads(state.read_text())["node"] == "demo-node"  # the simulated node's own file
+    capsys.readouterr()
+    assert main(argv, io.StringIO(), io.StringIO()) == 0
+    err = capsys.readouterr().err
+    assert f"state loaded from {state}" in err
+    assert "not used" not in err

@@ -99,6 +99,7 @@ class Snapshot:
     node: str | None = None
     scheme: str | None = None
     cpus: list[CpuZone] = field(default_factory=list)
+    telemetry: bool = False  # wattpipe's own /metrics (service.telemetry.listen): a wattpipe, not its energy series
 
 
 @dataclass
@@ -237,7 +238,9 @@ def _consumer_rows(samples: list[_Sample]) -> dict[tuple[str, str, str], _Found]
         kind, value = what
         key, name = _consumer_key(kind, sample.labels)
         if kind == "process" and (vm_id := sample.labels.get("vm_id")) is not None:
-            name += f" (VM {vm_names.get(vm_id) or vm_id[:8]})"
+            # The VM before the command: a name column cut to fit keeps the VM's name (``7001 VM db-vm (qemu…``).
+            pid, _, comm = name.partition(" ")
+            name = f"{pid} VM {vm_names.get(vm_id) or vm_id[:8]}" + (f" ({comm})" if comm else "")
         state = sample.labels.get("state")
         known = found.get((uuid, kind, key))
         if kind == "process" and state and known and known.row.state and known.row.state != state:
@@ -325,4 +328,5 @@ def parse(text: str) -> Snapshot:
             gpus.setdefault(uuid, Gpu(uuid))
     for gpu in gpus.values():
         gpu.rows = _tree(gpu.uuid, found, (gpu.unattributed_w, gpu.unattributed_j))
-    return Snapshot(list(gpus.values()), node, scheme, _cpu_zones(samples, found))
+    telemetry = "wattpipe_tick_duration_seconds" in text
+    return Snapshot(list(gpus.values()), node, scheme, _cpu_zones(samples, found), telemetry=telemetry)

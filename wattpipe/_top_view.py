@@ -70,6 +70,7 @@ class View:
     paused: bool = False
     errors: list[str] = field(default_factory=list)
     height: int | None = None  # the terminal's lines (the live view); None: every row (into a pipe or a file)
+    keys: bool = True  # the line of keys: only where keys are read (the live view, not --once or a pipe)
 
 
 def _number(value: float | None, digits: int = 1) -> str:
@@ -307,8 +308,17 @@ def render(snapshot: Snapshot | None, history: History, view: View) -> Renderabl
                 style="yellow",
             )
         )
+    elif snapshot is not None and snapshot.telemetry:
+        parts.append(
+            Text(
+                "this is wattpipe's own telemetry (service.telemetry.listen), not its energy series: read the "
+                "prometheus exporter's listen (:28282 by default)",
+                style="yellow",
+            )
+        )
     elif snapshot is not None:
         parts.append(Text("no GPU or CPU series in the exposition (is this a wattpipe /metrics?)", style="yellow"))
     parts.extend(Text(e, style="red") for e in view.errors)
-    parts.append(Text("keys: w sort by watts  j by joules  n by name  r reverse  p pause  q quit", style="dim"))
+    if view.keys:
+        parts.append(Text("keys: w sort by watts  j by joules  n by name  r reverse  p pause  q quit", style="dim"))
     return Group(*parts)

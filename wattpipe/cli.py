@@ -174,7 +174,10 @@ def cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     graph = build_or_report(config, registry, RealClock(), err)
     if graph is None:
         return EXIT_CONFIG
-    return asyncio.run(run_service(graph, max_ticks=args.ticks))
+    max_ticks = args.ticks
+    if max_ticks is None and args.duration is not None:  # as demo counts it: the ticks that fit, and the first
+        max_ticks = int(args.duration // min(p.config.interval for p in graph.pipelines)) + 1
+    return asyncio.run(run_service(graph, max_ticks=max_ticks))
 
 
 # --- parser ---------------------------------------------------------------------------------
@@ -211,6 +214,34 @@ def _duration(text: str) -> float:
     return seconds
 
 
+def _count(text: str) -> int:
+    """``--ticks`` and ``--count``: a whole number above 0 (0 or less would start, do nothing and say it stopped)."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number above 0")
+    return int(text)
+
+
+def _seconds(text: str, above_zero: bool) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not (seconds > 0 or (seconds == 0 and not above_zero)):  # NaN too
+        bound = "above 0" if above_zero else "of 0 or more"
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number of seconds {bound}")
+    return seconds
+
+
+def _pause_s(text: str) -> float:
+    """``probe --every``: seconds between polls, 0 allowed."""
+    return _seconds(text, above_zero=False)
+
+
+def _timeout_s(text: str) -> float:
+    """``probe --timeout``: seconds one poll may take, above 0."""
+    return _seconds(text, above_zero=True)
+
+
 def _port(text: str) -> int:
     """``--port``'s type: a TCP port (0: any free one; the log says which)."""
     if not text.isdigit() or int(text) > 65535:
@@ -234,9 +265,10 @@ def parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("run", help="run the pipelines until SIGTERM/SIGINT")
     with_config(sp)
-    sp.add_argument("--ticks", type=int, default=None, help="stop after this many ticks per pipeline")
+    sp.add_argument("--ticks", type=_count, default=None, help="stop after this many ticks per pipeline")
     sp.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default=None)
     sp.add_argument("--port", type=_port, default=None, help=PORT_HELP)
+    sp.add_argument("--duration", type=_duration, default=None, help="stop after this long (default: SIGTERM/SIGINT)")
     sp.set_defaults(fn=cmd_run)
 
     sp = sub.add_parser("validate", help="build everything, start nothing; exit 0 if valid, 2 if not")
@@ -248,15 +280,20 @@ def parser() -> argparse.ArgumentParser:
     sp.set_defaults(fn=cmd_print_config)
 
     sp = sub.add_parser("components", help="every installed component type, its stability and purpose")
-    sp.add_argument("--json", action="store_true")
+    sp.add_argument("--json", action="store_true", help="the same as JSON: kind, type, stability, description")
     sp.set_defaults(fn=cmd_components)
 
     sp = sub.add_parser("probe", help="run one receiver once and print its records as JSON")
     sp.add_argument("id", help="the receiver's ID in the config, e.g. nvml or dcgm/local; without -c, a receiver type")
     sp.add_argument("-c", "--config", default=None, help="pipeline configuration (YAML); none: the type's defaults")
-    sp.add_argument("--count", type=int, default=1, help="polls to make (default 1)")
-    sp.add_argument("--every", type=float, default=1.0, help="seconds between polls (default 1)")
-    sp.add_argument("--timeout", type=float, default=10.0, help="seconds one poll may take (default 10)")
+    sp.add_argument("--count", type=_count, default=1, help="polls to make (default 1)")
+    sp.add_argument("--every", type=_pause_s, default=1.0, help="seconds between polls (default 1)")
+    sp.add_argument(
+        "--timeout",
+        type=_timeout_s,
+        default=10.0,
+        help="seconds one poll may take (default 10)",
+    )
     sp.set_defaults(fn=cmd_probe)
 
     _simulated_commands(sub)
@@ -275,7 +312,7 @@ def _simulated_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         sp.add_argument(
             "--scenario", default=str(DEMO_SCENARIO), help="simulated node (default: configs/scenarios/demo.yaml)"
         )
-        sp.add_argument("--ticks", type=int, default=None, help="stop after this many ticks per pipeline")
+        sp.add_argument("--ticks", type=_count, default=None, help="stop after this many ticks per pipeline")
         sp.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default=None)
 
     sp = sub.add_parser("demo", help="run the pipeline on a simulated GPU node, in real time (no GPU needed)")
@@ -297,7 +334,9 @@ def _simulated_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
 
     from wattpipe import top  # the live view: its options are its own
 
-    sp = sub.add_parser("top", help="a live view of a running wattpipe (or of the demo): GPUs, pods, processes")
+    sp = sub.add_parser(
+        "top", help="a live view of a running wattpipe (or of the demo): GPUs and CPU (RAPL) zones, pods, processes"
+    )
     top.add_arguments(sp)
     sp.set_defaults(fn=_top)
 
@@ -305,6 +344,9 @@ def _simulated_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
     try:
         args = parser().parse_args(argv)
+        for option in ("config", "scenario"):
+            if getattr(args, option, None):
+                setattr(args, option, _shipped_if_missing(getattr(args, option), err or sys.stderr))
         if getattr(args, "config", None) and not Path(args.config).exists():
             print(f"error: {args.config}: no such file", file=err or sys.stderr)
             return EXIT_CONFIG
@@ -314,6 +356,19 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
         _silence_stdout()
         return EXIT_BROKEN_PIPE
     return code
+
+
+def _shipped_if_missing(given: str, err: TextIO) -> str:
+    """``configs/…`` as README writes it: the file here if there is one, else the copy installed with wattpipe
+    (a wheel ships configs/ as wattpipe/configs/), said on stderr; any other path as given."""
+    path = Path(given)
+    if path.is_absolute() or path.exists() or not path.parts or path.parts[0] != "configs":
+        return given
+    shipped = (CONFIGS / Path(*path.parts[1:])).resolve()
+    if not shipped.is_file():
+        return given
+    print(f"{given} is not in {Path.cwd()}: using the one installed with wattpipe, {shipped}", file=err)
+    return str(shipped)
 
 
 def _silence_stdout() -> None:

@@ -24,6 +24,7 @@ from wattpipe import (
     simulator,
     steps,  # the shared loading, building and running steps
 )
+from wattpipe._sim_state import state_for_simulated_node
 from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.clock import Clock, RealClock, SteppedClock
 from wattpipe.pipeline.components import Registry
@@ -323,6 +324,7 @@ def _run_simulated(
         return EXIT_CONFIG
     level = args.log_level or config.service.telemetry.log_level
     steps.setup_logging(level)
+    config = state_for_simulated_node(config, tmp, stepped)  # never a real node's state file
     if stepped:
         config = _without_listeners(config)
         config = _with_console_tables(config, registry) if args.console else _without_console_tables(config)

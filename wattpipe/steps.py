@@ -166,7 +166,12 @@ def _serve_telemetry(graph: Graph) -> int | None:
     except (OSError, ValueError) as exc:
         log.error("service.telemetry.listen %s: cannot listen: %s", listen, exc)
         if _port_in_use(exc):
-            log.error("%s", listen_advice(graph.config, ("service", "telemetry", "listen"), port_flag=False))
+            advice = listen_advice(graph.config, ("service", "telemetry", "listen"), port_flag=False)
+            log.error(
+                "%s; or set it empty for no telemetry listener (/healthz, /readyz and wattpipe's own /metrics; "
+                "the energy series are the exporter's)",
+                advice,
+            )
         return EXIT_RUNTIME
     log.info("telemetry listening on %s: %s (/metrics, /healthz, /readyz)", server.bound, server.url)
     return None

@@ -78,9 +78,10 @@ class _Source:
             raise RuntimeError(f"the demo exited with code {self.demo.returncode}: {self.demo_log_tail()}")
         try:
             response = self.client.get(self.url)
-            response.raise_for_status()
         except httpx.HTTPError as exc:
             raise RuntimeError(f"cannot read {self.url}: {exc}") from exc
+        if response.is_error:  # the status alone: httpx's own message adds a line pointing at a web page
+            raise RuntimeError(f"cannot read {self.url}: HTTP {response.status_code} {response.reason_phrase}")
         try:
             return parse(response.text)
         except ValueError as exc:
@@ -256,7 +257,28 @@ def _live(source: _Source, view: View, console: Console, every_s: float) -> int:
             live.update(render(snapshot, history, view), refresh=True)
 
 
+def _url_problem(given: str) -> str | None:
+    """What makes ``--url`` not a URL top can read (before any request is made), or None."""
+    try:
+        parts = urllib.parse.urlsplit(metrics_url(given))
+        port = parts.port  # raises on a port that is not a number in 0-65535
+    except ValueError as exc:
+        return f"not a URL ({exc})"
+    if parts.scheme not in ("http", "https"):
+        return f"'{parts.scheme}://' is not http:// or https://"
+    if not parts.hostname:
+        return "no host in it"
+    if any(c.isspace() for c in parts.hostname):
+        return f"'{parts.hostname}' is not a host name"
+    if port == 0:
+        return "port 0 is not a port to read from"
+    return None
+
+
 def _usage_problem(args: argparse.Namespace) -> str | None:
+    problem = _url_problem(args.url) if args.url else None
+    if problem:
+        return f"--url {args.url}: {problem} (e.g. http://node:28282/metrics or node:28282)"
     if args.every <= 0:
         return f"--every {args.every}: must be a positive number of seconds"
     if args.url and (args.demo or args.scenario):
@@ -279,7 +301,8 @@ def main(args: argparse.Namespace) -> int:
     with _source(args) as source:
         view.source = f"demo at {source.url}" if source.demo is not None else source.url
         try:
-            if args.once or not console.is_terminal:  # into a pipe or a file: one screen
+            if args.once or not console.is_terminal:  # into a pipe or a file: one screen, no keys read
+                view.keys = False
                 return _once(source, view, console, _DEMO_START_S)
             return _live(source, view, console, args.every)
         except KeyboardInterrupt:

@@ -138,11 +138,17 @@ def cmd_topology(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 taken |= _allocated(args.podresources)
         else:
             topology, taken = _simulated(args.scenario)
-    except (simulator.ScenarioError, OSError) as exc:
-        print(f"error: scenario {args.scenario}: {exc}", file=err)
+    except simulator.ScenarioError as exc:
+        for message in exc.messages:  # each names the file (and line) already, as demo says them
+            print(f"error: scenario {message}", file=err)
+        return EXIT_CONFIG
+    except OSError as exc:
+        print(f"error: scenario {args.scenario}: cannot read it: {exc.strerror or exc}", file=err)
         return EXIT_CONFIG
     except NvmlFailure as exc:
-        print(f"error: reading the GPU topology from NVML: {exc}", file=err)
+        no_driver = exc.code in (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+        hint = " (no NVIDIA driver on this node?)" if no_driver else ""
+        print(f"error: reading the GPU topology from NVML: {exc}{hint}", file=err)
         return EXIT_RUNTIME
     except PodResourcesError as exc:
         print(f"error: asking the kubelet's pod-resources API which GPUs are taken: {exc}", file=err)

@@ -72,11 +72,8 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     binary = _prometheus()
     tmp = tmp_path_factory.mktemp("dashboards")
     demo_port, mig_port, prom_port = free_port(), free_port(), free_port()
-    # The demo's config names its node demo-node whatever the scenario: the MIG node gets its own name.
-    config = (ROOT / "configs" / "demo.yaml").read_text()
-    assert "node_name: demo-node" in config
-    (tmp / "mig.yaml").write_text(config.replace("node_name: demo-node", "node_name: mig-pods-node"))
-    mig = ["-c", str(tmp / "mig.yaml"), "--scenario", str(ROOT / "configs" / "scenarios" / "mig-pods.yaml")]
+    # The demo's config names the node after the scenario's node.name: the MIG node is mig-pods-node.
+    mig = ["--scenario", str(ROOT / "configs" / "scenarios" / "mig-pods.yaml")]
     procs = [_demo(demo_port), _demo(mig_port, *mig)]
     (tmp / "prometheus.yml").write_text(
         "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"

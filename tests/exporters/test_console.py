@@ -293,3 +293,17 @@ def test_series_start_times_print_as_clock_times_not_dicts() -> None:
     )
     assert "01:02:03" in stream.getvalue()
     assert "wall_s" not in stream.getvalue()
+
+
+def test_a_tick_with_records_but_none_of_the_kinds_shown_says_so_under_its_header() -> None:
+    # The demo's first tick (no counter delta yet) printed "── metrics · … · 116 records" and then nothing.
+    batch = Batch(time=T, interval_s=5.0, node="node-a").with_records(
+        [GpuProcessSample(time=EARLIER, device_id="GPU-0", pid=4242, sm_util=0.5)]
+    )
+    out = export(batch, kinds=["device_power", "shares"])
+
+    lines = out.splitlines()
+    assert "1 records" in lines[0]
+    assert lines[1:] == ["(no device_power or shares this tick)"]
+    three = export(batch, kinds=["device_power", "shares", "totals"]).splitlines()
+    assert three[1:] == ["(no device_power, shares or totals this tick)"]

@@ -123,3 +123,22 @@ def test_simulator_imports_no_pipeline_components() -> None:
     for package in ("receivers", "processors", "exporters", "cli", "steps", "simulated"):
         assert not re.search(rf"^\s*(from|import) wattpipe\.{package}\b", source, re.MULTILINE), package
         assert not re.search(rf"^\s*from wattpipe import .*\b{package}\b", source, re.MULTILINE), package
+
+
+def test_a_file_that_is_no_scenario_is_one_line_that_does_not_echo_it(tmp_path: Path) -> None:
+    # `wattpipe demo --scenario /etc/shadow` printed each of its lines back ("shadow:1 root:…: unknown key").
+    path = tmp_path / "passwd"
+    path.write_text("root:x:0:0:secret-ish:\ndaemon:x:1:1::\nbin:x:2:2::\n")
+    with pytest.raises(ScenarioError) as raised:
+        load_scenario(path)
+    assert raised.value.messages == [
+        f"{path}: not a scenario: none of its 3 top-level keys is one a scenario has (node, gpus, pods, processes, …)"
+    ]
+
+
+def test_a_scenario_with_a_misspelt_key_still_gets_its_suggestion(tmp_path: Path) -> None:
+    path = tmp_path / "typo.yaml"
+    path.write_text("gpu: []\n")
+    with pytest.raises(ScenarioError) as raised:
+        load_scenario(path)
+    assert any("gpu: unknown key; did you mean 'gpus'?" in m for m in raised.value.messages), raised.value.messages

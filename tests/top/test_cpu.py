@@ -158,5 +158,21 @@ def test_a_vms_qemu_process_is_named_with_its_vm() -> None:
     snapshot = parse(CPU_KEPLER + vm)
     (package,) = [c for c in snapshot.cpus if c.zone == "package"]
     names = [row.name for row in package.rows]
-    assert "7001 qemu-system-x86 (VM db-vm)" in names
+    assert "7001 VM db-vm (qemu-system-x86)" in names
     assert "900 sshd" in names  # not a VM's: as before
+
+
+def test_at_80_columns_a_qemu_row_still_says_which_vm_it_runs() -> None:
+    # "7001 qemu-system-x86 (VM db-vm)" was cut to "7001 qemu-system-x8…" in the 22-column name: the VM's name,
+    # the point of the row, was what fell off. Now the VM comes before the command.
+    uuid = "6f1c2a4e-9b1d-4c1e-8a53-2b7f0d9e4c11"
+    vm = (
+        f'kepler_process_cpu_watts{{comm="qemu-system-x86",pid="7001",state="running",type="vm",vm_id="{uuid}",'
+        'zone="package"} 40.0\n'
+        f'kepler_vm_cpu_watts{{hypervisor="kvm",state="running",vm_id="{uuid}",vm_name="db-vm",zone="package"}} 40.0\n'
+    )
+    shown = lines(CPU_KEPLER + vm, width=80)
+    assert max(len(line) for line in shown) <= 80
+    (qemu,) = [line for line in shown if line.lstrip().startswith("7001 ")]
+    assert qemu.lstrip().startswith("7001 VM db-vm")
+    assert "40.0" in qemu.split()  # its watts, whole

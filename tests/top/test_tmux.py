@@ -168,3 +168,28 @@ def test_top_in_tmux_shows_the_demo_tree_and_follows_the_keys(pane: Pane) -> Non
     pane.press("q")
     screen = pane.wait(lambda s: "top exited" in s, 20, "top to exit")
     assert "top exited 0" in screen
+
+
+def test_top_in_tmux_on_the_cpu_node_at_80_columns_names_the_node_and_its_vm() -> None:
+    """``top --demo --scenario configs/scenarios/cpu.yaml`` in an 80-column pane: the title names the scenario's
+    node (it said demo-node), and the KVM guest's qemu row keeps the VM's name in the cut name column (it was
+    ``7001 qemu-system-x8…``), under both RAPL zone types, with its watts."""
+    _tmux()
+    command = (
+        f"unset COLUMNS LINES; cd {ROOT} && WATTPIPE_INTERVAL=1s {sys.executable} -m wattpipe.top --demo --every 1 "
+        f"--scenario configs/scenarios/cpu.yaml; "
+        'echo "top exited $?"; sleep 120'
+    )
+    pane = Pane(command)
+    try:
+        pane.tmux("resize-window", "-t", "top", "-x", "80", "-y", "50")
+        screen = pane.wait(lambda s: s.count("7001 VM db-vm") == 2, 120, "the VM's row under package and dram")
+        assert "node cpu-node" in screen
+        assert "demo-node" not in screen
+        assert max(len(line) for line in screen.splitlines()) <= 80
+        vm_rows = [line for line in screen.splitlines() if line.strip().startswith("7001 VM db-vm")]
+        assert all(float(_NUMBER.findall(line)[0]) > 0 for line in vm_rows), vm_rows  # its watts
+        pane.press("q")
+        assert "top exited 0" in pane.wait(lambda s: "top exited" in s, 20, "top to exit")
+    finally:
+        pane.kill()

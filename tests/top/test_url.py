@@ -192,3 +192,47 @@ def test_top_reads_a_running_wattpipe_given_as_host_and_port(otel_demo: str) -> 
     done = top("--url", host_port, "--once")
     assert done.returncode == 0, done.stderr
     assert f"wattpipe top  {otel_demo}  node demo-node" in done.stdout
+
+
+@pytest.mark.parametrize("given", [":::bad", "http://[::1", "http://", "ftp://node/metrics", "not a url", "node:99999"])
+def test_a_url_that_cannot_be_one_is_refused_with_exit_2_naming_it(given: str) -> None:
+    # ":::bad" and "http://[::1" once ended in an httpx / urllib traceback; "not a url" in a DNS lookup.
+    done = top("--url", given, "--once")
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.startswith(f"error: --url {given}: ")
+    assert "e.g. http://node:28282/metrics or node:28282" in done.stderr
+
+
+def test_one_screen_into_a_pipe_lists_no_keys_it_cannot_take(local_wattpipe: str) -> None:
+    # The key line ("w sort by watts … q quit") once ended every --once screen and every pipe: keys nobody can press.
+    done = top("--url", local_wattpipe)
+    assert done.returncode == 0, done.stderr
+    assert "4242 python" in done.stdout
+    assert "keys:" not in done.stdout
+    assert "q quit" not in done.stdout
+
+
+def test_an_http_error_is_one_line_with_its_status() -> None:
+    # A 404 printed httpx's two lines, the second "For more information check: https://developer.mozilla.org/…".
+    with serving(lambda path: (404, b"not here", "text/plain")) as base:
+        url = f"{base}/nope"
+        done = top("--url", url, "--once")
+    assert done.returncode == 1
+    assert done.stderr == f"error: cannot read {url}: HTTP 404 Not Found\n"
+
+
+def test_wattpipes_own_telemetry_port_is_told_apart_from_its_energy_series() -> None:
+    # `top --url node:8888` (wattpipe's telemetry, not its exporter) said "is this a wattpipe /metrics?": it is one.
+    telemetry = (
+        "# TYPE wattpipe_tick_duration_seconds histogram\n"
+        'wattpipe_tick_duration_seconds_bucket{le="+Inf",pipeline="metrics"} 3.0\n'
+        'wattpipe_tick_duration_seconds_count{pipeline="metrics"} 3.0\n'
+        'wattpipe_tick_duration_seconds_sum{pipeline="metrics"} 0.01\n'
+    )
+    with serving(lambda path: (200, telemetry.encode(), "text/plain; version=0.0.4")) as base:
+        done = top("--url", base, "--once")
+    assert done.returncode == 0, done.stderr
+    assert "wattpipe's own telemetry (service.telemetry.listen), not its energy series" in done.stdout
+    assert "the prometheus exporter's listen (:28282 by default)" in done.stdout
+    assert "is this a wattpipe /metrics?" not in done.stdout

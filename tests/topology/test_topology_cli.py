@@ -131,3 +131,32 @@ def test_every_pcie_level_through_nvml_and_its_score() -> None:
     row = [(pair(doc, 0, b)["link"], pair(doc, 0, b)["score"]) for b in range(1, 6)]
     assert row == [("PSB", 60), ("PXB", 40), ("PHB", 30), ("NODE", 20), ("SYS", 10)]
     assert best(doc, 3) == {"size": 3, "gpus": [0, 1, 2], "score": 60 + 40 + 40}
+
+
+def test_scenario_errors_are_said_once_each_as_demo_says_them(tmp_path: Path) -> None:
+    # They were "error: scenario nope.yaml: [Errno 2] No such file or directory: 'nope.yaml'" and, for a bad key,
+    # "error: scenario X: X:2 gpus.0.bogus: unknown key" (the path twice).
+    code, _, err = topology(str(tmp_path / "nope.yaml"))
+    assert code == 2
+    assert err == f"error: scenario {tmp_path / 'nope.yaml'}: cannot read it: No such file or directory\n"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text('node: {name: x}\ngpus: [{model: "NVIDIA H100 80GB HBM3", idle_w: 72, max_w: 700, bogus: 1}]\n')
+    code, _, err = topology(str(bad))
+    assert code == 2
+    assert err == f"error: scenario {bad}:2 gpus.0.bogus: unknown key\n"
+
+
+def test_node_without_an_nvidia_driver_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    from wattpipe import topology as topology_module
+    from wattpipe.receivers.nvml._errors import NvmlFailure
+
+    def no_driver() -> None:
+        raise NvmlFailure("nvmlInit", 12, "NVML Shared Library Not Found")
+
+    monkeypatch.setattr(topology_module, "_read_nvml", no_driver)
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["topology", "--node"], out, err) == 1
+    assert err.getvalue() == (
+        "error: reading the GPU topology from NVML: nvmlInit: NVML Shared Library Not Found "
+        "(no NVIDIA driver on this node?)\n"
+    )
