@@ -120,11 +120,11 @@ def test_a_nested_cgroup_is_counted_in_its_containers_once() -> None:
     b = CgroupIdentity(container_id=ID_B)
     values = {A: 5_000_000, f"{A}/init.scope": 4_000_000, B: 2_000_000, f"{B}/x": 1_000_000, f"{B}/y": 500_000}
     usec = {path: (f"{path}/cpu.stat", value) for path, value in values.items()}  # (the file read, its usage)
-    found = container_usage(t, [(f"{A}/init.scope", a), (A, a), (f"{B}/x", b), (f"{B}/y", b)], usec)
+    found = container_usage(t, [(f"{A}/init.scope", a), (A, a), (f"{B}/x", b), (f"{B}/y", b)], usec)[0]
     # A: its own cgroup holds init.scope's usage; B's processes sit in two sibling cgroups: their sum
     assert [(r.container_id, r.usage_s) for r in found] == [(ID_A, 5.0), (ID_B, 1.5)]
     # one of a container's cgroups unreadable: the container unknown, not less
-    assert container_usage(t, [(f"{B}/x", b), (f"{B}/y", b)], {f"{B}/x": ("x", 1)}) == []
+    assert container_usage(t, [(f"{B}/x", b), (f"{B}/y", b)], {f"{B}/x": ("x", 1)})[0] == []
 
 
 def test_made_only_where_a_processor_asks_for_them(tmp_path: Path) -> None:
@@ -183,3 +183,37 @@ def test_two_threaded_cgroups_of_one_container_read_through_one_file_count_it_on
     got = containers(receiver)
     assert got is not None
     assert got[ID_A].usage_s == 4.0
+
+
+def test_a_container_whose_cgroup_holds_another_containers_has_no_record(tmp_path: Path) -> None:
+    # Docker-in-Docker without a delegated leaf: the outer container's dockerd sits in its own cgroup, and the
+    # inner container's cgroup is below it (its id is the deepest in the path: the processes are the inner's).
+    # The outer cgroup's usage_usec counts the inner's processes, which are billed on their own: the outer's
+    # unseen time would be the inner's time a second time. Unknown (no record), not twice.
+    outer = f"/system.slice/docker-{ID_A}.scope"
+    inner = f"{outer}/docker/{ID_B}"
+    proc, cgroups = tmp_path / "proc", mount(tmp_path / "cgroup")
+    write_process(proc, 10, "dockerd", utime=100, cgroup=f"0::{outer}\n")
+    usage(cgroups, outer, 2_000_000)
+    usage(cgroups, inner, 0)
+    receiver = make_receiver(proc, cgroup_root=str(cgroups))
+    containers(receiver)
+    advance(receiver)
+    alone = containers(receiver)
+    assert alone is not None
+    assert alone[ID_A].usage_s == 2.0  # nothing inside it yet
+    # the inner container starts (its process listed this scan, its time in the outer's cgroup already)
+    write_process(proc, 11, "app", utime=300, cgroup=f"0::{inner}\n")
+    usage(cgroups, inner, 3_000_000)
+    usage(cgroups, outer, 5_500_000)
+    advance(receiver)
+    first = containers(receiver)
+    assert first is not None
+    assert ID_A not in first
+    usage(cgroups, inner, 4_000_000)
+    usage(cgroups, outer, 6_600_000)
+    advance(receiver)
+    nested = containers(receiver)
+    assert nested is not None
+    assert ID_A not in nested
+    assert nested[ID_B].usage_s == 4.0
