@@ -15,6 +15,9 @@ No record (unknown, not a wrong number) for a container:
 - one of whose cgroups gave no reading (removed, unreadable);
 - with another container's cgroup below one of its own (Docker-in-Docker without a delegated leaf): a
   cgroup's usage counts its descendants', so its usage holds the inner container's processes, billed on their own;
+- whose cgroups read differ from the last scan's (a process in a cgroup of it none was in, or none left in
+  one): the sum is of other cgroups, and a cgroup that joins it brings its whole past. The next scan's is a
+  baseline.
 """
 
 from __future__ import annotations
@@ -83,9 +86,11 @@ def container_usage(
         if any(r is None for r in readings):
             continue
         by_file = dict(r for r in readings if r is not None)  # each file once
-        files[container_id] = frozenset(by_file)
+        files[container_id] = read = frozenset(by_file)
         if any(below.get(p.rstrip("/"), container_id) != container_id for p in outermost):
             continue  # another container's cgroup inside it: its usage counts that one's
+        if last_files is not None and last_files.get(container_id, read) != read:
+            continue  # summed from other cgroups than last scan's
         out.append(
             ContainerCpuTime(
                 time=now,

@@ -217,3 +217,37 @@ def test_a_container_whose_cgroup_holds_another_containers_has_no_record(tmp_pat
     assert nested is not None
     assert ID_A not in nested
     assert nested[ID_B].usage_s == 4.0
+
+
+def test_a_container_whose_cgroups_read_changed_has_no_record_that_scan(tmp_path: Path) -> None:
+    # A container whose processes sit in several cgroups (systemd inside it, a kind node): its usage is the sum of
+    # the cgroups its last scan's processes were in. Where that set changes, the sum is of other cgroups: a cgroup
+    # back in it would add its whole past (time billed long ago) to one tick's delta. That scan: no record, so the
+    # next is a baseline.
+    x, y = f"{A}/x.service", f"{A}/y.service"
+    proc, cgroups = tmp_path / "proc", mount(tmp_path / "cgroup")
+    write_process(proc, 10, "x", utime=100, cgroup=f"0::{x}\n")
+    write_process(proc, 1, "init", utime=100)
+    usage(cgroups, x, 1_000_000)
+    usage(cgroups, y, 50_000_000)  # y.service ran for long, its processes gone before wattpipe started
+    receiver = make_receiver(proc, cgroup_root=str(cgroups))
+    containers(receiver)
+    advance(receiver)
+    before = containers(receiver)
+    assert before is not None
+    assert before[ID_A].usage_s == 1.0
+    write_process(proc, 11, "y", utime=10, cgroup=f"0::{y}\n")  # y.service starts again: 0.1 s
+    usage(cgroups, y, 50_100_000)
+    advance(receiver)
+    same = containers(receiver)  # (the last scan's cgroups read: x alone)
+    assert same is not None
+    assert same[ID_A].usage_s == 1.0
+    advance(receiver)
+    changed = containers(receiver)  # x and y now: 51.1 s, of which 50 s were never this tick's
+    assert changed is not None
+    assert ID_A not in changed
+    usage(cgroups, y, 50_200_000)
+    advance(receiver)
+    after = containers(receiver)
+    assert after is not None
+    assert after[ID_A].usage_s == 51.2  # the same cgroups as the last scan's: a record again
