@@ -5,7 +5,7 @@ container and its pod (processors/_cpu_unseen.py); ``none`` (the default) is the
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -278,3 +278,23 @@ def test_after_a_restart_the_first_tick_is_a_baseline_and_the_container_goes_on(
     assert proc._unseen._usage == {"ci": 108.0, "nginx": 58.0}  # read now: the next tick's deltas start here
     build_tick(node)
     assert energy(step(proc, node), "container", "ci") == 4_000 + 4_000  # the restored series goes on
+
+
+def test_a_process_that_moved_to_another_container_is_not_billed_again_to_the_one_it_left() -> None:
+    # pid 30 ran 2 s in ci's cgroup this tick, then moved to container m's: ci's usage counts its 2 s, and its
+    # delta (listed in m now) is weighed as its own. Counted as ci's unseen too, its 2 s would weigh twice.
+    node = build_node()
+    node.spawn(30, comm="worker", container_id="ci", pod_uid="build")
+    node.cgroups["m"] = ("other", 0.0)
+    proc = processor(unseen="containers")
+    step(proc, node)
+    build_tick(node)  # make 1 s, nginx 4 s, ci's compilers 3 s
+    node.run(30, 2.0)
+    node.use("ci", 2.0)
+    node.procs[30] = replace(node.procs[30], container_id="m", pod_uid="other")
+    out = step(proc, node)
+    # 8,000 mJ over make 1, nginx 4, the compilers 3 and the worker 2 (10 s): 800 mJ a second
+    assert energy(out, "process", "30") == 1_600
+    assert energy(out, "container", "ci") == 800 + 2_400  # make's and the compilers': not the worker's again
+    assert energy(out, "container", "m") == 1_600
+    assert out.device_totals[0].attributed_energy_mj == 8_000
