@@ -298,3 +298,41 @@ def test_a_process_that_moved_to_another_container_is_not_billed_again_to_the_on
     assert energy(out, "container", "ci") == 800 + 2_400  # make's and the compilers': not the worker's again
     assert energy(out, "container", "m") == 1_600
     assert out.device_totals[0].attributed_energy_mj == 8_000
+
+
+def test_a_container_billed_only_unseen_time_is_named_once_its_pod_is_known() -> None:
+    # A CronJob's container whose processes all live inside a tick: its series is begun by its unseen share,
+    # before the k8s processor has listed its pod (the API cache syncs after the first ticks). Once the pod is
+    # known its series carries the names, as a container with a listed process's would.
+    from wattpipe.pipeline.records import Workload
+
+    node = build_node()
+    node.cgroups["cron"] = ("jobs", 0.0)
+    proc = processor(unseen="containers")
+    step(proc, node)
+    build_tick(node)
+    node.use("cron", 2.0)
+    out = step(proc, node)
+    assert "container_name" not in totals(out, "container")[("cron", "cpu:package")].attributes()
+    build_tick(node)
+    node.use("cron", 2.0)
+    now = node.clock.now()
+    roster = (
+        Workload(time=now, pid=None, listed="api"),
+        Workload(time=now, pid=None, pod_uid="jobs", pod_name="report", pod_namespace="batch", listed="api"),
+        Workload(
+            time=now,
+            pid=None,
+            container_id="cron",
+            container_name="job",
+            pod_uid="jobs",
+            pod_name="report",
+            pod_namespace="batch",
+            listed="api",
+        ),
+    )
+    out = proc.process(node.batch().replace(workloads=roster))
+    cron = totals(out, "container")[("cron", "cpu:package")].attributes()
+    assert (cron.get("container_name"), cron.get("pod_name"), cron.get("pod_namespace")) == ("job", "report", "batch")
+    pod = totals(out, "pod")[("jobs", "cpu:package")].attributes()
+    assert (pod.get("pod_name"), pod.get("pod_namespace")) == ("report", "batch")
