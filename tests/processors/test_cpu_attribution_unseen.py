@@ -336,3 +336,79 @@ def test_a_container_billed_only_unseen_time_is_named_once_its_pod_is_known() ->
     assert (cron.get("container_name"), cron.get("pod_name"), cron.get("pod_namespace")) == ("job", "report", "batch")
     pod = totals(out, "pod")[("jobs", "cpu:package")].attributes()
     assert (pod.get("pod_name"), pod.get("pod_namespace")) == ("report", "batch")
+
+
+MOVES = st.lists(
+    st.fixed_dictionaries(
+        {
+            # (process, seconds run, the part of them before its move, if it moves), per process listed
+            "run": st.lists(st.tuples(st.integers(0, 7), st.floats(0.0, 3.0), st.floats(0.0, 1.0)), max_size=8),
+            "move": st.lists(st.tuples(st.integers(0, 7), st.sampled_from(["a", "b", "c"])), max_size=2),
+            "exit": st.lists(st.tuples(st.integers(0, 7), st.floats(0.0, 2.0)), max_size=2),  # and its last s
+            "hidden": st.lists(st.floats(0.0, 4.0), min_size=3, max_size=3),  # per container a, b, c
+        }
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(MOVES)
+@example([{"run": [(0, 2.0, 1.0)], "move": [(0, "b")], "exit": [], "hidden": [0.0, 0.0, 0.0]}])
+def test_no_cpu_second_is_weighed_twice_with_moves_and_exits(ticks: list[dict]) -> None:  # type: ignore[type-arg]
+    # The truth: each container's cgroup usage grows by the time its processes ran in it (one that moves runs a
+    # part of its tick in the container it left), its hidden processes' and its exited processes' last seconds.
+    # Weighed: the processes' deltas and the containers' unseen seconds. Nothing twice: their sum is at most the
+    # cgroups' growth; in a tick nothing moved, each container's unseen time is what /proc did not show.
+    from tests.helpers.context import make_context
+    from wattpipe.pipeline.records import HostProcess
+    from wattpipe.processors._cpu_unseen import UnseenTime
+
+    clock = SteppedClock()
+    unseen = UnseenTime(make_context("cpu_attribution", clock=clock))
+    usage = {"a": 0.0, "b": 0.0, "c": 0.0}
+    procs = {pid: ("abc"[pid % 3], 0.0) for pid in range(8)}  # pid → its container, its CPU time
+
+    def listing() -> tuple[Batch, dict[int, HostProcess]]:
+        now = clock.now()
+        hosts = {
+            pid: HostProcess(time=now, pid=pid, start_time_ticks=pid, cpu_time_s=cpu, container_id=c)
+            for pid, (c, cpu) in procs.items()
+        }
+        records = tuple(ContainerCpuTime(time=now, container_id=c, usage_s=s) for c, s in usage.items())
+        return Batch(time=now, interval_s=5.0, node="n").replace(container_cpu=records), hosts
+
+    batch, last = listing()
+    unseen.weigh(batch, [], [], True, True, last)
+    for tick in ticks:
+        before = dict(usage)
+        moves = dict(tick["move"])
+        for pid, seconds, part in tick["run"]:
+            if pid in procs:
+                c, cpu = procs[pid]
+                moved_to = moves.get(pid, c)
+                usage[c] += seconds * part if moved_to != c else seconds
+                usage[moved_to] += seconds * (1 - part) if moved_to != c else 0.0
+                procs[pid] = (moved_to, cpu + seconds)
+        for pid, c in moves.items():
+            if pid in procs:
+                procs[pid] = (c, procs[pid][1])
+        for pid, last_s in tick["exit"]:
+            if pid in procs:
+                usage[procs.pop(pid)[0]] += last_s
+        for c, seconds in zip("abc", tick["hidden"], strict=True):
+            usage[c] += seconds
+        clock.advance(5.0)
+        batch, hosts = listing()
+        deltas = [(h, h.cpu_time_s - last[pid].cpu_time_s) for pid, h in hosts.items() if pid in last]
+        deltas = [(h, d) for h, d in deltas if d > 0]
+        got = unseen.weigh(batch, [h for h, _ in deltas], [d for _, d in deltas], True, True, last)
+        weighed = dict(zip((r.container_id for r in got.records), got.seconds, strict=True))
+        growth = sum(usage.values()) - sum(before.values())
+        assert sum(weighed.values()) + sum(d for _, d in deltas) <= growth + 1e-6
+        if not any(pid in last for pid in moves):
+            for c in usage:  # no move: a container's unseen time is its growth less what /proc showed of it
+                shown = sum(d for h, d in deltas if h.container_id == c)
+                assert weighed.get(c, 0.0) == pytest.approx(max(0.0, usage[c] - before[c] - shown), abs=2e-6)
+        last = hosts
