@@ -96,7 +96,8 @@ class UnseenTime:
         records: list[ContainerCpuTime] = []
         unseen: list[float] = []
         alive: set[tuple[str, str]] = set()
-        for record in batch.container_cpu:
+        by_id = {r.container_id: r for r in batch.container_cpu}  # two receivers' of one container: its last
+        for record in by_id.values():
             cid = record.container_id
             self._usage[cid] = record.usage_s
             alive.add(("container", cid))

@@ -412,3 +412,20 @@ def test_no_cpu_second_is_weighed_twice_with_moves_and_exits(ticks: list[dict]) 
                 shown = sum(d for h, d in deltas if h.container_id == c)
                 assert weighed.get(c, 0.0) == pytest.approx(max(0.0, usage[c] - before[c] - shown), abs=2e-6)
         last = hosts
+
+
+def test_a_container_two_receivers_both_read_is_billed_its_unseen_time_once() -> None:
+    # Two procfs receivers in one pipeline (as a pid two receivers both list is one process, by its last record):
+    # each gives the container's usage; its unseen time is once, not once per record.
+    node = build_node()
+    proc = processor(unseen="containers")
+
+    def twice() -> Batch:
+        batch = node.batch()
+        return batch.replace(container_cpu=batch.container_cpu + batch.container_cpu)
+
+    proc.process(twice())
+    node.clock.advance(5.0)
+    build_tick(node)
+    out = proc.process(twice())
+    assert (energy(out, "container", "ci"), energy(out, "container", "nginx")) == (4_000, 4_000)
