@@ -429,3 +429,20 @@ def test_a_container_two_receivers_both_read_is_billed_its_unseen_time_once() ->
     build_tick(node)
     out = proc.process(twice())
     assert (energy(out, "container", "ci"), energy(out, "container", "nginx")) == (4_000, 4_000)
+
+
+def test_a_process_first_listed_long_after_it_started_has_its_tick_billed_once_to_its_container() -> None:
+    # pid 30 ran in ci all along, but its stat could not be read at the last listing: listed now, its delta is 0
+    # (its CPU time before is not this tick's), and its 2 s this tick are in ci's cgroup growth: ci's unseen time.
+    node = build_node()
+    proc = processor(unseen="containers")
+    step(proc, node)
+    build_tick(node)
+    node.spawn(30, cpu_s=100.0, comm="worker", container_id="ci", pod_uid="build")
+    node.procs[30] = replace(node.procs[30], start_wall_s=node.clock.now().wall_s - 3600)
+    node.use("ci", 2.0)
+    out = step(proc, node)
+    # 8,000 mJ over make 1, nginx 4, ci's unseen 3 + 2 (10 s): the worker's 2 s weighed once, as ci's
+    assert ("30", "cpu:package") not in totals(out, "process")
+    assert energy(out, "container", "ci") == 800 * 6
+    assert energy(out, "process", "20") == 800 * 4
