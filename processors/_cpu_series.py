@@ -215,9 +215,13 @@ class CpuSeries:
                     gseries = self.groups.get((scope, group, zone))
                     if gseries is None:
                         gseries = self.groups[(scope, group, zone)] = Series(0, start_s)
-                        _label(gseries, {**attrs, "zone": zone})
                         self._rows = None
                         self._groups_version += 1
+                    if len(gseries.attrs) != len(attrs) + 1:  # begun now, or named since (as _join relabels)
+                        labels = _names_kept(gseries.attrs, {**attrs, "zone": zone}, ())
+                        if labels != gseries.attrs:
+                            _label(gseries, labels)
+                            self._groups_version += 1
                     if gseries.seen != tick_no:
                         gseries.seen = tick_no
                         grouped.append((gseries, gseries.energy_mj, per_mj))

@@ -59,10 +59,19 @@ class UnseenTime:
         self._said = False  # that there is no container CPU time, since it was last there
 
     def weigh(
-        self, batch: Batch, hosts: Sequence[HostProcess], cpu_s: Sequence[float], listed: bool, counted: bool
+        self,
+        batch: Batch,
+        hosts: Sequence[HostProcess],
+        cpu_s: Sequence[float],
+        listed: bool,
+        counted: bool,
+        last: Mapping[int, HostProcess],
     ) -> UnseenTick:
         """The tick's unseen time per container, from its usage delta less its listed processes' ``cpu_s``
-        (``hosts``: their listings); ``counted`` False (a zone gap open): baselines only."""
+        (``hosts``: their listings; ``last``: the last listing, by pid); ``counted`` False (a zone gap open):
+        baselines only. A process in another container than at the last listing moved in the tick: its delta
+        is taken from both containers' (its time was in one of them, or both; not a second time in the one it
+        left)."""
         if not listed:
             return UnseenTick()  # the baselines stay: the next delta spans the failed listing, as the processes'
         if "container_cpu" not in batch.present:
@@ -75,11 +84,20 @@ class UnseenTime:
         for host, seconds in zip(hosts, cpu_s, strict=True):
             if host.container_id is not None:
                 seen[host.container_id] = seen.get(host.container_id, 0.0) + seconds
+            was = last.get(host.pid)
+            if (
+                was is not None
+                and (left := was.container_id) is not None
+                and left != host.container_id
+                and was.start_time_ticks == host.start_time_ticks  # (the same process: not a reused pid)
+            ):
+                seen[left] = seen.get(left, 0.0) + seconds
         previous, self._usage = self._usage, {}
         records: list[ContainerCpuTime] = []
         unseen: list[float] = []
         alive: set[tuple[str, str]] = set()
-        for record in batch.container_cpu:
+        by_id = {r.container_id: r for r in batch.container_cpu}  # two receivers' of one container: its last
+        for record in by_id.values():
             cid = record.container_id
             self._usage[cid] = record.usage_s
             alive.add(("container", cid))

@@ -208,10 +208,12 @@ class CpuAttributionProcessor:
                 f"processor {self.ctx.component_id}: /proc's processes carry no CPU time (procfs cpu_time: false?): "
                 "CPU energy stays unattributed; set cpu_time: true on the procfs receiver",
             )
+        last_listing = self._hosts  # (the deltas' start: a process's container there, where it moved since)
         weights = self._weights(batch, hosts)
         absent = self._absent(batch)
         if self._unseen is not None:  # (not over a zone's gap: _cpu_unseen.py)
-            u = self._unseen.weigh(batch, weights.hosts, weights.cpu_s, weights.listed, not (absent or self._gaps.open))
+            counted = not (absent or self._gaps.open)
+            u = self._unseen.weigh(batch, weights.hosts, weights.cpu_s, weights.listed, counted, last_listing)
             weights, self.series.alive = replace(weights, unseen=tuple(u.records), unseen_s=tuple(u.seconds)), u.alive
         if absent or self._gaps.open:  # a zone missing: the CPU time used meanwhile is kept (processors/_cpu_gap.py)
             self._gaps.track(absent, node_before)

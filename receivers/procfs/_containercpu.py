@@ -9,6 +9,15 @@ process: so a container whose last process ended since the last scan is read onc
 seconds are counted (if its cgroup is still there: a removed cgroup answers nothing, and its last seconds are
 lost). A container none of whose processes a scan listed is not read (finding it would mean walking the
 cgroup tree every tick); one first listed now is read from the next scan on.
+
+No record (unknown, not a wrong number) for a container:
+
+- one of whose cgroups gave no reading (removed, unreadable);
+- with another container's cgroup below one of its own (Docker-in-Docker without a delegated leaf): a
+  cgroup's usage counts its descendants', so its usage holds the inner container's processes, billed on their own;
+- whose cgroups read differ from the last scan's (a process in a cgroup of it none was in, or none left in
+  one): the sum is of other cgroups, and a cgroup that joins it brings its whole past. The next scan's is a
+  baseline.
 """
 
 from __future__ import annotations
@@ -21,6 +30,8 @@ from wattpipe.receivers.procfs._cgroup import CgroupIdentity
 
 __all__ = ["container_usage"]
 
+_MANY = ""  # below a cgroup: more than one container's cgroups
+
 
 def _outermost(paths: set[str]) -> list[str]:
     """The paths none of whose ancestors is among ``paths`` (a nested cgroup's usage is in its parent's)."""
@@ -29,30 +40,64 @@ def _outermost(paths: set[str]) -> list[str]:
     return [p for p in paths if not any(a != p and p.startswith(a.rstrip("/") + "/") for a in paths)]
 
 
+def _below(owners: Mapping[str, str]) -> dict[str, str]:
+    """Each ancestor of the paths of ``owners`` (path → its container id): the one container with cgroups below
+    it, or ``_MANY``."""
+    below: dict[str, str] = {}
+    for path, cid in owners.items():
+        ancestor = path.rstrip("/")
+        while (cut := ancestor.rfind("/")) > 0:
+            ancestor = ancestor[:cut]
+            found = below.get(ancestor)
+            if found in (cid, _MANY):
+                continue
+            below[ancestor] = cid if found is None else _MANY
+    return below
+
+
 def container_usage(
-    now: Timestamp, cgroups: Iterable[tuple[str, CgroupIdentity]], usec: Mapping[str, tuple[str, int]]
-) -> list[ContainerCpuTime]:
-    """A record per container of ``cgroups`` (each process's cgroup path and its identity), its usage the sum of
-    its outermost cgroups' readings (``usec``: path → the ``cpu.stat`` read and its ``usage_usec``), each file
-    once (two threaded cgroups are read through their domain's one file); none for a container one of whose
-    cgroups gave no reading (removed, unreadable): unknown, not less."""
+    now: Timestamp,
+    cgroups: Iterable[tuple[str, CgroupIdentity]],
+    usec: Mapping[str, tuple[str, int]],
+    listed: Iterable[tuple[str, CgroupIdentity]] = (),
+    last_files: Mapping[str, frozenset[str]] | None = None,
+) -> tuple[list[ContainerCpuTime], dict[str, frozenset[str]]]:
+    """A record per container of ``cgroups`` (each process's cgroup path and its identity, as the last scan
+    listed them), its usage the sum of its outermost cgroups' readings (``usec``: path → the ``cpu.stat`` read
+    and its ``usage_usec``), each file once (two threaded cgroups are read through their domain's one file);
+    none where the module's docstring says. ``listed``: this scan's processes' cgroups (a container inside
+    another's that starts now is in the outer's usage already); ``last_files``: the files each container's usage
+    was summed from at the last scan. Returns the records and this scan's files per container."""
     by_container: dict[str, tuple[CgroupIdentity, set[str]]] = {}
+    owners: dict[str, str] = {}
     for path, identity in cgroups:
+        if (cid := identity.container_id) is not None:
+            by_container.setdefault(cid, (identity, set()))[1].add(path)
+            owners[path] = cid
+    for path, identity in listed:
         if identity.container_id is not None:
-            by_container.setdefault(identity.container_id, (identity, set()))[1].add(path)
+            owners[path] = identity.container_id
+    below = _below(owners) if len(by_container) > 1 or len(set(owners.values())) > 1 else {}
     out = []
+    files: dict[str, frozenset[str]] = {}
     for container_id, (identity, paths) in sorted(by_container.items()):
-        readings = [usec.get(path) for path in _outermost(paths)]
+        outermost = _outermost(paths)
+        readings = [usec.get(path) for path in outermost]
         if any(r is None for r in readings):
             continue
-        total = sum(dict(r for r in readings if r is not None).values())  # by file: each counted once
+        by_file = dict(r for r in readings if r is not None)  # each file once
+        files[container_id] = read = frozenset(by_file)
+        if any(below.get(p.rstrip("/"), container_id) != container_id for p in outermost):
+            continue  # another container's cgroup inside it: its usage counts that one's
+        if last_files is not None and last_files.get(container_id, read) != read:
+            continue  # summed from other cgroups than last scan's
         out.append(
             ContainerCpuTime(
                 time=now,
                 container_id=container_id,
                 container_runtime=identity.runtime,
                 pod_uid=identity.pod_uid,
-                usage_s=total / 1e6,
+                usage_s=sum(by_file.values()) / 1e6,
             )
         )
-    return out
+    return out, files

@@ -115,6 +115,7 @@ class ProcessTable:
         # last scan keeps its record. ``note`` hears, once, why it is off (not a cgroup v2 mount, ...).
         self._usage = CgroupUsage.of(cgroup_root, self._root, note, cgroup_files) if cpu_time else None
         self.containers = True  # with cgroup_root: each container's usage (receiver.asked: only where one wants it)
+        self._container_files: dict[str, frozenset[str]] = {}  # the cpu.stat files each one's usage was summed from
         self._last: dict[int, HostProcess] = {}  # cpu_time on: the last scan's records, by pid
         self._lines: dict[int, bytes] = {}  # cpu_time on: each process's stat line its last record was made from
         self._scans = 0  # scans that read processes with cpu_time on: every FULL_READ_EVERY-th reads them all
@@ -176,7 +177,8 @@ class ProcessTable:
         usec = self._usage.readings() if self.containers and self._usage is not None and names is None else None
         if usec is not None:  # _idle read the last scan's cgroups
             paths = ((i.cgroup_path, i.cgroup) for i in cgroups.values() if i.cgroup_path is not None)
-            out.containers = container_usage(now, paths, usec)
+            listed = ((i.cgroup_path, i.cgroup) for i in cache.values() if i.cgroup_path is not None)
+            out.containers, self._container_files = container_usage(now, paths, usec, listed, self._container_files)
         self._cache = cache  # pids that are gone (or skipped) are forgotten
         if self.cpu_time:
             self._last = records

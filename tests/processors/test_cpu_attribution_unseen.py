@@ -5,7 +5,7 @@ container and its pod (processors/_cpu_unseen.py); ``none`` (the default) is the
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -278,3 +278,171 @@ def test_after_a_restart_the_first_tick_is_a_baseline_and_the_container_goes_on(
     assert proc._unseen._usage == {"ci": 108.0, "nginx": 58.0}  # read now: the next tick's deltas start here
     build_tick(node)
     assert energy(step(proc, node), "container", "ci") == 4_000 + 4_000  # the restored series goes on
+
+
+def test_a_process_that_moved_to_another_container_is_not_billed_again_to_the_one_it_left() -> None:
+    # pid 30 ran 2 s in ci's cgroup this tick, then moved to container m's: ci's usage counts its 2 s, and its
+    # delta (listed in m now) is weighed as its own. Counted as ci's unseen too, its 2 s would weigh twice.
+    node = build_node()
+    node.spawn(30, comm="worker", container_id="ci", pod_uid="build")
+    node.cgroups["m"] = ("other", 0.0)
+    proc = processor(unseen="containers")
+    step(proc, node)
+    build_tick(node)  # make 1 s, nginx 4 s, ci's compilers 3 s
+    node.run(30, 2.0)
+    node.use("ci", 2.0)
+    node.procs[30] = replace(node.procs[30], container_id="m", pod_uid="other")
+    out = step(proc, node)
+    # 8,000 mJ over make 1, nginx 4, the compilers 3 and the worker 2 (10 s): 800 mJ a second
+    assert energy(out, "process", "30") == 1_600
+    assert energy(out, "container", "ci") == 800 + 2_400  # make's and the compilers': not the worker's again
+    assert energy(out, "container", "m") == 1_600
+    assert out.device_totals[0].attributed_energy_mj == 8_000
+
+
+def test_a_container_billed_only_unseen_time_is_named_once_its_pod_is_known() -> None:
+    # A CronJob's container whose processes all live inside a tick: its series is begun by its unseen share,
+    # before the k8s processor has listed its pod (the API cache syncs after the first ticks). Once the pod is
+    # known its series carries the names, as a container with a listed process's would.
+    from wattpipe.pipeline.records import Workload
+
+    node = build_node()
+    node.cgroups["cron"] = ("jobs", 0.0)
+    proc = processor(unseen="containers")
+    step(proc, node)
+    build_tick(node)
+    node.use("cron", 2.0)
+    out = step(proc, node)
+    assert "container_name" not in totals(out, "container")[("cron", "cpu:package")].attributes()
+    build_tick(node)
+    node.use("cron", 2.0)
+    now = node.clock.now()
+    roster = (
+        Workload(time=now, pid=None, listed="api"),
+        Workload(time=now, pid=None, pod_uid="jobs", pod_name="report", pod_namespace="batch", listed="api"),
+        Workload(
+            time=now,
+            pid=None,
+            container_id="cron",
+            container_name="job",
+            pod_uid="jobs",
+            pod_name="report",
+            pod_namespace="batch",
+            listed="api",
+        ),
+    )
+    out = proc.process(node.batch().replace(workloads=roster))
+    cron = totals(out, "container")[("cron", "cpu:package")].attributes()
+    assert (cron.get("container_name"), cron.get("pod_name"), cron.get("pod_namespace")) == ("job", "report", "batch")
+    pod = totals(out, "pod")[("jobs", "cpu:package")].attributes()
+    assert (pod.get("pod_name"), pod.get("pod_namespace")) == ("report", "batch")
+
+
+MOVES = st.lists(
+    st.fixed_dictionaries(
+        {
+            # (process, seconds run, the part of them before its move, if it moves), per process listed
+            "run": st.lists(st.tuples(st.integers(0, 7), st.floats(0.0, 3.0), st.floats(0.0, 1.0)), max_size=8),
+            "move": st.lists(st.tuples(st.integers(0, 7), st.sampled_from(["a", "b", "c"])), max_size=2),
+            "exit": st.lists(st.tuples(st.integers(0, 7), st.floats(0.0, 2.0)), max_size=2),  # and its last s
+            "hidden": st.lists(st.floats(0.0, 4.0), min_size=3, max_size=3),  # per container a, b, c
+        }
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(MOVES)
+@example([{"run": [(0, 2.0, 1.0)], "move": [(0, "b")], "exit": [], "hidden": [0.0, 0.0, 0.0]}])
+def test_no_cpu_second_is_weighed_twice_with_moves_and_exits(ticks: list[dict]) -> None:  # type: ignore[type-arg]
+    # The truth: each container's cgroup usage grows by the time its processes ran in it (one that moves runs a
+    # part of its tick in the container it left), its hidden processes' and its exited processes' last seconds.
+    # Weighed: the processes' deltas and the containers' unseen seconds. Nothing twice: their sum is at most the
+    # cgroups' growth; in a tick nothing moved, each container's unseen time is what /proc did not show.
+    from tests.helpers.context import make_context
+    from wattpipe.pipeline.records import HostProcess
+    from wattpipe.processors._cpu_unseen import UnseenTime
+
+    clock = SteppedClock()
+    unseen = UnseenTime(make_context("cpu_attribution", clock=clock))
+    usage = {"a": 0.0, "b": 0.0, "c": 0.0}
+    procs = {pid: ("abc"[pid % 3], 0.0) for pid in range(8)}  # pid → its container, its CPU time
+
+    def listing() -> tuple[Batch, dict[int, HostProcess]]:
+        now = clock.now()
+        hosts = {
+            pid: HostProcess(time=now, pid=pid, start_time_ticks=pid, cpu_time_s=cpu, container_id=c)
+            for pid, (c, cpu) in procs.items()
+        }
+        records = tuple(ContainerCpuTime(time=now, container_id=c, usage_s=s) for c, s in usage.items())
+        return Batch(time=now, interval_s=5.0, node="n").replace(container_cpu=records), hosts
+
+    batch, last = listing()
+    unseen.weigh(batch, [], [], True, True, last)
+    for tick in ticks:
+        before = dict(usage)
+        moves = dict(tick["move"])
+        for pid, seconds, part in tick["run"]:
+            if pid in procs:
+                c, cpu = procs[pid]
+                moved_to = moves.get(pid, c)
+                usage[c] += seconds * part if moved_to != c else seconds
+                usage[moved_to] += seconds * (1 - part) if moved_to != c else 0.0
+                procs[pid] = (moved_to, cpu + seconds)
+        for pid, c in moves.items():
+            if pid in procs:
+                procs[pid] = (c, procs[pid][1])
+        for pid, last_s in tick["exit"]:
+            if pid in procs:
+                usage[procs.pop(pid)[0]] += last_s
+        for c, seconds in zip("abc", tick["hidden"], strict=True):
+            usage[c] += seconds
+        clock.advance(5.0)
+        batch, hosts = listing()
+        deltas = [(h, h.cpu_time_s - last[pid].cpu_time_s) for pid, h in hosts.items() if pid in last]
+        deltas = [(h, d) for h, d in deltas if d > 0]
+        got = unseen.weigh(batch, [h for h, _ in deltas], [d for _, d in deltas], True, True, last)
+        weighed = dict(zip((r.container_id for r in got.records), got.seconds, strict=True))
+        growth = sum(usage.values()) - sum(before.values())
+        assert sum(weighed.values()) + sum(d for _, d in deltas) <= growth + 1e-6
+        if not any(pid in last for pid in moves):
+            for c in usage:  # no move: a container's unseen time is its growth less what /proc showed of it
+                shown = sum(d for h, d in deltas if h.container_id == c)
+                assert weighed.get(c, 0.0) == pytest.approx(max(0.0, usage[c] - before[c] - shown), abs=2e-6)
+        last = hosts
+
+
+def test_a_container_two_receivers_both_read_is_billed_its_unseen_time_once() -> None:
+    # Two procfs receivers in one pipeline (as a pid two receivers both list is one process, by its last record):
+    # each gives the container's usage; its unseen time is once, not once per record.
+    node = build_node()
+    proc = processor(unseen="containers")
+
+    def twice() -> Batch:
+        batch = node.batch()
+        return batch.replace(container_cpu=batch.container_cpu + batch.container_cpu)
+
+    proc.process(twice())
+    node.clock.advance(5.0)
+    build_tick(node)
+    out = proc.process(twice())
+    assert (energy(out, "container", "ci"), energy(out, "container", "nginx")) == (4_000, 4_000)
+
+
+def test_a_process_first_listed_long_after_it_started_has_its_tick_billed_once_to_its_container() -> None:
+    # pid 30 ran in ci all along, but its stat could not be read at the last listing: listed now, its delta is 0
+    # (its CPU time before is not this tick's), and its 2 s this tick are in ci's cgroup growth: ci's unseen time.
+    node = build_node()
+    proc = processor(unseen="containers")
+    step(proc, node)
+    build_tick(node)
+    node.spawn(30, cpu_s=100.0, comm="worker", container_id="ci", pod_uid="build")
+    node.procs[30] = replace(node.procs[30], start_wall_s=node.clock.now().wall_s - 3600)
+    node.use("ci", 2.0)
+    out = step(proc, node)
+    # 8,000 mJ over make 1, nginx 4, ci's unseen 3 + 2 (10 s): the worker's 2 s weighed once, as ci's
+    assert ("30", "cpu:package") not in totals(out, "process")
+    assert energy(out, "container", "ci") == 800 * 6
+    assert energy(out, "process", "20") == 800 * 4
