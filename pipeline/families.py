@@ -308,6 +308,21 @@ GPU_FAMILIES: tuple[Family, ...] = (
         "GPU active energy no process carried (the explicit remainder: idle + processes + this = total).",
     ),
     Family(
+        "wattpipe_node_gpu_held_joules",
+        "wattpipe.gpu.energy.held",
+        DevicePower,
+        "held_energy_mj",
+        "gauge",
+        "J",
+        "GPU energy the counter measured that attribution has not split among processes yet. While the GPU's "
+        "idle is not known (at most attribution's idle_wait) it is in no total: the GPU's joules total lags the "
+        "counter by it, and counts it once released. On a MIG GPU waiting for dcgm-exporter's next collection "
+        "it is in the active total already and waits only for its split among the instances.",
+        _DEVICE,
+        where=_GPU,
+        divisor=_MJ,
+    ),
+    Family(
         "wattpipe_node_gpu_unattributed_watts",
         "wattpipe.gpu.power.unattributed",
         GpuShare,

@@ -60,6 +60,7 @@ class Gpu:
     joules: float | None = None
     unattributed_w: float | None = None
     unattributed_j: float | None = None
+    held_j: float | None = None  # measured, not yet split: held by attribution while idle is not known
     up: bool | None = None
     compute_mode: str | None = None
     mig_enabled: bool | None = None
@@ -130,6 +131,7 @@ _GPU_VALUES = {
     "kepler_node_gpu_joules_total": "joules",
     "wattpipe_node_gpu_unattributed_watts": "unattributed_w",
     "wattpipe_node_gpu_unattributed_joules_total": "unattributed_j",
+    "wattpipe_node_gpu_held_joules": "held_j",
 }
 
 

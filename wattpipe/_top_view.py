@@ -143,6 +143,8 @@ def _gpu_cells(gpu: Gpu, history: History) -> Cells:
     if gpu.up is False:
         name += " (down)"
     idle = "—" if gpu.idle_w is None else f"{gpu.idle_w:.1f} ({gpu.idle_source or 'source unknown'})"
+    if gpu.idle_w is None and gpu.held_j:  # its J wait for idle: say how many (processors/_idle_hold.py)
+        idle += f" ({_number(gpu.held_j, 0)} J held)"
     sharing = "MIG" if gpu.mig_enabled else (gpu.compute_mode or "—")
     mode = (gpu.mode or "—") + (f" ({gpu.model})" if gpu.model else "")
     trend = sparkline(history.watts.get(gpu.uuid, ()))

@@ -271,6 +271,7 @@ UNITS = {
     "wattpipe.gpu.energy.idle": ("J", "sum"),
     "wattpipe.gpu.energy.active": ("J", "sum"),
     "wattpipe.gpu.energy.unattributed": ("J", "sum"),
+    "wattpipe.gpu.energy.held": ("J", "gauge"),
     "wattpipe.process.gpu.utilization": ("1", "gauge"),
     "wattpipe.process.gpu.energy": ("J", "sum"),
     "wattpipe.process.gpu.power": ("W", "gauge"),

@@ -226,3 +226,17 @@ def test_sorting_by_name_orders_pids_as_numbers() -> None:
 
     rows = [Row("process", name) for name in ("1001 python", "95 sh", "900 sshd", "900 sshd-session")]
     assert [r.name for r in _sorted(rows, View(sort="n"))] == ["95 sh", "900 sshd", "900 sshd-session", "1001 python"]
+
+
+def test_energy_held_while_idle_is_not_known_is_said_where_idle_is() -> None:
+    # The demo's first minute: 312 W and 0 J, because attribution holds the energy until the GPU's idle is known
+    # (processors/_idle_hold.py). The row says how much is held, where the idle would be, so 0 J is not a mystery.
+    text = "\n".join(line for line in KEPLER.splitlines() if "idle" not in line) + "\n"
+    text += f'wattpipe_node_gpu_held_joules{{gpu="0",gpu_uuid="{UUID}",node_name="n1"}} 1500.0\n'
+    (gpu,) = parse(text).gpus
+    assert (gpu.idle_w, gpu.held_j) == (None, 1500.0)
+    (line,) = [ln for ln in screen(parse(text)).splitlines() if ln.startswith("GPU 0")]
+    assert "— (1,500 J held)" in line
+    held_none = text.replace("} 1500.0", "} 0.0")
+    (line,) = [ln for ln in screen(parse(held_none)).splitlines() if ln.startswith("GPU 0")]
+    assert "held" not in line
