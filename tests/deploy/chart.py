@@ -54,6 +54,8 @@ def render_config(v: dict[str, Any]) -> dict[str, Any]:
         metrics["processors"] = [p for p in metrics["processors"] if p != "cpu_attribution"]
         if v["procfs"]["enabled"]:
             cfg["receivers"]["procfs"]["cpu_time"] = False
+    if "cpu_attribution" in cfg["processors"] and v["cpu"].get("config"):
+        cfg["processors"]["cpu_attribution"] = v["cpu"]["config"]
     if v["dcgm"]["enabled"]:
         cfg["receivers"]["dcgm"] = v["dcgm"]["config"]
         metrics["receivers"] = [*metrics["receivers"], "dcgm"]

@@ -464,12 +464,14 @@ def _unset(mapping: dict[str, Any], key: str) -> dict[str, Any]:
 
 
 _FUNCS: dict[str, Callable[..., Any]] = {
+    "and": lambda *values: next((v for v in values if not _truth(v)), values[-1]),
     "append": lambda items, value: [*items, value],
     "contains": lambda sub, text: _str(sub) in _str(text),
     "default": lambda fallback, *given: given[0] if given and _truth(given[0]) else fallback,
     "dict": lambda *kv: {_go_str(kv[i]): (kv[i + 1] if i + 1 < len(kv) else "") for i in range(0, len(kv), 2)},
     "eq": _eq,
     "fromYaml": _from_yaml,
+    "hasKey": lambda mapping, key: _str(key) in mapping,
     "list": lambda *items: list(items),
     "nindent": lambda spaces, text: "\n" + _indent(spaces, text),
     "not": lambda value: not _truth(value),

@@ -325,3 +325,17 @@ def test_sidecar_example_uses_only_kubernetes_api_fields() -> None:
         assert unknown_fields(doc) == []
     broken = {**docs["Pod"], "spec": {**docs["Pod"]["spec"], "sharePidNamespace": True}}
     assert unknown_fields(broken) == ["Pod.spec.sharePidNamespace"]  # the check does catch a misspelling
+
+
+def test_cpu_config_sets_the_cpu_attribution_processors_options(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # cpu.config is cpu_attribution's options, as dcgm.config and k8s.config are theirs: the idle mode and
+    # unseen: containers (docs/cpu.md) without a whole configOverride. Off with the CPU side.
+    options = {"mode": "idle", "unseen": "containers"}
+    cfg = render_config(values(cpu={"config": options}))
+    assert cfg["processors"]["cpu_attribution"] == options
+    code, _, err = validate(write(tmp_path, cfg), monkeypatch)
+    assert (code, err) == (0, "")
+    assert "cpu_attribution" not in render_config(values(cpu={"enabled": False, "config": options}))["processors"]
+    assert render_config(values())["processors"]["cpu_attribution"] is None  # the default: the file's, as it is

@@ -29,6 +29,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "dcgm": {"dcgm": {"enabled": True, "config": {"endpoint": "http://10.0.3.7:9400/metrics"}}},
     "dcgm-discovered": {"dcgm": {"enabled": True}},
     "k8s": {"k8s": {"enabled": True}},
+    "cpu-options": {"cpu": {"config": {"mode": "idle", "unseen": "containers"}}},
     "k8s-dcgm": {"k8s": {"enabled": True}, "dcgm": {"enabled": True}},
     "dra": {"dra": {"enabled": True}, "k8s": {"enabled": True}},
     "runtime-class": {"driver": {"mode": "runtimeClass"}},

@@ -81,6 +81,9 @@ off. tests/deploy mirrors these steps to validate each combination without helm.
 {{- $_ := set $cfg.receivers.procfs "cpu_time" false }}
 {{- end }}
 {{- end }}
+{{- if and (hasKey $cfg.processors "cpu_attribution") .Values.cpu.config }}
+{{- $_ := set $cfg.processors "cpu_attribution" .Values.cpu.config }}
+{{- end }}
 {{- if .Values.dcgm.enabled }}
 {{- $_ := set $cfg.receivers "dcgm" .Values.dcgm.config }}
 {{- $_ := set $metrics "receivers" (append $metrics.receivers "dcgm") }}
