@@ -38,6 +38,11 @@ __all__ = ["UnseenTick", "UnseenTime", "split_active"]
 
 # Below this a container's unseen time is rounding (cgroup µs against /proc's float seconds), not a process.
 _MIN_S = 1e-6
+# /proc's CPU times are whole clock ticks (USER_HZ, 100 on every architecture Linux runs wattpipe on): a process's
+# delta is off by up to one either way, so a container's listed processes may show up to this much more than its
+# cgroup grew, per process, and give it back later. What they ran ahead by is owed back (a credit, at most this
+# per listed process and one more): clipped tick by tick at 0, the half of the noise above 0 was billed.
+_TICK_S = 0.01
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +61,7 @@ class UnseenTime:
     def __init__(self, ctx: CreateContext) -> None:
         self.ctx = ctx
         self._usage: dict[str, float] = {}  # container id → usage_s at the last listing
+        self._credit: dict[str, float] = {}  # container id → what its processes showed beyond its usage (≤ 0 s)
         self._said = False  # that there is no container CPU time, since it was last there
 
     def weigh(
@@ -81,9 +87,11 @@ class UnseenTime:
             return UnseenTick()
         self._said = False
         seen: dict[str, float] = {}
+        shown: dict[str, int] = {}  # container id → its processes listed with a delta
         for host, seconds in zip(hosts, cpu_s, strict=True):
             if host.container_id is not None:
                 seen[host.container_id] = seen.get(host.container_id, 0.0) + seconds
+                shown[host.container_id] = shown.get(host.container_id, 0) + 1
             was = last.get(host.pid)
             if (
                 was is not None
@@ -93,6 +101,7 @@ class UnseenTime:
             ):
                 seen[left] = seen.get(left, 0.0) + seconds
         previous, self._usage = self._usage, {}
+        credit, self._credit = self._credit, {}
         records: list[ContainerCpuTime] = []
         unseen: list[float] = []
         alive: set[tuple[str, str]] = set()
@@ -106,10 +115,12 @@ class UnseenTime:
             before = previous.get(cid)
             if not counted or before is None or record.usage_s < before:
                 continue  # a baseline
-            seconds = record.usage_s - before - seen.get(cid, 0.0)
+            seconds = record.usage_s - before - seen.get(cid, 0.0) + credit.get(cid, 0.0)
             if seconds > _MIN_S:
                 records.append(record)
                 unseen.append(seconds)
+            elif seconds < 0:
+                self._credit[cid] = max(seconds, -_TICK_S * (shown.get(cid, 0) + 1))
         return UnseenTick(records, unseen, frozenset(alive))
 
     def _say_absent(self) -> None:
