@@ -198,30 +198,15 @@ class CpuSeries:
         """Each container's share of its unseen CPU time, to its container's series and its pod's (begun where
         there is none, labelled as its processes' would be), with the groups that had a share (``grouped``)."""
         tick_no = self._tick
+        memberships = [_container_groups(record, names) for record in tick.unseen]
         for zone, shares in tick.unseen_by_zone.items():
             zone_s = tick.zone_intervals.get(zone, tick.interval_s)
             per_mj = 1 / 1000.0 / zone_s if zone_s > 0 else None
-            for record, mj in zip(tick.unseen, shares, strict=True):
+            for groups, mj in zip(memberships, shares, strict=True):
                 if mj == 0:
                     continue
-                host = HostProcess(
-                    time=record.time,
-                    pid=-1,  # (no process: names.find goes by container and pod)
-                    container_id=record.container_id,
-                    container_runtime=record.container_runtime,
-                    pod_uid=record.pod_uid,
-                )
-                for scope, group, attrs in group_memberships(host, names.find(host)):
-                    gseries = self.groups.get((scope, group, zone))
-                    if gseries is None:
-                        gseries = self.groups[(scope, group, zone)] = Series(0, start_s)
-                        self._rows = None
-                        self._groups_version += 1
-                    if len(gseries.attrs) != len(attrs) + 1:  # begun now, or named since (as _join relabels)
-                        labels = _names_kept(gseries.attrs, {**attrs, "zone": zone}, ())
-                        if labels != gseries.attrs:
-                            _label(gseries, labels)
-                            self._groups_version += 1
+                for scope, group, attrs in groups:
+                    gseries = self._group_series(scope, group, attrs, zone, start_s)
                     if gseries.seen != tick_no:
                         gseries.seen = tick_no
                         grouped.append((gseries, gseries.energy_mj, per_mj))
@@ -246,23 +231,29 @@ class CpuSeries:
             self._identity(pk, host, names)
 
     def _join(self, known: Identity, zone: str, series: Series) -> tuple[int, tuple[Series, ...]]:
-        """A process's group series in a zone type, found or begun (at its series' start), and labelled by its
-        groups' attributes where theirs differ; and the group table's version after."""
-        joined: list[Series] = []
-        for scope, group, group_attrs in known.groups:
-            gkey = (scope, group, zone)
-            gseries = self.groups.get(gkey)
-            if gseries is None:
-                gseries = self.groups[gkey] = Series(energy_mj=0, start_wall_s=series.start_wall_s)
-                self._rows = None
+        """A process's group series in a zone type (:meth:`_group_series`, begun at its series' start), and the
+        group table's version after."""
+        start_s = series.start_wall_s
+        joined = tuple(self._group_series(scope, group, attrs, zone, start_s) for scope, group, attrs in known.groups)
+        return self._groups_version, joined
+
+    def _group_series(
+        self, scope: GroupScope, group: str, group_attrs: Mapping[str, str], zone: str, start_s: float
+    ) -> Series:
+        """A group's series in a zone type, found or begun (at ``start_s``), and labelled by its group's
+        attributes where its labels differ (begun now, or its pod named since)."""
+        gkey = (scope, group, zone)
+        gseries = self.groups.get(gkey)
+        if gseries is None:
+            gseries = self.groups[gkey] = Series(energy_mj=0, start_wall_s=start_s)
+            self._rows = None
+            self._groups_version += 1
+        if gseries.attrs.get("zone") != zone or len(gseries.attrs) != len(group_attrs) + 1:
+            attrs = _names_kept(gseries.attrs, {**group_attrs, "zone": zone}, ())  # (its key is its place)
+            if attrs != gseries.attrs:
+                _label(gseries, attrs)
                 self._groups_version += 1
-            if gseries.attrs.get("zone") != zone or len(gseries.attrs) != len(group_attrs) + 1:
-                attrs = _names_kept(gseries.attrs, {**group_attrs, "zone": zone}, ())  # (its key is its place)
-                if attrs != gseries.attrs:
-                    _label(gseries, attrs)
-                    self._groups_version += 1
-            joined.append(gseries)
-        return self._groups_version, tuple(joined)
+        return gseries
 
     def _settle(self, wall_s: float, tick: TickShares, hosts: Mapping[int, HostProcess], listed: bool) -> None:
         """The series without a share this tick: idle (0 W), not known (their zone did not answer), or ended
@@ -452,6 +443,19 @@ def _restored(row: Mapping[str, Any]) -> Series:
 # The k8s names a series is labelled with, and what says where a process is (the same there: the same names).
 _NAMES = ("pod_name", "pod_namespace", "container_name")
 _PROCESS_PLACE = ("container_id", "pod_uid")
+
+
+def _container_groups(record: ContainerCpuTime, names: Names) -> list[tuple[GroupScope, str, dict[str, str]]]:
+    """A container's groups (itself, its pod) and their attributes, as one of its processes' would be: through
+    a listing with no process (``pid`` -1: ``names.find`` goes by container and pod)."""
+    host = HostProcess(
+        time=record.time,
+        pid=-1,
+        container_id=record.container_id,
+        container_runtime=record.container_runtime,
+        pod_uid=record.pod_uid,
+    )
+    return group_memberships(host, names.find(host))
 
 
 def _names_kept(old: Mapping[str, str], new: dict[str, str], place: tuple[str, ...]) -> dict[str, str]:
