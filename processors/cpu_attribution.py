@@ -37,12 +37,11 @@ from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
 from wattpipe.pipeline.config import Duration
 from wattpipe.pipeline.records import CpuZoneSample, DevicePower, DeviceTotals, HostProcess, NodeCpuTime
-from wattpipe.pipeline.records_cpu import ContainerCpuTime
 from wattpipe.processors._cpu_gap import GAP_MAX_S, Gaps, merge_shares
 from wattpipe.processors._cpu_idle import ZoneIdle, ZoneIdles
 from wattpipe.processors._cpu_series import CpuSeries, Names, TickShares, process_key
 from wattpipe.processors._cpu_split import idle_active, splittable, usage_ratio
-from wattpipe.processors._cpu_unseen import UnseenTime, split_active
+from wattpipe.processors._cpu_unseen import UnseenTick, UnseenTime, split_active
 from wattpipe.processors._energy_series import start_at
 
 __all__ = ["CpuAttributionConfig", "CpuAttributionProcessor", "factory"]
@@ -138,8 +137,7 @@ class _Weights:
     cpu_s: list[float]
     listed: bool  # /proc answered this tick
     exited: AbstractSet[tuple[int, int]] = frozenset()  # in the last listing, not in this one
-    unseen: tuple[ContainerCpuTime, ...] = ()  # unseen: containers: the containers with unseen time, and its s
-    unseen_s: tuple[float, ...] = ()
+    unseen: UnseenTick = field(default_factory=UnseenTick)  # unseen: containers: the containers with unseen time
 
 
 class CpuAttributionProcessor:
@@ -214,7 +212,7 @@ class CpuAttributionProcessor:
         if self._unseen is not None:  # (not over a zone's gap: _cpu_unseen.py)
             counted = not (absent or self._gaps.open)
             u = self._unseen.weigh(batch, weights.hosts, weights.cpu_s, weights.listed, counted, last_listing)
-            weights, self.series.alive = replace(weights, unseen=tuple(u.records), unseen_s=tuple(u.seconds)), u.alive
+            weights, self.series.alive = replace(weights, unseen=u), u.alive
         if absent or self._gaps.open:  # a zone missing: the CPU time used meanwhile is kept (processors/_cpu_gap.py)
             self._gaps.track(absent, node_before)
             if weights.listed:
@@ -368,7 +366,7 @@ class CpuAttributionProcessor:
         elif gap_cpu_s is None:
             why = "gap"
         cpu_s = weights.cpu_s if gap_cpu_s is False else gap_cpu_s or []
-        cpu_s = [*cpu_s, *weights.unseen_s] if weights.unseen_s and gap_cpu_s is False else cpu_s  # (any CPU time)
+        cpu_s = [*cpu_s, *weights.unseen.seconds] if weights.unseen.seconds and gap_cpu_s is False else cpu_s
         split = gap_cpu_s is not None and splittable(cpu_s, ratio, idle_mj, weights.listed)
         return _Part(sample, interval_s, idle, active, split, why, zone_idle, idle_known)
 
@@ -389,10 +387,10 @@ class CpuAttributionProcessor:
         split_zones = frozenset(intervals)  # the zone types split: those with an interval
         read_zones = frozenset(p.device_name or "" for p in powers)
         if all(since < 0 for _, since in groups):  # no zone back from a gap: the tick's deltas alone
-            by_zone, unseen = split_active(groups, weights.cpu_s, weights.unseen_s)
+            by_zone, unseen = split_active(groups, weights.cpu_s, weights.unseen.seconds)
             return TickShares(
                 interval_s, weights.keys, weights.hosts, by_zone, weights.exited, split_zones, read_zones, intervals
-            ).with_unseen(weights.unseen, unseen)
+            ).with_unseen(weights.unseen.records, unseen)
         m = merge_shares(weights.keys, weights.hosts, weights.cpu_s, groups, self._gaps.open, hosts)
         span_s = max(span_s for _, span_s in groups.values())  # a series begun now began within the gap (its start)
         return TickShares(
