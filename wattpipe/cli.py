@@ -38,6 +38,7 @@ from wattpipe.steps import (
     load_registry,
     run_service,
     setup_logging,
+    ticks_to_run,
     with_port,
 )
 
@@ -174,10 +175,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     graph = build_or_report(config, registry, RealClock(), err)
     if graph is None:
         return EXIT_CONFIG
-    max_ticks = args.ticks
-    if max_ticks is None and args.duration is not None:  # as demo counts it: the ticks that fit, and the first
-        max_ticks = int(args.duration // min(p.config.interval for p in graph.pipelines)) + 1
-    return asyncio.run(run_service(graph, max_ticks=max_ticks))
+    return asyncio.run(run_service(graph, max_ticks=ticks_to_run(graph, args.ticks, args.duration)))
 
 
 # --- parser ---------------------------------------------------------------------------------

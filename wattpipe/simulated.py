@@ -342,9 +342,7 @@ def _run_simulated(
     if stepped:
         graph = _with_exporters(graph, collectors)
     interval = min(p.config.interval for p in graph.pipelines)
-    max_ticks = args.ticks
-    if max_ticks is None and args.duration is not None:
-        max_ticks = int(args.duration // interval) + 1
+    max_ticks = steps.ticks_to_run(graph, args.ticks, args.duration)
     log.info("simulated node %s: %d GPU(s) from %s", node.scenario.node.name, len(node.scenario.gpus), args.scenario)
     total_s = (max_ticks - 1) * interval if max_ticks else 0.0
     progress = SimulationProgress(total_s, node.t_s, err, show=stepped and level in ("debug", "info"))

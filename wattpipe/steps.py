@@ -35,6 +35,7 @@ __all__ = [
     "run_service",
     "setup_logging",
     "telemetry_web_config",
+    "ticks_to_run",
     "with_port",
 ]
 
@@ -103,6 +104,14 @@ def telemetry_web_config(config: Config) -> WebConfig | None:
         raise ConfigError(
             [f"{config.source_name} service.telemetry.web_config_file: {m}" for m in exc.messages]
         ) from exc
+
+
+def ticks_to_run(graph: Graph, ticks: int | None, duration_s: float | None) -> int | None:
+    """``--ticks``; else the ticks ``--duration`` holds at the shortest pipeline interval, and the first; None:
+    until stopped."""
+    if ticks is not None or duration_s is None:
+        return ticks
+    return int(duration_s // min(p.config.interval for p in graph.pipelines)) + 1
 
 
 async def run_service(graph: Graph, max_ticks: int | None = None, service: Service | None = None) -> int:
