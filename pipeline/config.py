@@ -30,7 +30,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSeriali
 
 from wattpipe.pipeline.components import ComponentConfig, ComponentKind, Registry
 from wattpipe.pipeline.durations import format_duration, parse_duration  # re-exported, as before
-from wattpipe.pipeline.errors import ConfigError  # re-exported: `from pipeline.config import ConfigError` still works
+from wattpipe.pipeline.errors import ConfigError, alternatives  # ConfigError: re-exported, as before
 from wattpipe.pipeline.yamlsource import KeyPath, SourceError, YamlSource, format_path, load_yaml_text
 
 __all__ = [
@@ -378,7 +378,7 @@ def _top_level(source: YamlSource) -> tuple[_Sections, ServiceConfig | None, lis
         raise ConfigError(
             [
                 f"{source.name}: not a wattpipe configuration: none of its {len(data)} top-level keys is "
-                f"{', '.join(_SECTION_NAMES[:-1])} or {_SECTION_NAMES[-1]}, nor close to one"
+                f"{alternatives(_SECTION_NAMES)}, nor close to one"
             ]
         )
     for key in unknown_top:

@@ -19,6 +19,7 @@ from typing import TextIO
 from wattpipe.pipeline.clock import Clock
 from wattpipe.pipeline.components import Registry
 from wattpipe.pipeline.config import Config, ConfigError, load_config
+from wattpipe.pipeline.errors import alternatives
 from wattpipe.pipeline.graph import Graph, build
 from wattpipe.pipeline.runtime import Service
 from wattpipe.pipeline.telemetry import Telemetry
@@ -220,8 +221,7 @@ def listen_advice(config: Config, path: tuple[str, ...], port_flag: bool) -> str
     ways = (["--port", where] if port_flag else [where]) + [
         f"the environment variable {name} (which that line reads)" for name in config.env.get(path, ())
     ]
-    listed = ", ".join(ways[:-1]) + f" or {ways[-1]}" if len(ways) > 1 else ways[0]
-    return f"that port is in use (another wattpipe?): choose another with {listed}"
+    return f"that port is in use (another wattpipe?): choose another with {alternatives(ways)}"
 
 
 def _port_in_use(exc: BaseException) -> bool:
