@@ -262,13 +262,8 @@ def _on_simulated_node(args: argparse.Namespace, clock: Clock, out: TextIO, err:
     registry = steps.load_registry(err)
     try:
         node = simulator.install(args.scenario, clock)
-    except simulator.ScenarioError as exc:
-        for message in exc.messages:  # each names the file (and line) already
-            print(f"error: scenario {message}", file=err)
-        return EXIT_CONFIG
-    except OSError as exc:
-        print(f"error: scenario {args.scenario}: cannot read it: {exc.strerror or exc}", file=err)
-        return EXIT_CONFIG
+    except (simulator.ScenarioError, OSError) as exc:
+        return steps.scenario_refused(exc, args.scenario, err)
     try:
         with tempfile.TemporaryDirectory(prefix="wattpipe-sim-") as tmp:
             # Every face stops with the node.

@@ -14,7 +14,7 @@ import errno
 import logging
 import signal
 import sys
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from wattpipe.pipeline.clock import Clock
 from wattpipe.pipeline.components import Registry
@@ -25,6 +25,9 @@ from wattpipe.pipeline.runtime import Service
 from wattpipe.pipeline.telemetry import Telemetry
 from wattpipe.pipeline.webconfig import WebConfig, load_web_config
 
+if TYPE_CHECKING:  # `run` and `validate` never load the simulator
+    from wattpipe.simulator import ScenarioError
+
 __all__ = [
     "EXIT_CONFIG",
     "EXIT_OK",
@@ -34,6 +37,7 @@ __all__ = [
     "load_or_report",
     "load_registry",
     "run_service",
+    "scenario_refused",
     "setup_logging",
     "telemetry_web_config",
     "ticks_to_run",
@@ -80,6 +84,16 @@ def load_or_report(path: str, registry: Registry, err: TextIO) -> Config | None:
         for message in exc.messages:
             print(f"error: {message}", file=err)
         return None
+
+
+def scenario_refused(exc: ScenarioError | OSError, path: str, err: TextIO) -> int:
+    """A scenario file that cannot be used (``demo``, ``simulate``, ``topology``), said on ``err``; the exit code."""
+    if isinstance(exc, OSError):
+        print(f"error: scenario {path}: cannot read it: {exc.strerror or exc}", file=err)
+        return EXIT_CONFIG
+    for message in exc.messages:  # each names the file (and line) already
+        print(f"error: scenario {message}", file=err)
+    return EXIT_CONFIG
 
 
 def build_or_report(config: Config, registry: Registry, clock: Clock, err: TextIO) -> Graph | None:
