@@ -20,6 +20,7 @@ from pydantic import Field
 from wattpipe.exporters._console_table import console_width, render
 from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
+from wattpipe.pipeline.errors import alternatives
 from wattpipe.pipeline.records import record_kind
 
 __all__ = ["ConsoleConfig", "ConsoleExporter", "factory"]
@@ -66,7 +67,7 @@ class ConsoleExporter:
                 fields = self._fields(batch)
                 render(batch, fields, self.stream, console_width(self.stream, self.config.width))
                 if not fields and self.config.kinds and batch.count():  # records, none of the kinds asked for
-                    self.stream.write(f"(no {_listed(self.config.kinds)} this tick)\n")
+                    self.stream.write(f"(no {alternatives(self.config.kinds)} this tick)\n")
                 self.stream.flush()
         except BrokenPipeError:
             self._closed = True
@@ -95,11 +96,6 @@ class ConsoleExporter:
         if lines:
             self.stream.write("\n".join(lines) + "\n")
             self.stream.flush()
-
-
-def _listed(names: list[str]) -> str:
-    """``a``, ``a or b``, ``a, b or c``."""
-    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
 
 
 def _discard_further_writes(stream: TextIO) -> None:

@@ -20,7 +20,7 @@ import difflib
 import os
 import re
 import socket
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from pathlib import Path
@@ -30,7 +30,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSeriali
 
 from wattpipe.pipeline.components import ComponentConfig, ComponentKind, Registry
 from wattpipe.pipeline.durations import format_duration, parse_duration  # re-exported, as before
-from wattpipe.pipeline.errors import ConfigError  # re-exported: `from pipeline.config import ConfigError` still works
+from wattpipe.pipeline.errors import ConfigError, alternatives  # ConfigError: re-exported, as before
 from wattpipe.pipeline.yamlsource import KeyPath, SourceError, YamlSource, format_path, load_yaml_text
 
 __all__ = [
@@ -49,6 +49,7 @@ __all__ = [
     "parse_component_id",
     "parse_duration",
     "suggest",
+    "unrelated",
 ]
 
 KINDS: tuple[tuple[str, ComponentKind], ...] = (
@@ -227,6 +228,11 @@ def suggest(word: str, options: list[str]) -> str:
     return _suggest(word, options)
 
 
+def unrelated(keys: Iterable[object], names: list[str]) -> bool:
+    """No key is one of ``names`` nor close to one: another file given by mistake (``-c /etc/passwd``)."""
+    return not any(k in names or _suggest(str(k), names) for k in keys)
+
+
 def model_at(model: type[BaseModel], loc: KeyPath) -> type[BaseModel] | None:
     """The nested model a pydantic error location points into (None where a union or a value is)."""
     return _model_at(model, loc)
@@ -368,12 +374,11 @@ def _top_level(source: YamlSource) -> tuple[_Sections, ServiceConfig | None, lis
         )
 
     unknown_top = [k for k in data if k not in _SECTION_NAMES]
-    if data and len(unknown_top) == len(data) and not any(_suggest(str(k), _SECTION_NAMES) for k in unknown_top):
-        # Another file given by mistake (-c /etc/passwd): one line, none of its contents echoed.
+    if data and unrelated(data, _SECTION_NAMES):  # one line, none of its contents echoed
         raise ConfigError(
             [
                 f"{source.name}: not a wattpipe configuration: none of its {len(data)} top-level keys is "
-                f"{', '.join(_SECTION_NAMES[:-1])} or {_SECTION_NAMES[-1]}, nor close to one"
+                f"{alternatives(_SECTION_NAMES)}, nor close to one"
             ]
         )
     for key in unknown_top:

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from wattpipe.pipeline.config import model_at, suggest
+from wattpipe.pipeline.config import model_at, suggest, unrelated
 from wattpipe.pipeline.yamlsource import SourceError, YamlSource, load_yaml_text
 from wattpipe.simulator._faults import Fault, GpuChange, GpuFault, NvmlFault, RaplFault
 from wattpipe.simulator._schema_base import MigInstance, MigSpec, _hex64, _Model, hashed_uuid
@@ -456,9 +456,7 @@ def load_scenario(path: str | Path) -> Scenario:
     data = source.data if source.data is not None else {}
     if not isinstance(data, dict):
         raise ScenarioError([f"{path}: a scenario is a mapping (node, gpus, pods, processes, …)"])
-    keys = sorted(Scenario.model_fields)
-    if data and not any(k in keys or suggest(str(k), keys) for k in data):
-        # Another file given by mistake (--scenario /etc/passwd): one line, none of its contents echoed.
+    if data and unrelated(data, sorted(Scenario.model_fields)):  # one line, none of its contents echoed
         raise ScenarioError(
             [
                 f"{path}: not a scenario: none of its {len(data)} top-level keys is one a scenario has "

@@ -38,6 +38,7 @@ from wattpipe.steps import (
     load_registry,
     run_service,
     setup_logging,
+    ticks_to_run,
     with_port,
 )
 
@@ -174,10 +175,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     graph = build_or_report(config, registry, RealClock(), err)
     if graph is None:
         return EXIT_CONFIG
-    max_ticks = args.ticks
-    if max_ticks is None and args.duration is not None:  # as demo counts it: the ticks that fit, and the first
-        max_ticks = int(args.duration // min(p.config.interval for p in graph.pipelines)) + 1
-    return asyncio.run(run_service(graph, max_ticks=max_ticks))
+    return asyncio.run(run_service(graph, max_ticks=ticks_to_run(graph, args.ticks, args.duration)))
 
 
 # --- parser ---------------------------------------------------------------------------------
@@ -288,12 +286,7 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("-c", "--config", default=None, help="pipeline configuration (YAML); none: the type's defaults")
     sp.add_argument("--count", type=_count, default=1, help="polls to make (default 1)")
     sp.add_argument("--every", type=_pause_s, default=1.0, help="seconds between polls (default 1)")
-    sp.add_argument(
-        "--timeout",
-        type=_timeout_s,
-        default=10.0,
-        help="seconds one poll may take (default 10)",
-    )
+    sp.add_argument("--timeout", type=_timeout_s, default=10.0, help="seconds one poll may take (default 10)")
     sp.set_defaults(fn=cmd_probe)
 
     _simulated_commands(sub)
@@ -342,15 +335,16 @@ def _simulated_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    out, err = out or sys.stdout, err or sys.stderr
     try:
         args = parser().parse_args(argv)
         for option in ("config", "scenario"):
             if getattr(args, option, None):
-                setattr(args, option, _shipped_if_missing(getattr(args, option), err or sys.stderr))
+                setattr(args, option, _shipped_if_missing(getattr(args, option), err))
         if getattr(args, "config", None) and not Path(args.config).exists():
-            print(f"error: {args.config}: no such file", file=err or sys.stderr)
+            print(f"error: {args.config}: no such file", file=err)
             return EXIT_CONFIG
-        code: int = args.fn(args, out or sys.stdout, err or sys.stderr)
+        code: int = args.fn(args, out, err)
     except BrokenPipeError:
         # The reader went away (`wattpipe probe procfs | head -1`): stop quietly, as a Unix tool does.
         _silence_stdout()
@@ -362,7 +356,7 @@ def _shipped_if_missing(given: str, err: TextIO) -> str:
     """``configs/…`` as README writes it: the file here if there is one, else the copy installed with wattpipe
     (a wheel ships configs/ as wattpipe/configs/), said on stderr; any other path as given."""
     path = Path(given)
-    if path.is_absolute() or path.exists() or not path.parts or path.parts[0] != "configs":
+    if path.is_absolute() or path.exists() or path.parts[:1] != ("configs",):
         return given
     shipped = (CONFIGS / Path(*path.parts[1:])).resolve()
     if not shipped.is_file():

@@ -262,13 +262,8 @@ def _on_simulated_node(args: argparse.Namespace, clock: Clock, out: TextIO, err:
     registry = steps.load_registry(err)
     try:
         node = simulator.install(args.scenario, clock)
-    except simulator.ScenarioError as exc:
-        for message in exc.messages:  # each names the file (and line) already
-            print(f"error: scenario {message}", file=err)
-        return EXIT_CONFIG
-    except OSError as exc:
-        print(f"error: scenario {args.scenario}: cannot read it: {exc.strerror or exc}", file=err)
-        return EXIT_CONFIG
+    except (simulator.ScenarioError, OSError) as exc:
+        return steps.scenario_refused(exc, args.scenario, err)
     try:
         with tempfile.TemporaryDirectory(prefix="wattpipe-sim-") as tmp:
             # Every face stops with the node.
@@ -342,9 +337,7 @@ def _run_simulated(
     if stepped:
         graph = _with_exporters(graph, collectors)
     interval = min(p.config.interval for p in graph.pipelines)
-    max_ticks = args.ticks
-    if max_ticks is None and args.duration is not None:
-        max_ticks = int(args.duration // interval) + 1
+    max_ticks = steps.ticks_to_run(graph, args.ticks, args.duration)
     log.info("simulated node %s: %d GPU(s) from %s", node.scenario.node.name, len(node.scenario.gpus), args.scenario)
     total_s = (max_ticks - 1) * interval if max_ticks else 0.0
     progress = SimulationProgress(total_s, node.t_s, err, show=stepped and level in ("debug", "info"))

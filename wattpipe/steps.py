@@ -14,15 +14,19 @@ import errno
 import logging
 import signal
 import sys
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from wattpipe.pipeline.clock import Clock
 from wattpipe.pipeline.components import Registry
 from wattpipe.pipeline.config import Config, ConfigError, load_config
+from wattpipe.pipeline.errors import alternatives
 from wattpipe.pipeline.graph import Graph, build
 from wattpipe.pipeline.runtime import Service
 from wattpipe.pipeline.telemetry import Telemetry
 from wattpipe.pipeline.webconfig import WebConfig, load_web_config
+
+if TYPE_CHECKING:  # `run` and `validate` never load the simulator
+    from wattpipe.simulator import ScenarioError
 
 __all__ = [
     "EXIT_CONFIG",
@@ -33,8 +37,10 @@ __all__ = [
     "load_or_report",
     "load_registry",
     "run_service",
+    "scenario_refused",
     "setup_logging",
     "telemetry_web_config",
+    "ticks_to_run",
     "with_port",
 ]
 
@@ -80,6 +86,16 @@ def load_or_report(path: str, registry: Registry, err: TextIO) -> Config | None:
         return None
 
 
+def scenario_refused(exc: ScenarioError | OSError, path: str, err: TextIO) -> int:
+    """A scenario file that cannot be used (``demo``, ``simulate``, ``topology``), said on ``err``; the exit code."""
+    if isinstance(exc, OSError):
+        print(f"error: scenario {path}: cannot read it: {exc.strerror or exc}", file=err)
+        return EXIT_CONFIG
+    for message in exc.messages:  # each names the file (and line) already
+        print(f"error: scenario {message}", file=err)
+    return EXIT_CONFIG
+
+
 def build_or_report(config: Config, registry: Registry, clock: Clock, err: TextIO) -> Graph | None:
     """The built (not started) pipelines, or None with every problem printed on ``err``."""
     try:
@@ -103,6 +119,14 @@ def telemetry_web_config(config: Config) -> WebConfig | None:
         raise ConfigError(
             [f"{config.source_name} service.telemetry.web_config_file: {m}" for m in exc.messages]
         ) from exc
+
+
+def ticks_to_run(graph: Graph, ticks: int | None, duration_s: float | None) -> int | None:
+    """``--ticks``; else the ticks ``--duration`` holds at the shortest pipeline interval, and the first; None:
+    until stopped."""
+    if ticks is not None or duration_s is None:
+        return ticks
+    return int(duration_s // min(p.config.interval for p in graph.pipelines)) + 1
 
 
 async def run_service(graph: Graph, max_ticks: int | None = None, service: Service | None = None) -> int:
@@ -211,8 +235,7 @@ def listen_advice(config: Config, path: tuple[str, ...], port_flag: bool) -> str
     ways = (["--port", where] if port_flag else [where]) + [
         f"the environment variable {name} (which that line reads)" for name in config.env.get(path, ())
     ]
-    listed = ", ".join(ways[:-1]) + f" or {ways[-1]}" if len(ways) > 1 else ways[0]
-    return f"that port is in use (another wattpipe?): choose another with {listed}"
+    return f"that port is in use (another wattpipe?): choose another with {alternatives(ways)}"
 
 
 def _port_in_use(exc: BaseException) -> bool:

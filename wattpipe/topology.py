@@ -29,7 +29,7 @@ from wattpipe.pipeline.topology import BestSet, GpuTopology, best_sets, free_gpu
 from wattpipe.receivers.nvml._errors import NvmlFailure, nvml_call
 from wattpipe.receivers.nvml._topology import mig_mode_uuids, open_handles, read_topology
 from wattpipe.receivers.podresources import PodResourcesConfig, PodResourcesError, PodResourcesReceiver
-from wattpipe.steps import EXIT_CONFIG, EXIT_OK, EXIT_RUNTIME
+from wattpipe.steps import EXIT_CONFIG, EXIT_OK, EXIT_RUNTIME, scenario_refused
 
 __all__ = ["add_parser", "cmd_topology", "render_json", "render_text"]
 
@@ -138,13 +138,8 @@ def cmd_topology(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 taken |= _allocated(args.podresources)
         else:
             topology, taken = _simulated(args.scenario)
-    except simulator.ScenarioError as exc:
-        for message in exc.messages:  # each names the file (and line) already, as demo says them
-            print(f"error: scenario {message}", file=err)
-        return EXIT_CONFIG
-    except OSError as exc:
-        print(f"error: scenario {args.scenario}: cannot read it: {exc.strerror or exc}", file=err)
-        return EXIT_CONFIG
+    except (simulator.ScenarioError, OSError) as exc:  # as demo says them
+        return scenario_refused(exc, args.scenario, err)
     except NvmlFailure as exc:
         no_driver = exc.code in (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
         hint = " (no NVIDIA driver on this node?)" if no_driver else ""
