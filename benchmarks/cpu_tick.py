@@ -17,8 +17,10 @@ same node and clock, their ticks interleaved (the order reverses every tick), so
   each container's cgroup CPU time (``ContainerCpuTime``), and each container is billed the time no listed process
   carried. On this node the containers are the 8 GPU pods' (64 processes each, kubepods cgroups); the host
   services are systemd services (``/system.slice``, no container id), so they cost it nothing. The simulated
-  cgroups' usage is their processes' sum, so the unseen time is ~0: this measures the reading and the weighing,
-  which a real node pays whatever the unseen time. The run prints how many containers' records a tick carried.
+  cgroups' usage is their processes' sum, so no container has unseen time: this measures the reading and the
+  weighing, which a real node pays whatever the unseen time (billing it adds a weight per container with some to
+  the apportioning, and its container's and pod's series). The run prints, per tick, how many containers' usage
+  ``cpu_attribution`` was given and how many it billed unseen time.
 
 Per tick: the process's CPU time over the tick, less the simulated NVML library's own CPU (metered around
 each of its calls: a real driver's work is in C), is wattpipe's own CPU; ``cpu_attribution``'s own CPU and
@@ -119,9 +121,9 @@ def install_node(
     return ProcfsWriter(simulator.install(scenario, clock), workdir, cgroups=True)
 
 
-def _meter_parts(graph: Graph, containers: list[int]) -> dict[str, Meter]:
+def _meter_parts(graph: Graph, containers: dict[str, list[int]]) -> dict[str, Meter]:
     """Meters around procfs's scan, cpu_attribution and the render; ``containers`` gets each tick's count of
-    container CPU time records cpu_attribution was given."""
+    container CPU time records cpu_attribution was given ("given") and of those it billed unseen time ("billed")."""
     meters = {"cpu_attribution": Meter(), "render": Meter(), "procfs": Meter()}
     table: Any = graph.receivers["procfs"].table  # type: ignore[attr-defined]
     table.scan = meters["procfs"].wrap(table.scan)  # on the receiver's worker thread: metered there
@@ -133,10 +135,18 @@ def _meter_parts(graph: Graph, containers: list[int]) -> dict[str, Meter]:
             process = meters["cpu_attribution"].wrap(processor.process)
 
             def counted(batch: Any, process: Any = process) -> Any:
-                containers.append(len(batch.container_cpu))
+                containers.setdefault("given", []).append(len(batch.container_cpu))
                 return process(batch)
 
             metered.process = counted
+            if (unseen := getattr(processor, "_unseen", None)) is not None:
+
+                def weighed(*args: Any, weigh: Any = unseen.weigh) -> Any:
+                    tick = weigh(*args)
+                    containers.setdefault("billed", []).append(len(tick.records))
+                    return tick
+
+                unseen.weigh = weighed
     exporter: Any = graph.exporters["prometheus"]
     exporter.render = meters["render"].wrap(exporter.render)
     return meters
@@ -149,11 +159,11 @@ async def measure(  # long: one interleaved run, its set-up and teardown
     kernel_threads: int,
     workdir: Path,
     modes: tuple[str, ...] = MODES,
-    containers: dict[str, list[int]] | None = None,
+    containers: dict[str, dict[str, list[int]]] | None = None,
 ) -> dict[str, dict[str, list[float]]]:
     """``ticks`` interleaved ticks of each of ``modes``: per mode, its own CPU and its parts' per tick (s);
-    ``containers`` gets per mode each tick's count of container CPU time records."""
-    counts: dict[str, list[int]] = {mode: [] for mode in modes} if containers is None else containers
+    ``containers`` gets per mode each tick's count of container CPU time records (see _meter_parts)."""
+    counts: dict[str, dict[str, list[int]]] = {} if containers is None else containers
     clock = SteppedClock()
     writer = install_node(clock, workdir, host_processes, busy_services, kernel_threads)
     driver = Meter()
@@ -162,7 +172,7 @@ async def measure(  # long: one interleaved run, its set-up and teardown
     components = Registry.from_entry_points()
     graphs = {mode: make_graph(workdir, mode, clock, components) for mode in modes}
     runners = {mode: PipelineRunner(g, g.pipelines[0]) for mode, g in graphs.items()}
-    parts = {mode: _meter_parts(g, counts.setdefault(mode, [])) for mode, g in graphs.items()}
+    parts = {mode: _meter_parts(g, counts.setdefault(mode, {})) for mode, g in graphs.items()}
     started_components = [c for g in graphs.values() for c in (*g.exporters.values(), *g.receivers.values())]
     for component in started_components:
         await call_optional(component, "start")
@@ -197,7 +207,9 @@ def _ratio(raw: dict[str, dict[str, list[float]]], mode: str, base: str) -> tupl
     return statistics.median(ratios), sorted(ratios)[int(0.9 * (len(ratios) - 1))], mean
 
 
-def report(raw: dict[str, dict[str, list[float]]], modes: tuple[str, ...], containers: dict[str, list[int]]) -> None:
+def report(
+    raw: dict[str, dict[str, list[float]]], modes: tuple[str, ...], containers: dict[str, dict[str, list[int]]]
+) -> None:
     med = {mode: {name: statistics.median(v) * 1000 for name, v in values.items()} for mode, values in raw.items()}
     for mode in modes:
         m = med[mode]
@@ -218,10 +230,10 @@ def report(raw: dict[str, dict[str, list[float]]], modes: tuple[str, ...], conta
             print(
                 f"{LABELS[UNSEEN]} / {base} per interleaved tick: median {ratio:.3f}× (p90 {p90:.3f}×, means {mean:.3f}×)"
             )
-        seen = containers[UNSEEN][2:]  # the measured ticks'
+        given, billed = containers[UNSEEN]["given"][2:], containers[UNSEEN].get("billed", [0, 0, 0])[2:]
         print(
-            f"  container CPU time records per tick given to cpu_attribution: {min(seen)}–{max(seen)} "
-            f"({LABELS['on']}: {max(containers['on'])})"
+            f"  per measured tick, containers whose CPU time cpu_attribution was given: {min(given)}–{max(given)} "
+            f"({LABELS['on']}: {max(containers['on']['given'])}), billed unseen time: {min(billed)}–{max(billed)}"
         )
 
 
@@ -248,7 +260,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     modes = (*MODES, UNSEEN) if args.unseen else MODES
-    containers: dict[str, list[int]] = {}
+    containers: dict[str, dict[str, list[int]]] = {}
     with tempfile.TemporaryDirectory(prefix="cpu-tick-") as workdir:
         raw = asyncio.run(
             measure(
