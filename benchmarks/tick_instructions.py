@@ -1,6 +1,6 @@
 """Benchmark: the instructions one wattpipe tick executes, counted by valgrind (free of the machine's noise).
 
-    .venv/bin/python benchmarks/tick_instructions.py [--parts] [--cpu [--busy-services 5]]
+    .venv/bin/python benchmarks/tick_instructions.py [--parts] [--cpu [--busy-services 5] [--unseen]]
 
 Timings on a shared or virtual machine swing by half from one minute to the next (docs/benchmarks.md);
 an instruction count does not, so two versions of the code can be compared with one run each. The tick
@@ -15,7 +15,8 @@ driver. ``--parts`` also counts the tick without the render and without the proc
 /sys written in a temporary directory) and both its pipelines, "off" (the GPU path) and "on" (+ rapl, procfs
 ``cpu_time: true``, ``cpu_attribution``), each alone, with procfs's scan inline too; the simulator's writing of
 the files between ticks is counted alone and taken out of both. The window is FULL_READ_EVERY ticks, so it holds
-one of procfs's full reads. Instructions leave out the kernel's work (each ``pread`` of a stat file): they
+one of procfs's full reads. ``--unseen`` also counts "unseen" ("on" with ``cpu_attribution: {unseen: containers}``,
+cpu_tick.py's ``--unseen``). Instructions leave out the kernel's work (each ``pread`` of a stat file): they
 compare two versions of the Python, which is what the CPU side's cost mostly is, not the ticks' CPU time.
 
 Needs ``valgrind`` (Debian package ``valgrind``); each count takes a minute or two.
@@ -152,7 +153,7 @@ def cpu_per_tick(mode: str, busy_services: int) -> float:
     return (count(many, frozenset(), mode, busy_services) - count(few, frozenset(), mode, busy_services)) / (many - few)
 
 
-def main_cpu(busy_services: int) -> None:
+def main_cpu(busy_services: int, unseen: bool = False) -> None:
     writing = cpu_per_tick("none", busy_services)
     off = cpu_per_tick("off", busy_services) - writing
     on = cpu_per_tick("on", busy_services) - writing
@@ -160,6 +161,9 @@ def main_cpu(busy_services: int) -> None:
         f"instructions per tick, cpu_tick.py's node ({busy_services} of 50 services busy; the simulator's "
         f"writing, {writing / 1e6:.1f} M, left out): off {off / 1e6:.1f} M, on {on / 1e6:.1f} M, on/off {on / off:.3f}×"
     )
+    if unseen:
+        with_unseen = cpu_per_tick("unseen", busy_services) - writing
+        print(f"  on with unseen: containers {with_unseen / 1e6:.1f} M, its /on {with_unseen / on:.3f}×")
 
 
 def main() -> None:
@@ -170,6 +174,7 @@ def main() -> None:
     parser.add_argument("--child-cpu", default="", help=argparse.SUPPRESS)
     parser.add_argument("--cpu", action="store_true", help="count cpu_tick.py's off and on pipelines instead")
     parser.add_argument("--busy-services", type=int, default=50, help="with --cpu: as cpu_tick.py's (default 50)")
+    parser.add_argument("--unseen", action="store_true", help="with --cpu: also count on with unseen: containers")
     args = parser.parse_args()
     if args.child is not None and args.child_cpu:
         run_cpu_ticks(args.child, args.child_cpu, args.busy_services)
@@ -180,7 +185,7 @@ def main() -> None:
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind); nothing was counted")
     if args.cpu:
-        main_cpu(args.busy_services)
+        main_cpu(args.busy_services, args.unseen)
         return
     whole = per_tick()
     print(f"instructions per tick, 8 GPUs × 64 processes (simulated driver included): {whole / 1e6:.1f} M")
