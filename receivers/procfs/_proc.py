@@ -16,6 +16,7 @@ from wattpipe.pipeline.records import HostProcess, NodeCpuTime
 from wattpipe.pipeline.records_cpu import ContainerCpuTime
 from wattpipe.receivers.procfs._cgroup import parse_cgroup
 from wattpipe.receivers.procfs._cgroupcpu import CgroupUsage, Note, unified_path
+from wattpipe.receivers.procfs._cgroupmoves import ran_elsewhere
 from wattpipe.receivers.procfs._containercpu import container_usage
 from wattpipe.receivers.procfs._identity import Identity
 from wattpipe.receivers.procfs._pidstat import ProcStat, comm_of, cpu_and_start, exec_head, parse_stat
@@ -116,6 +117,8 @@ class ProcessTable:
         self._usage = CgroupUsage.of(cgroup_root, self._root, note, cgroup_files) if cpu_time else None
         self.containers = True  # with cgroup_root: each container's usage (receiver.asked: only where one wants it)
         self._container_files: dict[str, frozenset[str]] = {}  # the cpu.stat files each one's usage was summed from
+        self._file_usec: dict[str, int] = {}  # with container usage: each cpu.stat's usage_usec at the last scan
+        self._excess: dict[str, float] = {}  # … and how far its processes ran ahead of it (_cgroupmoves.py)
         self._last: dict[int, HostProcess] = {}  # cpu_time on: the last scan's records, by pid
         self._lines: dict[int, bytes] = {}  # cpu_time on: each process's stat line its last record was made from
         self._scans = 0  # scans that read processes with cpu_time on: every FULL_READ_EVERY-th reads them all
@@ -179,6 +182,10 @@ class ProcessTable:
             paths = ((i.cgroup_path, i.cgroup) for i in cgroups.values() if i.cgroup_path is not None)
             listed = ((i.cgroup_path, i.cgroup) for i in cache.values() if i.cgroup_path is not None)
             out.containers, self._container_files = container_usage(now, paths, usec, listed, self._container_files)
+            pids_in = ((pid, i.cgroup_path) for pid, i in cgroups.items() if i.cgroup_path is not None)
+            for pid in ran_elsewhere(pids_in, records, self._last, usec, self._file_usec, self._excess):
+                cache.pop(pid, None)  # moved without an exec, perhaps: its identity (cgroup) is read again next scan
+            self._file_usec = dict(usec.values())
         self._cache = cache  # pids that are gone (or skipped) are forgotten
         if self.cpu_time:
             self._last = records
