@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import os
 from dataclasses import dataclass, field, replace
+from itertools import chain
 from pathlib import Path
 
 from wattpipe.pipeline.clock import Timestamp
@@ -119,6 +120,7 @@ class ProcessTable:
         self._container_files: dict[str, frozenset[str]] = {}  # the cpu.stat files each one's usage was summed from
         self._file_usec: dict[str, int] = {}  # with container usage: each cpu.stat's usage_usec at the last scan
         self._excess: dict[str, float] = {}  # … and how far its processes ran ahead of it (_cgroupmoves.py)
+        self._again: dict[int, Identity] = {}  # … the identities that left the cache to be read again: their cgroups
         self._last: dict[int, HostProcess] = {}  # cpu_time on: the last scan's records, by pid
         self._lines: dict[int, bytes] = {}  # cpu_time on: each process's stat line its last record was made from
         self._scans = 0  # scans that read processes with cpu_time on: every FULL_READ_EVERY-th reads them all
@@ -154,6 +156,7 @@ class ProcessTable:
         pids = self._list(out, names)
         if pids is None:
             self._cache.clear()
+            self._again.clear()
             self._records.clear()
             self.stat_files.close()
             self._names, self._name_set = None, set()
@@ -178,13 +181,17 @@ class ProcessTable:
             self.stat_files.keep_only(cache)  # the files of processes gone (or skipped)
         out.records = list(records.values())  # in pid order
         usec = self._usage.readings() if self.containers and self._usage is not None and names is None else None
+        read_again, self._again = self._again, {}
         if usec is not None:  # _idle read the last scan's cgroups
-            paths = ((i.cgroup_path, i.cgroup) for i in cgroups.values() if i.cgroup_path is not None)
+            # (with the identities read again this scan: their cgroups were read, and their containers' usage holds)
+            was = chain(cgroups.values(), read_again.values())
+            paths = ((i.cgroup_path, i.cgroup) for i in was if i.cgroup_path is not None)
             listed = ((i.cgroup_path, i.cgroup) for i in cache.values() if i.cgroup_path is not None)
             out.containers, self._container_files = container_usage(now, paths, usec, listed, self._container_files)
             pids_in = ((pid, i.cgroup_path) for pid, i in cgroups.items() if i.cgroup_path is not None)
-            for pid in ran_elsewhere(pids_in, records, self._last, usec, self._file_usec, self._excess):
-                cache.pop(pid, None)  # moved without an exec, perhaps: its identity (cgroup) is read again next scan
+            again = ran_elsewhere(pids_in, records, self._last, usec, self._file_usec, self._excess)
+            # moved without an exec, perhaps: its identity (cgroup) is read again next scan, its cgroup too
+            self._again = {pid: identity for pid in again if (identity := cache.pop(pid, None)) is not None}
             self._file_usec = dict(usec.values())
         self._cache = cache  # pids that are gone (or skipped) are forgotten
         if self.cpu_time:
@@ -255,7 +262,8 @@ class ProcessTable:
         if not self._usage.ready():  # looked at once, on the first scan (this thread): not a cgroup v2 mount
             self._usage = None
             return None
-        paths = {path for i in self._cache.values() if (path := i.cgroup_path) is not None}
+        was = chain(self._cache.values(), self._again.values())  # (those read again: their cgroups still read)
+        paths = {path for i in was if (path := i.cgroup_path) is not None}
         return paths - self._usage.moved(paths)
 
     def _known(self, idle: set[str] | None) -> dict[int, HostProcess]:

@@ -312,3 +312,27 @@ def test_processes_running_ahead_of_their_cgroup_by_truncation_and_skew_are_not_
     # ahead by up to 90 ms a scan (60 ms of skew, 10 ms a process), given back the next: never read again
     assert len(reads) >= 25
     assert not any(reads)
+
+
+def test_a_container_whose_processes_are_read_again_keeps_its_record(tmp_path: Path) -> None:
+    # A cgroup whose processes ran ahead of it has their identities read again (_cgroupmoves.py): they left the
+    # cache, whose paths are the cgroups the next scan reads. The one that stayed in A (app) was read again too,
+    # and A's cgroup with it, or A had no record that scan and unseen: containers took its next one as a baseline
+    # (its unseen time of two scans lost).
+    proc, cgroups = tmp_path / "proc", mount(tmp_path / "cgroup")
+    for pid, path in ((10, A), (11, A), (12, B)):
+        write_process(proc, pid, "worker", utime=100, cgroup=f"0::{path}\n")
+    receiver = make_receiver(proc, cgroup_root=str(cgroups))
+    ticks, seen = 100, []
+    for scan in range(8):
+        ticks += 100
+        usage(cgroups, A, 10_000 * ticks)  # app's time: worker's, once it moved, is B's
+        usage(cgroups, B, 20_000 * ticks)
+        write_process(proc, 10, "app", utime=ticks, cgroup=f"0::{A}\n")
+        write_process(proc, 11, "worker", utime=ticks, cgroup=f"0::{A if scan < 2 else B}\n")  # moved: no exec
+        write_process(proc, 12, "nginx", utime=ticks, cgroup=f"0::{B}\n")
+        got = containers(receiver)
+        assert got is not None
+        seen.append(ID_A in got)
+        advance(receiver)
+    assert seen == [False, *[True] * 7]  # A's usage every scan after the first (app is in it, and listed)
