@@ -46,6 +46,8 @@ def ran_elsewhere(
         now, was = records.get(pid), last.get(pid)
         if reading is None or now is None or was is None or now is was:
             continue
+        if now.start_time_ticks != was.start_time_ticks:
+            continue  # the pid names another process now: no time run in the old one's cgroup
         delta_s = (now.cpu_time_s or 0.0) - (was.cpu_time_s or 0.0)
         if delta_s > 0:
             ran.setdefault(reading[0], []).append(pid)

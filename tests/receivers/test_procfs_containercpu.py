@@ -336,3 +336,18 @@ def test_a_container_whose_processes_are_read_again_keeps_its_record(tmp_path: P
         seen.append(ID_A in got)
         advance(receiver)
     assert seen == [False, *[True] * 7]  # A's usage every scan after the first (app is in it, and listed)
+
+
+def test_a_reused_pid_is_no_process_running_ahead_of_its_cgroup() -> None:
+    # Between two scans a pid may name another process (its old one ended): the two records' CPU times are of two
+    # processes, and their difference is no time run in the old one's cgroup.
+    from wattpipe.pipeline.records import HostProcess
+    from wattpipe.receivers.procfs._cgroupmoves import ran_elsewhere
+
+    now = SteppedClock().now()
+    was = HostProcess(time=now, pid=10, start_time_ticks=100, cpu_time_s=0.5)
+    reused = HostProcess(time=now, pid=10, start_time_ticks=9_000, cpu_time_s=3.0)  # a new process, 3 s of CPU
+    file = f"/cg{A}/cpu.stat"
+    excess: dict[str, float] = {}
+    again = ran_elsewhere([(10, A)], {10: reused}, {10: was}, {A: (file, 7_000_000)}, {file: 7_000_000}, excess)
+    assert (again, excess) == (set(), {file: 0.0})  # A idle, and no process of it ran: nothing to read again
