@@ -7,7 +7,9 @@ its last listing; the energy of that time goes to the processes that were seen, 
 container's cgroup v2 ``usage_usec`` (the ``procfs`` receiver's ``ContainerCpuTime``) counts every task it
 ever held, so per container per tick::
 
-    unseen_s = max(0, Δusage_s − Σ Δcpu_s of its listed processes, as the tick weighs them)
+    unseen_s = max(0, Δusage_s − Σ Δcpu_s of its listed processes, as the tick weighs them + credit)
+
+(``credit`` ≤ 0: what they showed beyond its growth at the last tick, bounded by ``_TICK_S`` below).
 
 is the CPU time of processes /proc did not show. It joins the tick's weights beside the processes' (one
 apportioning: ``idle + Σ shares + unattributed == delta`` stays exact), and its share goes to the container's
@@ -17,7 +19,7 @@ A baseline (no unseen time that tick): a container first read, one whose usage w
 anew under the same id), one not read at the last listing (its delta would span more than the processes'); a
 tick a zone is missing or back from a gap (``_cpu_gap.py`` splits those by the processes' summed deltas: the
 containers' usage keeps going, and the gap's unseen time stays with the processes); the first tick after a
-restart (the usage read before is not kept). A failed listing keeps the baselines: the next delta spans it, as
+restart (the usage read before is not kept); a baseline drops the credit. A failed listing keeps the baselines: the next delta spans it, as
 the processes' do. No ``container_cpu`` in the batch (no cgroup v2 mount, procfs ``cpu_time`` off): processes
 only, said once.
 """
