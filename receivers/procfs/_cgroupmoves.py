@@ -52,14 +52,18 @@ def ran_elsewhere(
         if delta_s > 0:
             ran.setdefault(reading[0], []).append(pid)
             ran_s[reading[0]] = ran_s.get(reading[0], 0.0) + delta_s
-    growth_s = {file: (usage - before[file]) / 1e6 for file, usage in usec.values() if file in before}
+    growth_s: dict[str, float] = {}
+    for file, usage in usec.values():
+        was_usec = before.get(file)
+        if was_usec is not None and usage >= was_usec:  # (lower: a cgroup made again under its path, a baseline)
+            growth_s[file] = (usage - was_usec) / 1e6
     again: set[int] = set()
     for file in list(excess.keys() - growth_s.keys()):
         del excess[file]
     for file, grew_s in growth_s.items():
         running = max(0.0, excess.get(file, 0.0) + ran_s.get(file, 0.0) - grew_s)
         if running > SLACK_S + _TICK_S * len(ran.get(file, ())):
-            again.update(ran[file])
+            again.update(ran.get(file, ()))  # (none ran: an excess under the last scan's bound, past this one's)
             running = 0.0
         excess[file] = running
     return again

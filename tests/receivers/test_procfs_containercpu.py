@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from tests.receivers.test_procfs import make_receiver, write_process
 from tests.receivers.test_procfs_cgroupcpu import mount, usage
 from wattpipe.pipeline.clock import SteppedClock, Timestamp
+from wattpipe.pipeline.records import HostProcess
 from wattpipe.pipeline.records_cpu import ContainerCpuTime
 from wattpipe.receivers.procfs import ProcfsReceiver
 from wattpipe.receivers.procfs._cgroup import CgroupIdentity
@@ -341,7 +343,6 @@ def test_a_container_whose_processes_are_read_again_keeps_its_record(tmp_path: P
 def test_a_reused_pid_is_no_process_running_ahead_of_its_cgroup() -> None:
     # Between two scans a pid may name another process (its old one ended): the two records' CPU times are of two
     # processes, and their difference is no time run in the old one's cgroup.
-    from wattpipe.pipeline.records import HostProcess
     from wattpipe.receivers.procfs._cgroupmoves import ran_elsewhere
 
     now = SteppedClock().now()
@@ -351,3 +352,51 @@ def test_a_reused_pid_is_no_process_running_ahead_of_its_cgroup() -> None:
     excess: dict[str, float] = {}
     again = ran_elsewhere([(10, A)], {10: reused}, {10: was}, {A: (file, 7_000_000)}, {file: 7_000_000}, excess)
     assert (again, excess) == (set(), {file: 0.0})  # A idle, and no process of it ran: nothing to read again
+
+
+def test_a_cgroup_made_again_under_its_path_is_no_process_running_ahead_of_it(tmp_path: Path) -> None:
+    # A service restarted (systemd removes its cgroup and makes it again): its usage starts over, lower than the
+    # last scan's reading. That is no time its processes ran elsewhere: a baseline, nothing read again (and the
+    # scan goes on: with no process of it that ran, it raised KeyError).
+    import shutil
+
+    from tests.receivers.test_procfs import poll
+
+    proc, cgroups = tmp_path / "proc", mount(tmp_path / "cgroup")
+    service = "/system.slice/app.service"
+    write_process(proc, 10, "app", utime=100, cgroup=f"0::{service}\n")
+    write_process(proc, 12, "nginx", utime=100, cgroup=f"0::{B}\n")
+    receiver = make_receiver(proc, cgroup_root=str(cgroups))
+    for scan in range(3):
+        usage(cgroups, service, 50_000_000 + 1_000_000 * scan)
+        usage(cgroups, B, 1_000_000 * (scan + 1))
+        write_process(proc, 10, "app", utime=100 + 100 * scan, cgroup=f"0::{service}\n")
+        write_process(proc, 12, "nginx", utime=100 + 100 * scan, cgroup=f"0::{B}\n")
+        containers(receiver)
+        advance(receiver)
+    shutil.rmtree(proc / "10")  # restarted: app's old process ended, its cgroup made again
+    usage(cgroups, service, 300_000)
+    usage(cgroups, B, 4_000_000)
+    write_process(proc, 12, "nginx", utime=400, cgroup=f"0::{B}\n")
+    got = containers(receiver)
+    assert got is not None
+    assert got[ID_B].usage_s == 4.0
+    advance(receiver)
+    write_process(proc, 11, "app", utime=50, start=900, cgroup=f"0::{service}\n")
+    assert poll(receiver)[11].cpu_time_s == 0.5
+
+
+def test_a_cgroup_whose_processes_ran_ahead_then_rested_raises_nothing() -> None:
+    # Five processes ran 0.27 s ahead of their cgroup (under the bound: 0.25 s and 10 ms each); at the next scan none
+    # ran and the cgroup stood still: 0.27 s is past that scan's bound (0.25 s, no process ran). It raised KeyError.
+    from wattpipe.receivers.procfs._cgroupmoves import ran_elsewhere
+
+    now = SteppedClock().now()
+    first = {pid: HostProcess(time=now, pid=pid, start_time_ticks=1, cpu_time_s=1.0) for pid in range(10, 15)}
+    ran = {pid: replace(record, cpu_time_s=2.054) for pid, record in first.items()}  # 5 × 1.054 s = 5.27 s
+    file, listed = f"/cg{A}/cpu.stat", [(pid, A) for pid in first]
+    excess: dict[str, float] = {}
+    assert ran_elsewhere(listed, ran, first, {A: (file, 15_000_000)}, {file: 10_000_000}, excess) == set()
+    assert excess[file] == pytest.approx(0.27)
+    assert ran_elsewhere(listed, ran, ran, {A: (file, 15_000_000)}, {file: 15_000_000}, excess) == set()
+    assert excess == {file: 0.0}  # past the bound: its processes that ran (none) read again, and it starts over
