@@ -40,10 +40,11 @@ __all__ = ["UnseenTick", "UnseenTime", "split_active"]
 
 # Below this a container's unseen time is rounding (cgroup µs against /proc's float seconds), not a process.
 _MIN_S = 1e-6
-# /proc's CPU times are whole clock ticks (USER_HZ, 100 on every architecture Linux runs wattpipe on): a process's
-# delta is off by up to one either way, so a container's listed processes may show up to this much more than its
-# cgroup grew, per process, and give it back later. What they ran ahead by is owed back (a credit, at most this
-# per listed process and one more): clipped tick by tick at 0, the half of the noise above 0 was billed.
+# /proc's CPU times are whole clock ticks (USER_HZ, 100 on every architecture Linux runs wattpipe on), its utime and
+# stime each truncated (fs/proc/array.c): a process's delta is off by up to two either way, so a container's listed
+# processes may show up to twice this much more than its cgroup grew, per process, and give it back later. What
+# they ran ahead by is owed back (a credit, at most two of these per listed process and one more): clipped tick by
+# tick at 0, the half of the noise above 0 was billed.
 _TICK_S = 0.01
 
 
@@ -122,7 +123,7 @@ class UnseenTime:
                 records.append(record)
                 unseen.append(seconds)
             elif seconds < 0:
-                self._credit[cid] = max(seconds, -_TICK_S * (shown.get(cid, 0) + 1))
+                self._credit[cid] = max(seconds, -_TICK_S * (2 * shown.get(cid, 0) + 1))
         return UnseenTick(records, unseen, frozenset(alive))
 
     def _say_absent(self) -> None:

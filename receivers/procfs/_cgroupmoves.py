@@ -5,10 +5,10 @@ without an exec (``echo $pid > cgroup.procs``, a runtime's start) stays listed i
 grows the usage of the one it is in: with ``cpu_attribution``'s ``unseen: containers`` that time would be weighed
 twice, as the process's own and as the unseen time of its new container. The check: per ``cpu.stat`` file read
 (a cgroup's, or a threaded subtree's domain's), the CPU time its listed processes ran since the last scan beyond
-its usage's growth. Beyond is normal a little: /proc's times are whole 10 ms ticks (up to one per process, given
-back later), and a process's stat is read after its cgroup's usage in a scan, so that some of its time is ahead of
+its usage's growth. Beyond is normal a little: /proc's times are whole 10 ms ticks (utime and stime each: up to
+two per process, given back later), and a process's stat is read after its cgroup's usage in a scan, so that some of its time is ahead of
 the usage until the next scan. So the excess is summed over scans (never below 0: what a scan gives back cancels
-what an earlier one ran ahead by) and only past a bound (``SLACK_S`` and 10 ms a process) are the cgroup's
+what an earlier one ran ahead by) and only past a bound (``SLACK_S`` and 20 ms a process that ran) are the cgroup's
 processes that ran taken as perhaps moved: their identities are read again at the next scan, which finds the one
 that moved where it is now. Made only where container usage is (``unseen: containers``), from what the scan read.
 """
@@ -24,7 +24,7 @@ __all__ = ["SLACK_S", "ran_elsewhere"]
 # How far ahead of their cgroup's usage a cgroup's listed processes may run, summed over scans, before they are read
 # again: the skew of a scan (its stat reads after its cpu.stat reads: a few ms per busy thread) with room to spare.
 SLACK_S = 0.25
-_TICK_S = 0.01  # USER_HZ 100: /proc's CPU times are whole 10 ms ticks
+_TICK_S = 0.01  # USER_HZ 100: /proc's CPU times are whole 10 ms ticks (utime and stime each: two per process)
 
 
 def ran_elsewhere(
@@ -62,7 +62,7 @@ def ran_elsewhere(
         del excess[file]
     for file, grew_s in growth_s.items():
         running = max(0.0, excess.get(file, 0.0) + ran_s.get(file, 0.0) - grew_s)
-        if running > SLACK_S + _TICK_S * len(ran.get(file, ())):
+        if running > SLACK_S + 2 * _TICK_S * len(ran.get(file, ())):
             again.update(ran.get(file, ()))  # (none ran: an excess under the last scan's bound, past this one's)
             running = 0.0
         excess[file] = running

@@ -387,7 +387,7 @@ def test_a_cgroup_made_again_under_its_path_is_no_process_running_ahead_of_it(tm
 
 
 def test_a_cgroup_whose_processes_ran_ahead_then_rested_raises_nothing() -> None:
-    # Five processes ran 0.27 s ahead of their cgroup (under the bound: 0.25 s and 10 ms each); at the next scan none
+    # Five processes ran 0.27 s ahead of their cgroup (under the bound: 0.25 s and 20 ms each); at the next scan none
     # ran and the cgroup stood still: 0.27 s is past that scan's bound (0.25 s, no process ran). It raised KeyError.
     from wattpipe.receivers.procfs._cgroupmoves import ran_elsewhere
 
