@@ -19,11 +19,15 @@ from collections.abc import Iterable, Mapping
 
 from wattpipe.pipeline.records import HostProcess
 
-__all__ = ["SLACK_S", "ran_elsewhere"]
+__all__ = ["GROWTH_SHARE", "SLACK_S", "ran_elsewhere"]
 
 # How far ahead of their cgroup's usage a cgroup's listed processes may run, summed over scans, before they are read
 # again: the skew of a scan (its stat reads after its cpu.stat reads: a few ms per busy thread) with room to spare.
 SLACK_S = 0.25
+# … and a share of what the cgroup ran in the scan: how far a stat read later in the scan runs ahead is the cgroup's
+# CPU rate × the scan's timing jitter (32 busy CPUs and 10 ms: 0.3 s either way), a fixed slack alone re-read
+# identities in a third of a busy cgroup's scans. A process that moved still adds its whole time every scan.
+GROWTH_SHARE = 0.05
 _TICK_S = 0.01  # USER_HZ 100: /proc's CPU times are whole 10 ms ticks (utime and stime each: two per process)
 
 
@@ -62,7 +66,7 @@ def ran_elsewhere(
         del excess[file]
     for file, grew_s in growth_s.items():
         running = max(0.0, excess.get(file, 0.0) + ran_s.get(file, 0.0) - grew_s)
-        if running > SLACK_S + 2 * _TICK_S * len(ran.get(file, ())):
+        if running > SLACK_S + 2 * _TICK_S * len(ran.get(file, ())) + GROWTH_SHARE * grew_s:
             again.update(ran.get(file, ()))  # (none ran: an excess under the last scan's bound, past this one's)
             running = 0.0
         excess[file] = running
