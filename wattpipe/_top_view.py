@@ -77,6 +77,11 @@ def _number(value: float | None, digits: int = 1) -> str:
     return "—" if value is None else f"{value:,.{digits}f}"
 
 
+def _joules(value: float | None) -> str:
+    """Whole joules; some energy under half a joule reads ``<1``, not ``0`` (which says none)."""
+    return "<1" if value is not None and 0 < value < 0.5 else _number(value, 0)
+
+
 _NOTHING_ACTIVE_W = 0.05
 """Below this (shown as 0.0 W) a GPU draws nothing above idle: a share of it would be noise shown as 100 %."""
 
@@ -144,7 +149,7 @@ def _gpu_cells(gpu: Gpu, history: History) -> Cells:
         name += " (down)"
     idle = "—" if gpu.idle_w is None else f"{gpu.idle_w:.1f} ({gpu.idle_source or 'source unknown'})"
     if gpu.idle_w is None and gpu.held_j:  # its J wait for idle: say how many (processors/_idle_hold.py)
-        idle += f" ({_number(gpu.held_j, 0)} J held)"
+        idle += f" ({_joules(gpu.held_j)} J held)"
     sharing = "MIG" if gpu.mig_enabled else (gpu.compute_mode or "—")
     mode = (gpu.mode or "—") + (f" ({gpu.model})" if gpu.model else "")
     trend = sparkline(history.watts.get(gpu.uuid, ()))
@@ -152,7 +157,7 @@ def _gpu_cells(gpu: Gpu, history: History) -> Cells:
         Text(name, style="bold"),
         _number(gpu.watts),
         _number(gpu.active_w),
-        _number(gpu.joules, 0),
+        _joules(gpu.joules),
         "",
         idle,
         sharing,
@@ -173,7 +178,7 @@ def _cpu_cells(cpu: CpuZone, history: History) -> Cells:
         Text(_cpu_name(cpu), style="bold"),
         _number(cpu.watts),
         _number(cpu.active_w),
-        _number(cpu.joules, 0),
+        _joules(cpu.joules),
         "",
         idle,
         "—",
@@ -190,7 +195,7 @@ def _consumer_cells(device: Gpu | CpuZone, rows: list[Row], depth: int, view: Vi
             label += f" ({row.state})"
         style = "dim" if row.kind == "unattributed" or row.state == "terminated" else ""
         share = _share(row.watts, device.active_w)
-        out.append(([label, _number(row.watts), "", _number(row.joules, 0), share], style))
+        out.append(([label, _number(row.watts), "", _joules(row.joules), share], style))
         out.extend(_consumer_cells(device, row.children, depth + 1, view))
     return out
 

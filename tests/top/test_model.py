@@ -240,3 +240,15 @@ def test_energy_held_while_idle_is_not_known_is_said_where_idle_is() -> None:
     held_none = text.replace("} 1500.0", "} 0.0")
     (line,) = [ln for ln in screen(parse(held_none)).splitlines() if ln.startswith("GPU 0")]
     assert "held" not in line
+
+
+def test_a_joule_count_under_half_a_joule_is_not_shown_as_zero() -> None:
+    # J is shown whole; a process that has used 0.3 J read "0", as if it had used none (a person's test). Under
+    # half a joule it reads "<1"; nothing at all is still "0".
+    text = KEPLER.replace(f'pid="4242",pod_id="{POD}"}} 700.0', f'pid="4242",pod_id="{POD}"}} 0.3')
+    lines = {ln.strip().split("  ")[0]: ln for ln in screen(parse(text)).splitlines()}
+    assert " <1 " in lines["4242 python"]
+    zero = KEPLER.replace(f'pid="4242",pod_id="{POD}"}} 700.0', f'pid="4242",pod_id="{POD}"}} 0.0')
+    lines = {ln.strip().split("  ")[0]: ln for ln in screen(parse(zero)).splitlines()}
+    assert " 0 " in lines["4242 python"]
+    assert "<1" not in lines["4242 python"]
