@@ -23,12 +23,16 @@ No record (unknown, not a wrong number) for a container:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from itertools import chain
 
 from wattpipe.pipeline.clock import Timestamp
+from wattpipe.pipeline.records import HostProcess
 from wattpipe.pipeline.records_cpu import ContainerCpuTime
 from wattpipe.receivers.procfs._cgroup import CgroupIdentity
+from wattpipe.receivers.procfs._cgroupmoves import ran_elsewhere
+from wattpipe.receivers.procfs._identity import Identity
 
-__all__ = ["container_usage"]
+__all__ = ["ContainerScans", "container_usage"]
 
 _MANY = ""  # below a cgroup: more than one container's cgroups
 
@@ -101,3 +105,43 @@ def container_usage(
             )
         )
     return out, files
+
+
+class ContainerScans:
+    """What the process table keeps from scan to scan for its containers' usage (only where a processor asks):
+    the files each container's usage was summed from, each file's last reading and how far its processes ran ahead
+    of it (``_cgroupmoves.py``), and the identities taken out of the table's cache to be read again, whose cgroups
+    are still read (``pending``)."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, frozenset[str]] = {}
+        self.file_usec: dict[str, int] = {}
+        self.excess: dict[str, float] = {}
+        self.pending: dict[int, Identity] = {}
+
+    def scan(
+        self,
+        now: Timestamp,
+        usec: Mapping[str, tuple[str, int]] | None,
+        cgroups: Mapping[int, Identity],
+        cache: dict[int, Identity],
+        records: Mapping[int, HostProcess],
+        last: Mapping[int, HostProcess],
+    ) -> list[ContainerCpuTime] | None:
+        """This scan's container records (None where ``usec``, the cgroup readings of the last scan's processes
+        ``cgroups``, is None), the identities of processes that ran ahead of their cgroup taken out of ``cache``
+        (this scan's: they are read again next scan)."""
+        read_again, self.pending = self.pending, {}
+        if usec is None:
+            return None
+        # (with the identities read again this scan: their cgroups were read, and their containers' usage holds)
+        was = chain(cgroups.values(), read_again.values())
+        paths = ((i.cgroup_path, i.cgroup) for i in was if i.cgroup_path is not None)
+        listed = ((i.cgroup_path, i.cgroup) for i in cache.values() if i.cgroup_path is not None)
+        out, self.files = container_usage(now, paths, usec, listed, self.files)
+        pids_in = ((pid, i.cgroup_path) for pid, i in cgroups.items() if i.cgroup_path is not None)
+        again = ran_elsewhere(pids_in, records, last, usec, self.file_usec, self.excess)
+        # moved without an exec, perhaps: its identity (cgroup) is read again next scan, its cgroup too
+        self.pending = {pid: identity for pid in again if (identity := cache.pop(pid, None)) is not None}
+        self.file_usec = dict(usec.values())
+        return out

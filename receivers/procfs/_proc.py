@@ -17,8 +17,7 @@ from wattpipe.pipeline.records import HostProcess, NodeCpuTime
 from wattpipe.pipeline.records_cpu import ContainerCpuTime
 from wattpipe.receivers.procfs._cgroup import parse_cgroup
 from wattpipe.receivers.procfs._cgroupcpu import CgroupUsage, Note, unified_path
-from wattpipe.receivers.procfs._cgroupmoves import ran_elsewhere
-from wattpipe.receivers.procfs._containercpu import container_usage
+from wattpipe.receivers.procfs._containercpu import ContainerScans
 from wattpipe.receivers.procfs._identity import Identity
 from wattpipe.receivers.procfs._pidstat import ProcStat, comm_of, cpu_and_start, exec_head, parse_stat
 from wattpipe.receivers.procfs._stat import parse_proc_stat
@@ -117,10 +116,7 @@ class ProcessTable:
         # last scan keeps its record. ``note`` hears, once, why it is off (not a cgroup v2 mount, ...).
         self._usage = CgroupUsage.of(cgroup_root, self._root, note, cgroup_files) if cpu_time else None
         self.containers = True  # with cgroup_root: each container's usage (receiver.asked: only where one wants it)
-        self._container_files: dict[str, frozenset[str]] = {}  # the cpu.stat files each one's usage was summed from
-        self._file_usec: dict[str, int] = {}  # with container usage: each cpu.stat's usage_usec at the last scan
-        self._excess: dict[str, float] = {}  # … and how far its processes ran ahead of it (_cgroupmoves.py)
-        self._again: dict[int, Identity] = {}  # … the identities that left the cache to be read again: their cgroups
+        self._containers = ContainerScans()  # what container usage keeps between scans (_containercpu.py)
         self._last: dict[int, HostProcess] = {}  # cpu_time on: the last scan's records, by pid
         self._lines: dict[int, bytes] = {}  # cpu_time on: each process's stat line its last record was made from
         self._scans = 0  # scans that read processes with cpu_time on: every FULL_READ_EVERY-th reads them all
@@ -156,7 +152,7 @@ class ProcessTable:
         pids = self._list(out, names)
         if pids is None:
             self._cache.clear()
-            self._again.clear()
+            self._containers.pending.clear()
             self._records.clear()
             self.stat_files.close()
             self._names, self._name_set = None, set()
@@ -181,18 +177,7 @@ class ProcessTable:
             self.stat_files.keep_only(cache)  # the files of processes gone (or skipped)
         out.records = list(records.values())  # in pid order
         usec = self._usage.readings() if self.containers and self._usage is not None and names is None else None
-        read_again, self._again = self._again, {}
-        if usec is not None:  # _idle read the last scan's cgroups
-            # (with the identities read again this scan: their cgroups were read, and their containers' usage holds)
-            was = chain(cgroups.values(), read_again.values())
-            paths = ((i.cgroup_path, i.cgroup) for i in was if i.cgroup_path is not None)
-            listed = ((i.cgroup_path, i.cgroup) for i in cache.values() if i.cgroup_path is not None)
-            out.containers, self._container_files = container_usage(now, paths, usec, listed, self._container_files)
-            pids_in = ((pid, i.cgroup_path) for pid, i in cgroups.items() if i.cgroup_path is not None)
-            again = ran_elsewhere(pids_in, records, self._last, usec, self._file_usec, self._excess)
-            # moved without an exec, perhaps: its identity (cgroup) is read again next scan, its cgroup too
-            self._again = {pid: identity for pid in again if (identity := cache.pop(pid, None)) is not None}
-            self._file_usec = dict(usec.values())
+        out.containers = self._containers.scan(now, usec, cgroups, cache, records, self._last)  # (_idle read usec)
         self._cache = cache  # pids that are gone (or skipped) are forgotten
         if self.cpu_time:
             self._last = records
@@ -262,8 +247,8 @@ class ProcessTable:
         if not self._usage.ready():  # looked at once, on the first scan (this thread): not a cgroup v2 mount
             self._usage = None
             return None
-        was = chain(self._cache.values(), self._again.values())  # (those read again: their cgroups still read)
-        paths = {path for i in was if (path := i.cgroup_path) is not None}
+        pending = self._containers.pending.values()  # (identities to be read again: their cgroups still read)
+        paths = {path for i in chain(self._cache.values(), pending) if (path := i.cgroup_path) is not None}
         return paths - self._usage.moved(paths)
 
     def _known(self, idle: set[str] | None) -> dict[int, HostProcess]:

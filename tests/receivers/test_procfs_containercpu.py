@@ -303,7 +303,7 @@ def test_processes_running_ahead_of_their_cgroup_by_truncation_and_skew_are_not_
         reads.append(again)
         return again
 
-    monkeypatch.setattr("wattpipe.receivers.procfs._proc.ran_elsewhere", counted)
+    monkeypatch.setattr("wattpipe.receivers.procfs._containercpu.ran_elsewhere", counted)
     for scan in range(30):
         ran_s = 1.0 + 1.235 * scan  # each of three busy processes, as the kernel counts it
         usage(cgroups, A, round(3 * ran_s * 1e6) - (60_000 if scan % 2 else 0))  # read 60 ms early every other scan
