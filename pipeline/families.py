@@ -88,6 +88,14 @@ ATTRIBUTES: tuple[Attribute, ...] = (
     Attribute("pod_namespace", "pod_namespace", "k8s.namespace.name", "The pod's namespace."),
     Attribute("state", "state", "wattpipe.state", "`running`, or `terminated` (kept for a retention period)."),
     Attribute(
+        "series_start",
+        "series_start",
+        "wattpipe.series.start",
+        "Only on the series of a process that began while an earlier process of its pid is still kept (the kernel "
+        "reused the pid within the retention): when this series began (RFC 3339, UTC), so that once both have "
+        "ended each keeps a label set of its own.",
+    ),
+    Attribute(
         "idle_source",
         "idle_source",
         "wattpipe.gpu.idle.source",
@@ -416,7 +424,7 @@ GPU_FAMILIES: tuple[Family, ...] = (
         ("device_index", "device_id", "gpu_instance_id", "profile"),
         extras=False,
     ),
-    *_consumer("process", "pid", ("gpu_instance_id", "comm", "exe", "container_id", *_K8S)),
+    *_consumer("process", "pid", ("gpu_instance_id", "comm", "exe", "container_id", *_K8S, "series_start")),
     *_consumer("container", "container_id", ("container_name", "runtime", "pod_uid", *_K8S)),
     *_consumer("pod", "pod_uid", _K8S),
     Family(

@@ -101,7 +101,9 @@ _NODE_CPU: tuple[Family, ...] = (
 CPU_FAMILIES: tuple[Family, ...] = (
     *(_cpu_node(*row) for row in _CPU_NODE),
     *_NODE_CPU,
-    *_cpu_consumer("process", "pid", ("comm", "exe", "type", "container_id", "vm_id", "pod_uid", *_K8S)),
+    *_cpu_consumer(
+        "process", "pid", ("comm", "exe", "type", "container_id", "vm_id", "pod_uid", *_K8S, "series_start")
+    ),
     *_cpu_consumer("container", "container_id", ("container_name", "runtime", "pod_uid", *_K8S)),
     *_cpu_consumer("pod", "pod_uid", _K8S),
     *_cpu_consumer("vm", "vm_id", ("vm_name", "hypervisor")),

@@ -11,6 +11,8 @@ while its cgroup is read (``alive``), listed processes or not.
 
 from __future__ import annotations
 
+import operator
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
@@ -21,7 +23,7 @@ from wattpipe.pipeline.constructors import new_totals
 from wattpipe.pipeline.records import HostProcess, Totals
 from wattpipe.pipeline.records_cpu import ContainerCpuTime
 from wattpipe.processors._cpu_identity import GroupScope, Identity, Names, group_memberships, process_attrs
-from wattpipe.processors._energy_series import Scope, Series, prune, restore, saved, start_at
+from wattpipe.processors._energy_series import SERIES_START, Scope, Series, prune, restore, saved, start_at, started
 
 __all__ = [
     "CPU_DEVICE_PREFIX",
@@ -381,6 +383,7 @@ class CpuSeries:
         series keeps: its labels (``_label``) and start, set once."""
         if self._rows is None:
             self._rows = self._ordered(now)
+            self._tell_reused_apart()
         return [
             new_totals(
                 now,
@@ -405,6 +408,20 @@ class CpuSeries:
             if s.start is None:  # a series new this tick (or restored): when it began, once
                 s.start = start_at(now, s.start_wall_s)
         return rows
+
+    def _tell_reused_apart(self) -> None:
+        """Of the series of one pid in one zone type (the kernel reused the pid within the retention), each but
+        the earliest-started carries ``SERIES_START`` (see there), from the tick it began: kept by ``_label``."""
+        keys = self.processes.keys()
+        per_pid = Counter(map(_PID_ZONE, keys))
+        if len(per_pid) == len(keys):
+            return  # (every tick but a reused pid's)
+        first: set[tuple[int, str]] = set()
+        for key in sorted(k for k in keys if per_pid[_PID_ZONE(k)] > 1):  # by start time within a pid
+            if _PID_ZONE(key) not in first:
+                first.add(_PID_ZONE(key))
+            elif SERIES_START not in (series := self.processes[key]).attrs:
+                _label(series, {**series.attrs, SERIES_START: started(series.start_wall_s)})
 
     # --- state (the state file: totals go on across a restart) -------------------------------------------
 
@@ -443,6 +460,7 @@ def _restored(row: Mapping[str, Any]) -> Series:
 # The k8s names a series is labelled with, and what says where a process is (the same there: the same names).
 _NAMES = ("pod_name", "pod_namespace", "container_name")
 _PROCESS_PLACE = ("container_id", "pod_uid")
+_PID_ZONE = operator.itemgetter(0, 2)  # of a process series' key (pid, start time, zone type)
 
 
 def _container_groups(record: ContainerCpuTime, names: Names) -> list[tuple[GroupScope, str, dict[str, str]]]:
@@ -472,7 +490,10 @@ def _names_kept(old: Mapping[str, str], new: dict[str, str], place: tuple[str, .
 
 def _label(series: Series, attrs: dict[str, str]) -> None:
     """Give a series its attributes, and the labels its Totals records carry (sorted, as ``to_totals`` makes
-    them), made once here: a series' attributes are only ever replaced, by a new dict, through this."""
+    them), made once here: a series' attributes are only ever replaced, by a new dict, through this. A series
+    that tells a reused pid apart (``SERIES_START``) keeps that for good."""
+    if (began := series.attrs.get(SERIES_START)) is not None and SERIES_START not in attrs:
+        attrs = {**attrs, SERIES_START: began}
     series.attrs = attrs
     items = tuple(attrs.items())
     series.extra = (items, tuple(sorted(items)))

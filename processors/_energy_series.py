@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.constructors import new_totals
 from wattpipe.pipeline.records import Totals
 
-__all__ = ["Order", "Series", "prune", "restore", "saved", "start_at", "to_totals"]
+__all__ = ["SERIES_START", "Order", "Series", "prune", "restore", "saved", "start_at", "started", "to_totals"]
 
 Scope = Literal["process", "container", "pod", "instance", "vm"]
 
@@ -65,6 +66,18 @@ class Order:
             self._order = sorted(self._keys)
             self._columns = self._split(self._order)
         return self._order, self._columns
+
+
+SERIES_START = "series_start"
+"""The attribute of a process series begun while the processor still keeps another series of its pid (the kernel
+reused the pid within the retention): when it began. Kepler's labels (pid, comm, container, ..., state) cannot
+tell the two apart once both have ended, and one label set with two totals shows one of them, falling to it:
+the later series carries this from its first record to its last, so each keeps a label set of its own."""
+
+
+def started(start_wall_s: float) -> str:
+    """``SERIES_START``'s value: when a series began, RFC 3339 in UTC to the second."""
+    return datetime.fromtimestamp(start_wall_s, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def start_at(now: Timestamp, start_wall_s: float) -> Timestamp:

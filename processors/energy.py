@@ -51,7 +51,17 @@ from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
 from wattpipe.pipeline.config import Duration
 from wattpipe.pipeline.records import DevicePower, DeviceTotals, GpuShare, HostProcess, Totals
 from wattpipe.processors._energy_groups import GroupSeries, Late
-from wattpipe.processors._energy_series import Order, Series, prune, restore, saved, start_at, to_totals
+from wattpipe.processors._energy_series import (
+    SERIES_START,
+    Order,
+    Series,
+    prune,
+    restore,
+    saved,
+    start_at,
+    started,
+    to_totals,
+)
 from wattpipe.processors._mig_attribution import MIG_MODES
 
 __all__ = ["EnergyConfig", "EnergyProcessor", "factory"]
@@ -381,11 +391,14 @@ class EnergyProcessor:
             # Same pid, another start time: the kernel reused the pid for a new process.
             self._end(running, series, wall_s)
         key = (pid, device_id, start)
-        series = self.series.get(key) or Series(energy_mj=0, start_wall_s=wall_s - interval_s)
-        self.series[key] = series
+        found = self.series.get(key)
+        if found is None:
+            found = self.series[key] = Series(energy_mj=0, start_wall_s=wall_s - interval_s)
+            if (pid, device_id) in self._ended:  # the pid's last process here is kept still: a reused pid
+                found.attrs[SERIES_START] = started(found.start_wall_s)
         self._running[(pid, device_id)] = key
-        self._describe(series, host)
-        return key, series
+        self._describe(found, host)
+        return key, found
 
     @staticmethod
     def _describe(series: Series, host: HostProcess | None) -> None:

@@ -1,23 +1,17 @@
 """A pid the kernel reused within ``terminated_retention``, for the same program in the same container on
 the same GPU (a job launcher's loop, a node with a small pid_max): the energy processor keeps two series,
-told apart by start time, but once both have ended their Prometheus label sets are the same (pid, device,
-comm, exe, container_id, state="terminated") and the exposition keeps one: the later (measured: A's 10 J
-replaced by B's 2 J the tick B ended). The terminated series then decreases, which rate()/increase() read as a
-counter reset and count B's energy a second time (it was counted under state="running" already); A's total is
-no longer exposed.
+told apart by start time, but once both have ended Kepler's label set (pid, device, comm, exe, container_id,
+state="terminated") is the same, and the exposition kept one: the later (measured: A's 10 J replaced by B's 2 J
+the tick B ended). The terminated series then decreased, which rate()/increase() read as a counter reset,
+counting B's energy a second time (it was counted under state="running" already); A's total was no longer
+exposed.
 
-Not fixed here: Kepler's labels have nothing that tells the two apart, and nothing the energy processor can do
-with its series keeps both totals in one label set. Ending the older series early (dropping A's when B
-starts) still shows 10 then 2 under that label set, read as a reset (B counted twice), and merging B into A's
-(12) counts B under both states; keeping A's until it ages out hides B's total for the retention, then shows a
-lower value again. What would fix it is a label that tells them apart (the process's start time, as OTLP
-carries it), which is a change to the exported families (pipeline/families.py, exporters/prometheus.py), not
-to the energy processor; docs/attribution.md's known limits say so.
+Now the later process's series carries ``series_start`` (when it began) from its first record to its last, so
+each ended series keeps a label set of its own; the first process's labels are Kepler's, unchanged.
 """
 
 from __future__ import annotations
 
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.helpers.context import make_context
@@ -31,11 +25,6 @@ from wattpipe.pipeline.records import GpuShare, HostProcess
 CID = "c" * 64
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="two ended series of one reused pid share a Prometheus label set: needs a label telling them apart "
-    "(a start time) in the exported families, not an energy-processor change",
-)
 def test_both_ended_processes_of_a_reused_pid_are_in_the_exposition() -> None:
     clock = SteppedClock()
     proc = energy(clock, terminated_retention=3600.0)
@@ -63,3 +52,7 @@ def test_both_ended_processes_of_a_reused_pid_are_in_the_exposition() -> None:
         if s.name == "kepler_process_gpu_joules_total" and s.labels.get("state") == "terminated"
     ]
     assert sorted(s.value for s in samples) == [2.0, 10.0]
+    (first,) = [s for s in samples if "series_start" not in s.labels]
+    (second,) = [s for s in samples if "series_start" in s.labels]
+    assert (first.value, second.value) == (10.0, 2.0)
+    assert second.labels["series_start"] == "2026-01-01T00:00:05Z"  # B's first tick (10 s) less its interval (5 s)

@@ -1,7 +1,8 @@
 """CPU attribution under every kind of churn at once: pids reused, failed listings, zones missing a tick, counter
 resets, pods named later (and not), records handed on unchanged (the very object) or rebuilt, restarts, series
 pruned. Every tick, to the millijoule: each zone type's attributed energy is its process series' growth, each
-container's, pod's and VM's growth the sum of its processes', and no series ever falls."""
+container's, pod's and VM's growth the sum of its processes', and no series ever falls; and no two series share a
+label set (a pid reused by the same program in the same place: its two ended series apart by ``series_start``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.helpers.context import make_context
@@ -107,8 +108,24 @@ def grown_sums(
     return by_zone, by_group
 
 
+def _plain_tick(actions: list[tuple[Any, ...]], mj: list[int], active: float) -> dict[str, Any]:
+    return {"actions": actions, "listed": True, "missing": None, "reset": None, "mj": mj, "active": active,
+            "rebuilt": False, "named": [], "restart": False, "dt": 5.0}  # fmt: skip
+
+
+# Found: pid 1 spawned again in the same place, both with energy in one zone, then gone: two ended series of
+# one label set (the later one now carries series_start).
+_REUSED = [
+    _plain_tick([("spawn", 1, 0.0, 0, False)], [0, 0, 0], 0.0),
+    _plain_tick([("spawn", 1, 0.01, 0, True)], [0, 1, 0], 1.0),
+    _plain_tick([("spawn", 1, 0.01, 0, True)], [0, 1, 0], 1.0),
+    _plain_tick([("exit", 1, 0.0)], [0, 0, 0], 0.0),
+]
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(CONFIGS), st.lists(TICK, min_size=4, max_size=25))
+@example(CONFIGS[0], _REUSED)
 # long: one simulated node driven through a plan, its checks after every tick
 def test_every_tick_conserves_and_sums_through_reuse_gaps_naming_restarts_and_pruning(
     config: dict[str, Any], plan: list[dict[str, Any]]
@@ -158,6 +175,8 @@ def test_every_tick_conserves_and_sums_through_reuse_gaps_naming_restarts_and_pr
         out = proc.process(Batch(time=now, interval_s=5.0, node="n").replace(**fields))
         for power in out.device_power:
             assert power.idle_energy_mj + power.active_energy_mj == power.energy_mj
+        label_sets = [(t.scope, t.key, t.device_id, t.state, t.extra) for t in out.totals]
+        assert len(set(label_sets)) == len(label_sets), label_sets  # a reused pid's two ended series too
         after, after_attributed = energies(proc), attributed(proc)
         grew = {k: v - before.get(k, 0) for k, v in after.items()}
         assert all(v >= 0 for k, v in grew.items() if k in before), grew  # no series falls
