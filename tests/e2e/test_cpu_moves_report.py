@@ -74,6 +74,13 @@ def test_moved_processes_against_the_truth_with_and_without_container_usage(
     # toolbox's unseen time, and the full read then brings it whole as rsync's delta, in the toolbox: billed twice,
     # but for what the credit gives back (20 ms a process).
     assert containers["container/toolbox"] == pytest.approx(5.13, abs=0.05)
+    # Pods are their containers' sums (web: nginx and its quiet log shipper).
+    assert (none["pod/web"], containers["pod/web"]) == pytest.approx((19.20, -0.28), abs=0.05)
+    assert (none["pod/debug-1"], containers["pod/debug-1"]) == (
+        none["container/toolbox"],
+        containers["container/toolbox"],
+    )
+    assert containers["pod/etl-2"] == containers["container/worker"]
     # A 0.003-core exporter (0.54 CPU-seconds in 3 min): /proc's truncation is most of its error either way.
     assert none["container/exporter"] == pytest.approx(-2.22, abs=0.05)
     assert containers["container/exporter"] == pytest.approx(-3.16, abs=0.05)
