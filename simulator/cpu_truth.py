@@ -3,13 +3,13 @@
 The host model (``simulator/truth.py``): a package zone draws ``idle_w / packages + w_per_core / packages ·
 Σ cpu_cores`` of the live processes, a DRAM zone ``dram_w + dram_w_per_core / packages · Σ cpu_cores``. A
 process's true CPU energy is its own dynamic part, ``(w_per_core + dram_w_per_core) · cpu_cores · seconds
-alive``, over every zone; a container's, pod's and VM's are the sums of their processes'. Idle power is
-nobody's. A VM is a qemu process whose cmdline names it (``-uuid``, ``-name``).
+alive``, over every zone; a container's, pod's and VM's are the sums of their processes' (a process that moved
+without an exec, ``moves``, counts in each container for the time it was in it). Idle power is nobody's. A VM is a qemu process whose cmdline names it (``-uuid``, ``-name``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import pairwise
 
 from wattpipe.simulator.truth import GroundTruth
@@ -55,12 +55,23 @@ class CpuTruth:
     def sum_energy_j(self, pids: Sequence[int], t0_s: float, t1_s: float) -> float:
         return sum(self.process_energy_j(pid, t0_s, t1_s) for pid in pids)
 
-    def container_pids(self, ref: str) -> list[int]:
-        """``ref`` is ``namespace/pod/container``."""
-        return [p.pid for p in self.truth.scenario.processes if p.container == ref]
+    def container_energy_j(self, ref: str, t0_s: float, t1_s: float) -> float:
+        """``ref`` is ``namespace/pod/container``: its processes' energy while they were in it (``moves``)."""
+        return self.w_per_core * self._cpu_in(lambda container: container == ref, t0_s, t1_s)
 
-    def pod_pids(self, namespace: str, pod: str) -> list[int]:
-        return [plan.pid for plan in self.truth.pod_plans(namespace, pod)]
+    def pod_energy_j(self, namespace: str, pod: str, t0_s: float, t1_s: float) -> float:
+        prefix = f"{namespace}/{pod}/"
+        return self.w_per_core * self._cpu_in(lambda c: c is not None and c.startswith(prefix), t0_s, t1_s)
+
+    def _cpu_in(self, member: Callable[[str | None], bool], t0_s: float, t1_s: float) -> float:
+        """CPU seconds in ``[t0_s, t1_s]`` of every process while in a container ``member`` accepts."""
+        cpu_s = 0.0
+        for process in self.truth.scenario.processes:
+            for from_s, until_s, container in process.placements():
+                start_s, end_s = max(t0_s, from_s), min(t1_s, until_s)
+                if start_s < end_s and member(container):
+                    cpu_s += self.process_cpu_s(process.pid, start_s, end_s)
+        return cpu_s
 
     def zone_energy_j(self, zone: str, package: int, t0_s: float, t1_s: float) -> float:
         """A RAPL zone's true energy between two instants (what its counter must have counted)."""

@@ -24,7 +24,8 @@ from wattpipe.simulator.scenario import Process, Scenario
 __all__ = ["CLOCK_TICKS_PER_S", "ProcfsWriter", "cgroup_path", "cgroup_text"]
 
 CLOCK_TICKS_PER_S = 100  # USER_HZ on every mainstream Linux build
-_USER_SHARE = 0.9  # a process's CPU time splits 90 % user / 10 % system (synthetic)
+_NS_PER_TICK = 1_000_000_000 // CLOCK_TICKS_PER_S
+_USER_SHARE = 0.9  # the node's CPU time (/proc/stat) splits 90 % user / 10 % system (synthetic); a process's: its own
 _CGROUP_V1_CONTROLLERS = (
     "hugetlb", "memory", "cpu,cpuacct", "pids", "devices", "blkio", "cpuset", "freezer", "net_cls,net_prio",
     "perf_event", "rdma", "name=systemd",
@@ -32,13 +33,15 @@ _CGROUP_V1_CONTROLLERS = (
 _SCOPE_PREFIX = {"containerd": "cri-containerd", "cri-o": "crio", "docker": "docker"}
 
 
-def cgroup_path(scenario: Scenario, process: Process) -> str:
-    """The cgroup a process lives in, in the real shape for its runtime and the node's cgroup driver."""
-    if process.cgroup is not None:
-        return process.cgroup
-    if process.container is None:
+def cgroup_path(scenario: Scenario, process: Process, at_s: float | None = None) -> str:
+    """The cgroup a process lives in (at ``at_s``, after its moves until then; None: where it starts), in the
+    real shape for its runtime and the node's cgroup driver."""
+    ref, path = (process.container, process.cgroup) if at_s is None else process.placement_at(at_s)
+    if path is not None:
+        return path
+    if ref is None:
         return f"/system.slice/{process.comm}.service"
-    pod, container = scenario.container_ref(process.container)
+    pod, container = scenario.container_ref(ref)
     if scenario.node.cgroup_driver == "cgroupfs":
         qos_dir = "" if pod.qos == "guaranteed" else f"/{pod.qos}"
         return f"/kubepods{qos_dir}/pod{pod.uid}/{container.id}"
@@ -56,9 +59,9 @@ def _self_and_ancestors(path: str) -> list[str]:
     return ["/" + "/".join(parts[:n]) for n in range(len(parts), -1, -1)]
 
 
-def cgroup_text(scenario: Scenario, process: Process) -> str:
-    """``/proc/<pid>/cgroup``: one ``0::`` line under cgroup v2, one line per hierarchy under v1."""
-    path = cgroup_path(scenario, process)
+def cgroup_text(scenario: Scenario, process: Process, at_s: float | None = None) -> str:
+    """``/proc/<pid>/cgroup`` (at ``at_s``): one ``0::`` line under cgroup v2, one line per hierarchy under v1."""
+    path = cgroup_path(scenario, process, at_s)
     if scenario.node.cgroup_version == 2:
         return f"0::{path}\n"
     count = len(_CGROUP_V1_CONTROLLERS)
@@ -149,10 +152,14 @@ class ProcfsWriter:
             self.cgroup_root.mkdir(parents=True, exist_ok=True)
             _write(self.cgroup_root / "cgroup.controllers", "cpuset cpu io memory pids\n")
         usage_s: dict[str, float] = {}
-        for pid, plan in self.node.truth.plans.items():
-            if plan.start_s <= t_s:
-                cpu_s = self.node.truth.process_cpu_s(pid, t_s)
-                for path in _self_and_ancestors(cgroup_path(self.node.scenario, plan.spec)):
+        truth = self.node.truth
+        for pid, plan in truth.plans.items():
+            # Each cgroup it was in holds the time it ran there: a move leaves the time before with the cgroup it left.
+            for from_s, until_s, _ in plan.spec.placements():
+                if from_s > t_s:
+                    break
+                cpu_s = truth.process_cpu_s(pid, min(t_s, until_s)) - truth.process_cpu_s(pid, from_s)
+                for path in _self_and_ancestors(cgroup_path(self.node.scenario, plan.spec, from_s)):
                     usage_s[path] = usage_s.get(path, 0.0) + cpu_s
         for path, cpu_s in usage_s.items():
             directory = self.cgroup_root / path.lstrip("/")
@@ -164,27 +171,34 @@ class ProcfsWriter:
         directory = self.proc / str(pid)
         if new:
             # A new process appears whole: its directory is filled under a hidden name and renamed into
-            # place. Its cgroup never changes over its life; comm and cmdline only when it execs (``init``).
+            # place. Its cgroup changes only when it moves (``moves``); comm and cmdline only when it execs (``init``).
             staging = self.proc / f".{pid}.new"
             shutil.rmtree(staging, ignore_errors=True)
             staging.mkdir()
             (staging / "comm").write_text(spec.comm_at(t_s) + "\n")
             (staging / "cmdline").write_text("\0".join(spec.cmdline_at(t_s)) + "\0")
-            (staging / "cgroup").write_text(cgroup_text(self.node.scenario, spec))
+            (staging / "cgroup").write_text(cgroup_text(self.node.scenario, spec, t_s))
             (staging / "stat").write_text(self._stat_line(pid, t_s))
             _remove_process(directory)  # one left by an earlier writer, if any
             os.replace(staging, directory)
             return
         _overwrite(directory / "stat", self._stat_line(pid, t_s))
+        if spec.moves:  # a move changes what the file says, maybe to a shorter text: replaced whole
+            text = cgroup_text(self.node.scenario, spec, t_s)
+            if (directory / "cgroup").read_text() != text:
+                _write(directory / "cgroup", text)
         if spec.init is not None:  # runc's init until it execs: what it runs then
             _overwrite(directory / "comm", spec.comm_at(t_s) + "\n")
             _overwrite(directory / "cmdline", "\0".join(spec.cmdline_at(t_s)) + "\0")
 
     def _stat_line(self, pid: int, t_s: float) -> str:
         spec = self.node.truth.plans[pid].spec
-        cpu_ticks = self.node.truth.process_cpu_s(pid, t_s) * CLOCK_TICKS_PER_S
-        utime = math.floor(cpu_ticks * _USER_SHARE)
-        stime = math.floor(cpu_ticks) - utime
+        # The kernel truncates utime and stime to whole ticks apart (fs/proc/array.c do_task_stat): their sum is
+        # short of the true time by up to two ticks, and a delta between two readings off by up to ±2 ticks.
+        # In whole nanoseconds as the kernel splits them, so that no float rounding takes a tick off either.
+        cpu_ns = round(self.node.truth.process_cpu_s(pid, t_s) * 1e9)
+        user_ns = round(cpu_ns * spec.user_share)
+        utime, stime = user_ns // _NS_PER_TICK, (cpu_ns - user_ns) // _NS_PER_TICK
         start_ticks = round((self.node.scenario.node.uptime_s + spec.start_s) * CLOCK_TICKS_PER_S)
         threads = max(1, math.ceil(spec.cpu_cores))
         state = "R" if spec.cpu_cores > 0 else "S"

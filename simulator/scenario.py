@@ -16,6 +16,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from wattpipe.pipeline.config import model_at, suggest, unrelated
 from wattpipe.pipeline.yamlsource import SourceError, YamlSource, load_yaml_text
 from wattpipe.simulator._faults import Fault, GpuChange, GpuFault, NvmlFault, RaplFault
+from wattpipe.simulator._process_schema import Init, Move, Process
 from wattpipe.simulator._schema_base import MigInstance, MigSpec, _hex64, _Model, hashed_uuid
 from wattpipe.simulator.hardware import gpu_model_info
 
@@ -25,8 +26,10 @@ __all__ = [
     "DcgmSpec",
     "DeviceRef",
     "Gpu",
+    "Init",
     "MigInstance",
     "MigSpec",
+    "Move",
     "Node",
     "Pod",
     "Process",
@@ -150,65 +153,6 @@ class Pod(_Model):
     uid: str = ""  # "" → derived from namespace/name
     qos: Literal["guaranteed", "burstable", "besteffort"] = "burstable"
     containers: list[Container] = Field(default_factory=list)
-
-
-class Init(_Model):
-    """What a container's process is before it execs its own command: its runtime's init (``runc:[2:INIT]``,
-    ``runc init``), from its start until the runtime starts it at ``exec_s`` (scenario time), already in its
-    container's cgroup and drawing its CPU (the truth is the process's throughout)."""
-
-    comm: str = Field(default="runc:[2:INIT]", min_length=1, max_length=15)
-    cmdline: list[str] = Field(default_factory=lambda: ["runc", "init"])
-    exec_s: float = Field(gt=0)
-
-
-class Process(_Model):
-    pid: int = Field(gt=1, lt=4_194_304)
-    comm: str = Field(min_length=1, max_length=15)  # the kernel truncates comm to 15 bytes
-    cmdline: list[str] | None = None  # None → [comm]
-    ppid: int = 1
-    container: str | None = None  # "namespace/pod/container"; None = a host process
-    cgroup: str | None = None  # overrides the derived cgroup path
-    gpu: int | None = Field(default=None, ge=0)
-    gi: int | None = None
-    dynamic_w: float | None = Field(default=None, ge=0)  # W per unit of SM utilisation
-    util: list[tuple[float, float]] = Field(default_factory=list)  # [at_s, fraction], scenario time
-    # W per unit of memory utilisation (the driver's per-process memUtil: the share of time the memory
-    # was read or written), on top of the SM part: two tenants at the same SM utilisation then draw
-    # different watts, as a tensor-core trainer and a memory-bound server do. 0: the SM part is all.
-    mem_w: float = Field(default=0.0, ge=0)
-    mem_util: list[tuple[float, float]] = Field(default_factory=list)  # [at_s, fraction]; default 0
-    start_s: float = Field(default=0.0, ge=0)
-    end_s: float | None = None
-    cpu_cores: float = Field(default=0.0, ge=0)
-    memory_mib: float = Field(default=0.0, ge=0)
-    init: Init | None = None  # runc's init until it execs (its comm and cmdline then; None: its own from the start)
-
-    def comm_at(self, t_s: float) -> str:
-        return self.init.comm if self.init is not None and t_s < self.init.exec_s else self.comm
-
-    def cmdline_at(self, t_s: float) -> list[str]:
-        if self.init is not None and t_s < self.init.exec_s:
-            return self.init.cmdline
-        return self.cmdline or [self.comm]
-
-    @model_validator(mode="after")
-    def _check(self) -> Process:
-        if self.end_s is not None and self.end_s <= self.start_s:
-            raise ValueError(f"end_s ({self.end_s}) must be after start_s ({self.start_s})")
-        exec_s = None if self.init is None else self.init.exec_s
-        if exec_s is not None and not (self.start_s < exec_s and (self.end_s is None or exec_s < self.end_s)):
-            raise ValueError(f"init.exec_s ({exec_s}) must fall within the process's life")
-        for name, schedule in (("util", self.util), ("mem_util", self.mem_util)):
-            times = [at for at, _ in schedule]
-            if times != sorted(times) or len(times) != len(set(times)):
-                raise ValueError(f"{name} breakpoints must be strictly increasing in time, got {times}")
-            for at, fraction in schedule:
-                if not 0.0 <= fraction <= 1.0 or at < 0:
-                    raise ValueError(f"{name} [{at}, {fraction}]: need at_s >= 0 and 0 <= fraction <= 1")
-        if self.gi is not None and self.gpu is None:
-            raise ValueError("gi is set but gpu is not")
-        return self
 
 
 class CpuSpec(_Model):
@@ -375,11 +319,14 @@ def _check_references(scenario: Scenario) -> None:
         if process.pid in pids:
             problems.append(f"{where}: duplicate pid")
         pids.add(process.pid)
-        if process.container is not None:
-            try:
-                scenario.container_ref(process.container)
-            except (KeyError, ValueError):
-                problems.append(f"{where}.container: no container {process.container!r} (namespace/pod/name)")
+        refs = [("container", process.container)]
+        refs += [(f"moves.{n}.container", move.container) for n, move in enumerate(process.moves)]
+        for key, ref in refs:
+            if ref is not None:
+                try:
+                    scenario.container_ref(ref)
+                except (KeyError, ValueError):
+                    problems.append(f"{where}.{key}: no container {ref!r} (namespace/pod/name)")
         if process.gpu is not None:
             if process.gpu >= gpu_count:
                 problems.append(f"{where}.gpu: no GPU {process.gpu}")

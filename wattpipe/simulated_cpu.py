@@ -135,16 +135,14 @@ def _groups(
     by_pod = collector.attributed_mj("pod")
     containers, pods = [], []
     for pod in node.scenario.pods:
-        pod_pids = truth.pod_pids(pod.namespace, pod.name)
         for container in pod.containers:
             ref = f"{pod.namespace}/{pod.name}/{container.name}"
-            container_pids = truth.container_pids(ref)
             containers.append(
                 {
                     "namespace": pod.namespace,
                     "pod": pod.name,
                     "name": container.name,
-                    "true_j": truth.sum_energy_j(container_pids, t0, t1),
+                    "true_j": truth.container_energy_j(ref, t0, t1),
                     "attributed_j": by_container.get(container.id, 0) / 1000,
                 }
             )
@@ -152,7 +150,7 @@ def _groups(
             {
                 "namespace": pod.namespace,
                 "name": pod.name,
-                "true_j": truth.sum_energy_j(pod_pids, t0, t1),
+                "true_j": truth.pod_energy_j(pod.namespace, pod.name, t0, t1),
                 "attributed_j": by_pod.get(pod.uid, 0) / 1000,
             }
         )
