@@ -47,7 +47,7 @@ LOCAL_URL = "http://127.0.0.1:28282/metrics"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``wattpipe top``."""
-    parser.epilog = "keys: w/j/n sort by watts/joules/name, r reverses, p pauses, q quits. docs/top.md says more."
+    parser.epilog = "keys: w/j/n sort by watts/joules/name, r reverses, p pauses, q quits. docs/top.md (in the source repository) says more."
     parser.add_argument(
         "--url",
         default=None,
