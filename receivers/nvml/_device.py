@@ -236,12 +236,12 @@ class DeviceReader:
         self, now: Timestamp, processes: list[GpuProcessSample], problems: list[str]
     ) -> list[MigInstance]:
         """The device's GPU instances (MIG enabled), from the layout cache; none where it cannot be read."""
+        on_instances: dict[int, set[int]] = {}
+        for p in processes:
+            if p.gpu_instance_id is not None:
+                on_instances.setdefault(p.gpu_instance_id, set()).add(p.pid)
         try:
-            layout = self.mig_layout.current(
-                self.handle,
-                now.monotonic_s,
-                {p.gpu_instance_id for p in processes if p.gpu_instance_id is not None},
-            )
+            layout = self.mig_layout.current(self.handle, now.monotonic_s, on_instances)
         except DeviceLost:
             raise
         except NvmlFailure as exc:
