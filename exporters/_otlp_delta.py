@@ -8,11 +8,13 @@ actually received, means a dropped or given-up batch widens the next delta inste
 from __future__ import annotations
 
 import collections
+import itertools
 import threading
 from collections.abc import Iterable
 from typing import Any
 
 from wattpipe.exporters._otlp_snapshot import AttributeValue, Point
+from wattpipe.pipeline.catalog import FAMILIES
 
 __all__ = ["DeltaState", "PendingDeltas"]
 
@@ -43,6 +45,10 @@ count that energy twice). A family's own key (``container.id`` for a container's
 point lacks its key (a pod known by name only, before its UID), all its attributes but the state name it."""
 _STATE = frozenset({"wattpipe.state"})
 FORGET_AFTER_NS = 3600 * 10**9  # a series none of whose points was sent for an hour while others' were
+NEVER_ENDS = frozenset(f.otel for f in FAMILIES if f.kind == "device" and f.instrument == "counter")
+"""A device's and a node's counters: they never end, but stop being exported while their device is gone (past
+the energy processor's ``terminated_retention``), and go on from their total under the same start when it is back:
+not forgotten for their age (a handful per device), or their first delta then was their whole total again."""
 
 
 class DeltaState:
@@ -65,13 +71,15 @@ class DeltaState:
         raw, time_ns]`` rows (JSON). Series whose last point sent is older than ``FORGET_AFTER_NS`` before the
         newest sent are forgotten first: they are no longer exported (an ended series stays for
         ``terminated_retention``, a minute by default), and a node's churn would otherwise fill the state up to
-        ``max_series``. Measured against what was sent, not the clock: an outage forgets nothing."""
+        ``max_series``; but not those of :data:`NEVER_ENDS` (a device back goes on). Measured against what was
+        sent, not the clock: an outage forgets nothing."""
         with self._lock:
             last_sent = self._last_sent
             if last_sent:
                 newest_ns = next(reversed(last_sent.values()))[1]  # the last committed: the newest sent
-                while next(iter(last_sent.values()))[1] < newest_ns - FORGET_AFTER_NS:
-                    last_sent.popitem(last=False)  # least recently sent first (never the newest)
+                old = itertools.takewhile(lambda item: item[1][1] < newest_ns - FORGET_AFTER_NS, last_sent.items())
+                for key in [key for key, _ in old if key[0] not in NEVER_ENDS]:  # (least recently sent first)
+                    del last_sent[key]
             items = list(last_sent.items())
         return [
             [metric, start_ns, sorted(map(list, named)), raw, time_ns]

@@ -48,7 +48,8 @@ class NvmlConfig(ComponentConfig):
     device_timeout: Duration = 2.0
     """How long one GPU's reads may take in a tick before it is reported absent for that tick."""
     mig_layout_refresh: Duration = 60.0
-    """How often a MIG GPU's instance layout is re-read (also at once when a process names an unknown instance)."""
+    """How often a MIG GPU's instance layout is re-read (also at once when a process names an unknown instance, or
+    an instance has processes none of which was on it the tick before: it may have been made again)."""
     reinit_backoff: Duration = 5.0
     reinit_backoff_max: Duration = 300.0
     saturation: bool = False

@@ -113,23 +113,24 @@ class DeviceReader:
     read_saturation: bool = False
     last_seen_us: int = 0  # newest utilisation sample already consumed (driver's µs CPU clock)
     mig_layout: MigLayout = field(default_factory=lambda: MigLayout(refresh_s=60.0))
-    prev_read_wall_s: float | None = None
+    prev_read: tuple[float, float] | None = None  # the last read's (wall s, monotonic s): the next window's start
     epoch: int = 0  # the energy counter's continuity: one more each time the handle is re-acquired
     list_processes: ProcessList = field(default_factory=ProcessList)
     utilisation_samples: UtilisationSamples = field(default_factory=UtilisationSamples)
     busy_means: dict[int, float] = field(default_factory=dict)  # the last read's, by pid (see integrate_…)
     mem_utils: dict[int, float] = field(default_factory=dict)  # the last read's memory utilisation, by pid
-    _window_before: tuple[float | None, int] | None = None  # the utilisation window before the last read
+    stale_pids: set[int] = field(default_factory=set)  # the last read's entries from before a clock step back
+    _window_before: tuple[tuple[float, float] | None, int] | None = None  # the utilisation window before the last read
 
     def rewind(self) -> None:
         """The last read's reading was dropped (it came after device_timeout): its utilisation window is
         given back, so the next read covers it too, as the next delivered reading's energy does."""
         if self._window_before is not None:
-            self.prev_read_wall_s, self.last_seen_us = self._window_before
+            self.prev_read, self.last_seen_us = self._window_before
             self._window_before = None
 
     def read(self, now: Timestamp) -> Reading:
-        self._window_before = (self.prev_read_wall_s, self.last_seen_us)
+        self._window_before = (self.prev_read, self.last_seen_us)
         problems: list[str] = []
         device = self._device_sample(now, problems)
         signals = read_saturation(self.handle, self.uuid, now, problems) if self.read_saturation else None
@@ -140,7 +141,7 @@ class DeviceReader:
             # This tick's reading still goes out (its energy unattributed), so the next tick's utilisation
             # window starts here too: reaching back, it billed this tick's processes (one that exited in it)
             # a share of the next tick's energy.
-            self.prev_read_wall_s = now.wall_s
+            self.prev_read = (now.wall_s, now.monotonic_s)
             return Reading(dataclasses.replace(device, processes_known=False), [], problems, signals=saturation)
         mig_enabled = device.mig_enabled is True  # (always a bool here: this reader read the mode)
         processes = self._process_samples(now, procs, mig_enabled, problems)
@@ -193,11 +194,12 @@ class DeviceReader:
         window_s: float | None = None
         self.busy_means.clear()
         self.mem_utils.clear()
+        self.stale_pids.clear()
         if self.read_utilisation and not mig_enabled:
             util, window_s = self._utilisation(now, problems)
         processes = []
         listed = {pid for pid, _, _, _ in procs}
-        for pid in sorted(set(util or ()) - listed):
+        for pid in sorted(set(util or ()) - listed - self.stale_pids):
             # Busy during this tick but gone by its end: it used energy, so it stays in the tick.
             processes.append(
                 GpuProcessSample(
@@ -234,12 +236,12 @@ class DeviceReader:
         self, now: Timestamp, processes: list[GpuProcessSample], problems: list[str]
     ) -> list[MigInstance]:
         """The device's GPU instances (MIG enabled), from the layout cache; none where it cannot be read."""
+        on_instances: dict[int, set[int]] = {}
+        for p in processes:
+            if p.gpu_instance_id is not None:
+                on_instances.setdefault(p.gpu_instance_id, set()).add(p.pid)
         try:
-            layout = self.mig_layout.current(
-                self.handle,
-                now.monotonic_s,
-                {p.gpu_instance_id for p in processes if p.gpu_instance_id is not None},
-            )
+            layout = self.mig_layout.current(self.handle, now.monotonic_s, on_instances)
         except DeviceLost:
             raise
         except NvmlFailure as exc:
@@ -261,12 +263,22 @@ class DeviceReader:
         # The window is the tick: from the previous read, or from the newest sample already used if that
         # is later. The newest sample alone is not enough: after quiet ticks (no samples at all) it lies
         # far back, and a process busy for one second of this tick would weigh as if busy all along.
+        # The driver stamps its samples with the wall clock. Where that stepped back since (NTP, ``date -s``), the
+        # window's start by it lies after now and every new sample is older: asked for samples newer than that,
+        # the driver had none until the clock caught up, and each process read 0 % meanwhile. The window then
+        # starts its length by the monotonic clock before now (its length is always by that clock).
         since_us = self.last_seen_us
         window_s = None
-        if self.prev_read_wall_s is not None:
-            since_us = max(since_us, int(self.prev_read_wall_s * 1e6))
-            window_s = now.wall_s - self.prev_read_wall_s
-        self.prev_read_wall_s = now.wall_s
+        now_us = int(now.wall_s * 1e6)
+        stepped_back = False
+        if self.prev_read is not None:
+            prev_wall_s, prev_monotonic_s = self.prev_read
+            since_us = max(since_us, int(prev_wall_s * 1e6))
+            window_s = now.monotonic_s - prev_monotonic_s
+            if since_us >= now_us:
+                stepped_back = True
+                since_us = now_us - int(window_s * 1e6)
+        self.prev_read = (now.wall_s, now.monotonic_s)
         try:
             raw = nvml_call(self.utilisation_samples, self.handle, since_us)
         except NotFound:
@@ -279,9 +291,13 @@ class DeviceReader:
             return None, None
         # Only samples newer than the last one we used: some drivers return the boundary sample again.
         samples = [entry for entry in raw if entry[1] > since_us]
+        if stepped_back:
+            # Samples from before the step are stamped after now until the clock catches up, and come again with
+            # every window so placed. An entry no newer than those already used is of them: a process the listing
+            # lacks is not one that ran in this tick on their account (it would be billed so for as long).
+            self.stale_pids = {pid for pid, ts, _, _ in samples if ts <= self.last_seen_us}
         if samples:
             self.last_seen_us = max(ts for _, ts, _, _ in samples)
-        now_us = int(now.wall_s * 1e6)
         if any(mem for _, _, _, mem in samples):  # (all 0: every process's is an observed 0, found for free)
             # Memory utilisation comes in the same entries, so it integrates over the tick the same way.
             mem_entries = [(pid, ts, mem) for pid, ts, _, mem in samples]

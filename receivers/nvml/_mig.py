@@ -1,8 +1,10 @@
 """A MIG GPU's instance layout: which GPU instances exist, their profiles and compute slices.
 
 Reading the layout costs one NVML call per instance, so it is read when MIG mode is switched on, when a
-process names an instance the cached layout lacks (a reconfiguration), and every ``refresh_s`` (to see
-instances removed or added empty). Between those, each tick's process list (from the parent handle,
+process names an instance the cached layout lacks (a reconfiguration), when an instance has processes none
+of which was on it the tick before (it may have been destroyed and made again under its id, with another
+profile: a repartition hands ids out by placement, and an instance with processes cannot be destroyed), and
+every ``refresh_s`` (to see instances removed or added empty). Between those, each tick's process list (from the parent handle,
 which carries every process's GPU-instance id) is all the per-tick NVML work a MIG GPU needs: instances
 whose activity is 0 cost no NVML calls at all.
 """
@@ -51,12 +53,16 @@ class MigLayout:
         self.refresh_s = refresh_s
         self.instances: dict[int, MigSlot] = {}
         self._read_at_s: float | None = None
+        self._on: dict[int, set[int]] = {}  # the pids on each instance at the last call
 
-    def current(self, handle: Any, now_s: float, seen_instances: set[int]) -> dict[int, MigSlot]:
+    def current(self, handle: Any, now_s: float, on_instances: dict[int, set[int]]) -> dict[int, MigSlot]:
+        """The layout, read again where it may have changed; ``on_instances``: the pids on each GPU instance now."""
+        before, self._on = self._on, on_instances
         stale = (
             self._read_at_s is None
             or now_s - self._read_at_s >= self.refresh_s
-            or not seen_instances <= set(self.instances)
+            or not on_instances.keys() <= self.instances.keys()
+            or any(before.get(gi, set()).isdisjoint(pids) for gi, pids in on_instances.items())
         )
         if stale:
             self.instances = self._read(handle)
@@ -67,6 +73,7 @@ class MigLayout:
         """MIG was switched off: the next time it is on, read the layout afresh."""
         self.instances = {}
         self._read_at_s = None
+        self._on = {}
 
     @staticmethod
     def _read(handle: Any) -> dict[int, MigSlot]:
