@@ -133,7 +133,7 @@ class UnseenTime:
                 kept = [b for b in kept if b[0] > self._ticks - _BANK_TICKS]
             if seconds < 0 and kept and cid in moved:
                 weighed = list(cpu_s) if weighed is None else weighed
-                seconds += _take_back(kept, -seconds, [(i, hosts[i]) for i in moved[cid]], last, weighed)
+                seconds += _take_back(kept, -seconds, moved[cid], hosts, last, weighed)
             if seconds > _MIN_S:
                 records.append(record)
                 unseen.append(seconds)
@@ -159,13 +159,13 @@ class UnseenTime:
 
 def _shown(
     hosts: Sequence[HostProcess], cpu_s: Sequence[float], last: Mapping[int, HostProcess]
-) -> tuple[dict[str, float], dict[str, int], dict[str, list[int]]]:
+) -> tuple[dict[str, float], dict[str, int], dict[str, list[HostProcess]]]:
     """Per container id: its listed processes' ``cpu_s`` (and those of the processes that left it since ``last``),
-    how many were listed with a delta, and the indexes of those that moved into it since ``last``."""
+    how many were listed with a delta, and those that moved into it since ``last``."""
     seen: dict[str, float] = {}
     shown: dict[str, int] = {}
-    moved: dict[str, list[int]] = {}
-    for i, (host, seconds) in enumerate(zip(hosts, cpu_s, strict=True)):
+    moved: dict[str, list[HostProcess]] = {}
+    for host, seconds in zip(hosts, cpu_s, strict=True):
         if host.container_id is not None:
             seen[host.container_id] = seen.get(host.container_id, 0.0) + seconds
             shown[host.container_id] = shown.get(host.container_id, 0) + 1
@@ -178,24 +178,27 @@ def _shown(
             if left is not None:
                 seen[left] = seen.get(left, 0.0) + seconds
             if host.container_id is not None:
-                moved.setdefault(host.container_id, []).append(i)
+                moved.setdefault(host.container_id, []).append(host)
     return seen, shown, moved
 
 
 def _take_back(
     bank: list[tuple[int, float, float]],
     excess_s: float,
-    moved: Sequence[tuple[int, HostProcess]],
+    moved: Sequence[HostProcess],
+    hosts: Sequence[HostProcess],
     last: Mapping[int, HostProcess],
     weighed: list[float],
 ) -> float:
     """What a container's processes showed beyond its usage growth (``excess_s``) that is the unseen time it was
-    billed (``bank``, taken out of it) since the last read of a process that moved into it (``moved``: its index in
-    ``weighed``, its listing; ``last``: the last listing, whose record of it is the one read last where procfs handed
-    it on): that process's delta spans those ticks, their seconds counted twice. Taken back from the moved processes'
-    ``weighed`` deltas in proportion, never below 0: the seconds taken back."""
-    since_s = min(last[host.pid].time.monotonic_s for _, host in moved)  # (a tick whose midpoint is after it)
-    moved_s = sum(weighed[i] for i, _ in moved)
+    billed (``bank``, taken out of it) since the last read of a process that moved into it (``moved``, listed in
+    ``hosts``; ``last``: the last listing, whose record of it is the one read last where procfs handed it on): that
+    process's delta spans those ticks, their seconds counted twice. Taken back from the moved processes' deltas
+    (``weighed``, by their index in ``hosts``) in proportion, never below 0: the seconds taken back."""
+    ids = {id(host) for host in moved}  # (rare: their indexes are looked up only here)
+    into = [i for i, host in enumerate(hosts) if id(host) in ids]
+    since_s = min(last[host.pid].time.monotonic_s for host in moved)  # (a tick whose midpoint is after it)
+    moved_s = sum(weighed[i] for i in into)
     wanted = min(excess_s, moved_s)
     taken = 0.0
     for n, (tick, mid_s, seconds) in enumerate(bank):
@@ -206,7 +209,7 @@ def _take_back(
             bank[n] = (tick, mid_s, seconds - take)
             taken += take
     if taken > 0:
-        for i, _ in moved:
+        for i in into:
             weighed[i] *= 1 - taken / moved_s
     return taken
 
