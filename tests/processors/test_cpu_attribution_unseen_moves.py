@@ -11,7 +11,7 @@ from dataclasses import replace
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from tests.processors.test_cpu_attribution import processor, step
+from tests.processors.test_cpu_attribution import processor, step, totals
 from tests.processors.test_cpu_attribution_unseen import CgroupNode, build_node, energy
 from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.clock import SteppedClock
@@ -195,3 +195,75 @@ def test_no_cpu_second_is_weighed_twice_when_a_moved_process_is_read_late(ticks:
         weighed_total += sum(got.seconds) + sum(cpu_s)
         assert weighed_total <= ran_total + 1e-6  # (a tick's may be more: a host process's time read late)
         last = hosts
+
+
+@settings(max_examples=60, deadline=None)
+@given(UNREAD, st.lists(st.integers(0, 50_000), min_size=14, max_size=14))
+@example(  # the rsync example above, with energy: its late delta taken back in the processor's split
+    [
+        {"run": [(5, 1.0)], "move": [(5, "c")], "full": False, "exit": [], "hidden": [0.0, 0.0, 0.0]},
+        {"run": [(5, 1.0), (2, 0.5)], "move": [], "full": False, "exit": [], "hidden": [0.0, 0.0, 0.0]},
+        {"run": [(5, 1.0)], "move": [], "full": True, "exit": [], "hidden": [0.0, 0.0, 0.0]},
+    ],
+    [10_000] * 14,
+)
+def test_conservation_and_monotonic_totals_with_processes_read_late(ticks: list[dict], mj: list[int]) -> None:  # type: ignore[type-arg]
+    # The processor with processes moving unread, their late deltas taken back: per zone per tick, idle + attributed
+    # + unattributed == the zone's energy; the containers together, and the processes, at most what was attributed;
+    # a pod the sum of its containers; every total monotonic.
+    node = CgroupNode(zones={"intel-rapl:0": ("package", 0, 0, 0)})
+    pods = {"a": "p1", "b": "p1", "c": "p2"}
+    node.cgroups = {c: (pods[c], 0.0) for c in pods}
+    where: dict[int, str | None] = {pid: "abc"[pid % 3] if pid < 5 else None for pid in range(6)}
+    for pid, c in where.items():
+        node.spawn(pid + 100, container_id=c, pod_uid=None if c is None else pods[c])
+    proc = processor(unseen="containers", terminated_retention=1e9, max_terminated=10_000)
+    step(proc, node)
+    unread: dict[int, float] = {}  # pid → its CPU s not yet shown (its record handed on)
+    last: dict[tuple[str, str], int] = {}
+    for t, tick_mj in zip(ticks, mj, strict=False):
+        for pid, c in t["move"]:
+            if pid in where and where[pid] != c and pid not in unread:
+                where[pid] = c
+                unread[pid] = 0.0
+        for pid, seconds in t["run"]:
+            if pid in where:
+                if pid in unread:
+                    unread[pid] += seconds
+                else:
+                    node.run(pid + 100, seconds)
+                if (c := where[pid]) is not None:
+                    node.use(c, seconds)
+        for pid, last_s in t["exit"]:
+            if pid in where:
+                if (c := where.pop(pid)) is not None:
+                    node.use(c, last_s)
+                node.procs.pop(pid + 100)
+                unread.pop(pid, None)
+        for c, seconds in zip("abc", t["hidden"], strict=True):
+            node.use(c, seconds)
+        if t["full"]:
+            for pid, seconds in unread.items():
+                c = where[pid]
+                node.run(pid + 100, seconds)
+                node.procs[pid + 100] = replace(
+                    node.procs[pid + 100], container_id=c, pod_uid=None if c is None else pods[c]
+                )
+            unread.clear()
+        node.spend("intel-rapl:0", tick_mj)
+        node.total_s += 10.0
+        node.active_s += 8.0
+        out = step(proc, node)
+        (zone,) = out.device_totals
+        assert zone.idle_energy_mj + zone.attributed_energy_mj + zone.unattributed_energy_mj == zone.energy_mj
+        processes = {int(k[0]): t.energy_mj for k, t in totals(out, "process").items()}
+        containers = {k[0]: t.energy_mj for k, t in totals(out, "container").items()}
+        assert sum(containers.values()) <= zone.attributed_energy_mj  # (a process's share where it was listed)
+        assert sum(processes.values()) <= zone.attributed_energy_mj
+        pods_mj = {k[0]: t.energy_mj for k, t in totals(out, "pod").items()}
+        assert pods_mj.get("p1", 0) == containers.get("a", 0) + containers.get("b", 0)
+        assert pods_mj.get("p2", 0) == containers.get("c", 0)
+        for total in out.totals:
+            key = (total.scope, total.key)
+            assert total.energy_mj >= last.get(key, 0)  # monotonic
+            last[key] = total.energy_mj
