@@ -15,11 +15,18 @@ is the CPU time of processes /proc did not show. It joins the tick's weights bes
 apportioning: ``idle + Σ shares + unattributed == delta`` stays exact), and its share goes to the container's
 series and its pod's, to no process.
 
+A process that moved into the container without an exec may be listed there late, its delta spanning ticks whose
+seconds the container was billed as unseen time (procfs hands its record on unread while the cgroup it left
+idles, until a full read): where its container's listed processes showed more than its usage grew, that excess,
+up to the unseen seconds the container was billed since the moved process's last read (kept ``_BANK_TICKS``
+back), is taken back from the moved processes' deltas: weighed once, not twice. One read at the last listing
+(moved in the tick, out of a busy cgroup) has nothing taken back: its time was this tick's.
+
 A baseline (no unseen time that tick): a container first read, one whose usage went backwards (a cgroup made
 anew under the same id), one not read at the last listing (its delta would span more than the processes'); a
 tick a zone is missing or back from a gap (``_cpu_gap.py`` splits those by the processes' summed deltas: the
 containers' usage keeps going, and the gap's unseen time stays with the processes); the first tick after a
-restart (the usage read before is not kept); a baseline drops the credit. A failed listing keeps the baselines: the next delta spans it, as
+restart (the usage read before is not kept); a baseline drops the credit and the unseen seconds kept. A failed listing keeps the baselines: the next delta spans it, as
 the processes' do. No ``container_cpu`` in the batch (no cgroup v2 mount, procfs ``cpu_time`` off): processes
 only, said once.
 """
@@ -46,6 +53,11 @@ _MIN_S = 1e-6
 # they ran ahead by is owed back (a credit, at most two of these per listed process and one more): clipped tick by
 # tick at 0, the half of the noise above 0 was billed.
 _TICK_S = 0.01
+# A process that moved to another cgroup without an exec may be read late: procfs hands its record on unread while the
+# cgroup it was read in idles (it left it), until a full read (every FULL_READ_EVERY-th scan, 12) reads it where it
+# is, its delta then spanning the scans unread, whose seconds its new container was billed as unseen time. So each
+# container's unseen seconds of this many ticks back are kept, to be taken back from such a delta.
+_BANK_TICKS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +68,7 @@ class UnseenTick:
     records: Sequence[ContainerCpuTime] = ()
     seconds: Sequence[float] = ()
     alive: frozenset[tuple[str, str]] = frozenset()
+    cpu_s: Sequence[float] | None = None  # the processes' deltas, less what was taken back; None: as they were
 
 
 class UnseenTime:
@@ -65,6 +78,10 @@ class UnseenTime:
         self.ctx = ctx
         self._usage: dict[str, float] = {}  # container id → usage_s at the last listing
         self._credit: dict[str, float] = {}  # container id → what its processes showed beyond its usage (≤ 0 s)
+        # container id → the unseen seconds it was billed, by tick (number, midpoint monotonic s), _BANK_TICKS back
+        self._bank: dict[str, list[tuple[int, float, float]]] = {}
+        self._ticks = 0  # the listings weighed
+        self._last_s: float | None = None  # the last listing's time (monotonic s)
         self._said = False  # that there is no container CPU time, since it was last there
 
     def weigh(
@@ -80,7 +97,7 @@ class UnseenTime:
         (``hosts``: their listings; ``last``: the last listing, by pid); ``counted`` False (a zone gap open):
         baselines only. A process in another container than at the last listing moved in the tick: its delta
         is taken from both containers' (its time was in one of them, or both; not a second time in the one it
-        left)."""
+        left), and the unseen time billed since its last read to the one it is in from its delta (module doc)."""
         if not listed:
             return UnseenTick()  # the baselines stay: the next delta spans the failed listing, as the processes'
         if "container_cpu" not in batch.present:
@@ -89,22 +106,14 @@ class UnseenTime:
             self._usage = {}
             return UnseenTick()
         self._said = False
-        seen: dict[str, float] = {}
-        shown: dict[str, int] = {}  # container id → its processes listed with a delta
-        for host, seconds in zip(hosts, cpu_s, strict=True):
-            if host.container_id is not None:
-                seen[host.container_id] = seen.get(host.container_id, 0.0) + seconds
-                shown[host.container_id] = shown.get(host.container_id, 0) + 1
-            was = last.get(host.pid)
-            if (
-                was is not None
-                and (left := was.container_id) is not None
-                and left != host.container_id
-                and was.start_time_ticks == host.start_time_ticks  # (the same process: not a reused pid)
-            ):
-                seen[left] = seen.get(left, 0.0) + seconds
+        seen, shown, moved = _shown(hosts, cpu_s, last)
         previous, self._usage = self._usage, {}
         credit, self._credit = self._credit, {}
+        bank, self._bank = self._bank, {}
+        self._ticks += 1
+        mid_s = None if self._last_s is None else (self._last_s + batch.time.monotonic_s) / 2
+        self._last_s = batch.time.monotonic_s
+        weighed: list[float] | None = None  # cpu_s, less what was taken back
         records: list[ContainerCpuTime] = []
         unseen: list[float] = []
         alive: set[tuple[str, str]] = set()
@@ -117,14 +126,24 @@ class UnseenTime:
                 alive.add(("pod", record.pod_uid))
             before = previous.get(cid)
             if not counted or before is None or record.usage_s < before:
-                continue  # a baseline
+                continue  # a baseline (its bank dropped)
             seconds = record.usage_s - before - seen.get(cid, 0.0) + credit.get(cid, 0.0)
+            kept = bank.get(cid, [])
+            if kept and kept[0][0] <= self._ticks - _BANK_TICKS:
+                kept = [b for b in kept if b[0] > self._ticks - _BANK_TICKS]
+            if seconds < 0 and kept and cid in moved:
+                weighed = list(cpu_s) if weighed is None else weighed
+                seconds += _take_back(kept, -seconds, moved[cid], hosts, last, weighed)
             if seconds > _MIN_S:
                 records.append(record)
                 unseen.append(seconds)
+                if mid_s is not None:
+                    kept.append((self._ticks, mid_s, seconds))
             elif seconds < 0:
                 self._credit[cid] = max(seconds, -_TICK_S * (2 * shown.get(cid, 0) + 1))
-        return UnseenTick(records, unseen, frozenset(alive))
+            if kept:
+                self._bank[cid] = kept
+        return UnseenTick(records, unseen, frozenset(alive), weighed)
 
     def _say_absent(self) -> None:
         if self._said:
@@ -136,6 +155,63 @@ class UnseenTime:
             f"processor {self.ctx.component_id}: unseen: containers, but no container CPU time in the batch "
             "(the procfs receiver needs cpu_time and a cgroup v2 mount at cgroup_root): processes only",
         )
+
+
+def _shown(
+    hosts: Sequence[HostProcess], cpu_s: Sequence[float], last: Mapping[int, HostProcess]
+) -> tuple[dict[str, float], dict[str, int], dict[str, list[HostProcess]]]:
+    """Per container id: its listed processes' ``cpu_s`` (and those of the processes that left it since ``last``),
+    how many were listed with a delta, and those that moved into it since ``last``."""
+    seen: dict[str, float] = {}
+    shown: dict[str, int] = {}
+    moved: dict[str, list[HostProcess]] = {}
+    for host, seconds in zip(hosts, cpu_s, strict=True):
+        if host.container_id is not None:
+            seen[host.container_id] = seen.get(host.container_id, 0.0) + seconds
+            shown[host.container_id] = shown.get(host.container_id, 0) + 1
+        was = last.get(host.pid)
+        if (
+            was is not None
+            and (left := was.container_id) != host.container_id
+            and was.start_time_ticks == host.start_time_ticks  # (the same process: not a reused pid)
+        ):
+            if left is not None:
+                seen[left] = seen.get(left, 0.0) + seconds
+            if host.container_id is not None:
+                moved.setdefault(host.container_id, []).append(host)
+    return seen, shown, moved
+
+
+def _take_back(
+    bank: list[tuple[int, float, float]],
+    excess_s: float,
+    moved: Sequence[HostProcess],
+    hosts: Sequence[HostProcess],
+    last: Mapping[int, HostProcess],
+    weighed: list[float],
+) -> float:
+    """What a container's processes showed beyond its usage growth (``excess_s``) that is the unseen time it was
+    billed (``bank``, taken out of it) since the last read of a process that moved into it (``moved``, listed in
+    ``hosts``; ``last``: the last listing, whose record of it is the one read last where procfs handed it on): that
+    process's delta spans those ticks, their seconds counted twice. Taken back from the moved processes' deltas
+    (``weighed``, by their index in ``hosts``) in proportion, never below 0: the seconds taken back."""
+    ids = {id(host) for host in moved}  # (rare: their indexes are looked up only here)
+    into = [i for i, host in enumerate(hosts) if id(host) in ids]
+    since_s = min(last[host.pid].time.monotonic_s for host in moved)  # (a tick whose midpoint is after it)
+    moved_s = sum(weighed[i] for i in into)
+    wanted = min(excess_s, moved_s)
+    taken = 0.0
+    for n, (tick, mid_s, seconds) in enumerate(bank):
+        if taken >= wanted:
+            break
+        if mid_s > since_s:
+            take = min(seconds, wanted - taken)
+            bank[n] = (tick, mid_s, seconds - take)
+            taken += take
+    if taken > 0:
+        for i in into:
+            weighed[i] *= 1 - taken / moved_s
+    return taken
 
 
 def split_active(

@@ -212,7 +212,8 @@ class CpuAttributionProcessor:
         if self._unseen is not None:  # (not over a zone's gap: _cpu_unseen.py)
             counted = not (absent or self._gaps.open)
             u = self._unseen.weigh(batch, weights.hosts, weights.cpu_s, weights.listed, counted, last_listing)
-            weights, self.series.alive = replace(weights, unseen=u), u.alive
+            cpu_s = weights.cpu_s if u.cpu_s is None else list(u.cpu_s)  # (a moved process's late delta: less)
+            weights, self.series.alive = replace(weights, unseen=u, cpu_s=cpu_s), u.alive
         if absent or self._gaps.open:  # a zone missing: the CPU time used meanwhile is kept (processors/_cpu_gap.py)
             self._gaps.track(absent, node_before)
             if weights.listed:
