@@ -372,8 +372,10 @@ class CpuSeries:
             series.power_w = 0.0
         elif zone in tick.split_zones:
             series.power_w = 0.0  # listed, and used no CPU this tick
-        elif zone not in tick.read_zones:
-            series.power_w = None  # its zone did not answer: how much it drew is not known
+        elif zone not in tick.read_zones or series.ended_wall_s is None:
+            # Its zone did not answer, or its energy went to nobody (the listing or /proc/stat failed): how much
+            # it drew is not known (an ended series drew nothing, and keeps its 0 W).
+            series.power_w = None
 
     def totals(self, now: Timestamp) -> list[Totals]:
         """A Totals record per series: the processes', then the containers', pods' and VMs', each in key order
