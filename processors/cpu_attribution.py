@@ -209,8 +209,8 @@ class CpuAttributionProcessor:
         last_listing = self._hosts  # (the deltas' start: a process's container there, where it moved since)
         weights = self._weights(batch, hosts)
         absent = self._absent(batch)
-        if self._unseen is not None:  # (not over a zone's gap: _cpu_unseen.py)
-            counted = not (absent or self._gaps.open)
+        if self._unseen is not None:  # (not while a zone's gap sums CPU time: _cpu_unseen.py)
+            counted = not ((absent or self._gaps.open) and self._gaps.summing(absent, now.monotonic_s))
             u = self._unseen.weigh(batch, weights.hosts, weights.cpu_s, weights.listed, counted, last_listing)
             weights, self.series.alive = replace(weights, unseen=u), u.alive
         if absent or self._gaps.open:  # a zone missing: the CPU time used meanwhile is kept (processors/_cpu_gap.py)
