@@ -1,0 +1,91 @@
+"""rev8 review: OTLP points of the CPU series after the wall clock stepped back (an NTP step on a node that booted
+with its clock ahead, the RTC kept in local time east of UTC; a VM's clock corrected after a resume).
+
+A series' start is a wall time kept since it began (``Totals.start`` / ``DeviceTotals.start``); a point's time is
+the tick's wall time. Stepped back, the ticks' times fell below the starts of the series begun within the step,
+and the exporter took each such start down to the point's time: a start that moved every tick. Under ``delta`` a
+series is named by its start, so every tick's point was a new series whose delta was its whole total (a zone at
+100 J a tick sent 400, 500, 600, 700 J for four ticks after a 60 s step: 2,200 J for 400 J, and so on until the
+clock passed the start again); under ``cumulative`` a backend saw the series start over every tick. And points
+went back in time, which backends refuse as out of order.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.processors.test_cpu_attribution import Node, processor
+from tests.test_rev_today_otlp_start import _exporter
+from wattpipe.exporters.otlp import OtlpExporter
+from wattpipe.processors.cpu_attribution import CpuAttributionProcessor
+
+Sent = tuple[str, float, float, float]
+SERIES = ("wattpipe.cpu.energy", "wattpipe.process.cpu.energy")
+
+
+def _node() -> tuple[Node, CpuAttributionProcessor]:
+    node = Node(zones={"intel-rapl:0": ("package", 0, 0, 0)})
+    node.spawn(100, comm="worker")
+    proc = processor()
+    proc.process(node.batch())
+    node.clock.advance(5.0)
+    return node, proc
+
+
+def _tick(node: Node, proc: CpuAttributionProcessor, exporter: OtlpExporter, step_back_s: float = 0.0) -> list[Sent]:
+    """One tick of 100 J (50 J to the process) through the processor and the exporter, sent: each CPU energy
+    point's (metric, value sent, start_s, time_s)."""
+    node.half_busy("intel-rapl:0", 100_000)
+    node.run(100, 5.0)
+    node.clock._offset_s -= step_back_s  # the wall clock steps back; the monotonic one runs on
+    snapshot = exporter.capture(proc.process(node.batch()))
+    node.clock.advance(5.0)
+    pending = exporter._delta.begin() if exporter._delta is not None else None
+    sent = []
+    for family, points in snapshot.metrics:
+        if family.otel in SERIES:
+            for p in points:
+                value, start_ns = pending.of(family.otel, p, "process.pid") if pending else (p.raw, p.start_ns)
+                sent.append((family.otel, value / 1000.0, start_ns / 1e9, p.time_ns / 1e9))
+    if pending is not None:
+        pending.commit()
+    return sent
+
+
+def test_delta_points_after_a_step_back_are_each_ticks_energy_and_their_times_do_not_go_back(tmp_path: Path) -> None:
+    exporter = _exporter(tmp_path, temporality="delta")
+    node, proc = _node()
+    before = [_tick(node, proc, exporter) for _ in range(3)]
+    after = [_tick(node, proc, exporter, 60.0)] + [_tick(node, proc, exporter) for _ in range(3)]
+    for sent in before + after:
+        assert sorted(v for _, v, _, _ in sent) == [50.0, 100.0]  # was 200/400 J, 250/500 J, ... after the step
+        assert all(start <= time for _, _, start, time in sent)
+    times = [sent[0][3] for sent in before + after]
+    assert times == sorted(times)
+    assert len(set(times)) == len(times)
+
+
+def test_cumulative_series_keep_their_starts_through_a_step_back(tmp_path: Path) -> None:
+    exporter = _exporter(tmp_path, temporality="cumulative")
+    node, proc = _node()
+    first = _tick(node, proc, exporter)
+    starts = {metric: start for metric, _, start, _ in first}
+    for _ in range(2):
+        _tick(node, proc, exporter)
+    for i in range(4):
+        sent = _tick(node, proc, exporter, 60.0 if i == 0 else 0.0)
+        assert {metric: start for metric, _, start, _ in sent} == starts  # was the point's time, a new one a tick
+        assert all(start <= time for _, _, start, time in sent)
+
+
+def test_after_a_restart_on_a_clock_stepped_back_the_restored_series_keep_their_starts(tmp_path: Path) -> None:
+    exporter = _exporter(tmp_path, temporality="cumulative")
+    node, proc = _node()
+    starts = {metric: start for metric, _, start, _ in _tick(node, proc, exporter)}
+    last_s = _tick(node, proc, exporter)[0][3]
+    saved = json.loads(json.dumps(exporter.snapshot()))
+    again = _exporter(tmp_path, saved, temporality="cumulative")  # the processor's totals and starts go on
+    sent = _tick(node, proc, again, 120.0)  # stopped, and the clock stepped back meanwhile
+    assert {metric: start for metric, _, start, _ in sent} == starts
+    assert all(start <= time and time > last_s for _, _, start, time in sent)
