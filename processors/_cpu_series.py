@@ -33,6 +33,7 @@ __all__ = [
     "TickShares",
     "device_id_of",
     "process_key",
+    "started_s",
 ]
 
 CPU_DEVICE_PREFIX = "cpu:"
@@ -52,6 +53,13 @@ def device_id_of(zone: str) -> str:
 def process_key(host: HostProcess) -> tuple[int, int]:
     """What names a process across listings: its pid and start time (-1 when not known)."""
     return host.pid, -1 if host.start_time_ticks is None else host.start_time_ticks
+
+
+def started_s(host: HostProcess) -> float:
+    """When a process started, on the monotonic clock: its age (its record's wall time − its start, one clock's
+    two readings: procfs reads the start as now − /proc/uptime + its start ticks) before its record's monotonic
+    time. Its wall start against another tick's wall time would move by any step of the wall clock between."""
+    return host.time.monotonic_s - (host.time.wall_s - (host.start_wall_s or 0.0))
 
 
 @dataclass(frozen=True, slots=True)

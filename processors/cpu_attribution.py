@@ -39,7 +39,7 @@ from wattpipe.pipeline.config import Duration
 from wattpipe.pipeline.records import CpuZoneSample, DevicePower, DeviceTotals, HostProcess, NodeCpuTime
 from wattpipe.processors._cpu_gap import GAP_MAX_S, Gaps, merge_shares
 from wattpipe.processors._cpu_idle import ZoneIdle, ZoneIdles
-from wattpipe.processors._cpu_series import CpuSeries, Names, TickShares, process_key
+from wattpipe.processors._cpu_series import CpuSeries, Names, TickShares, process_key, started_s
 from wattpipe.processors._cpu_split import idle_active, splittable, usage_ratio
 from wattpipe.processors._cpu_unseen import UnseenTick, UnseenTime, split_active
 from wattpipe.processors._energy_series import start_at
@@ -151,7 +151,7 @@ class CpuAttributionProcessor:
         self._zones: dict[str, CpuZoneSample] = {}
         self._node: NodeCpuTime | None = None
         self._hosts: Mapping[int, HostProcess] = {}  # the last listing, by pid: the deltas start from it
-        self._last_wall_s: float | None = None
+        self._last_s: float | None = None  # the monotonic time of the last listing: the deltas start from it
         self._tick = 0  # process() calls: a zone's last reading and the last listing are placed by it
         self._zone_tick: dict[str, int] = {}  # the tick each zone was last read in
         self.zone_totals: dict[str, _ZoneTotals] = {}
@@ -257,7 +257,7 @@ class CpuAttributionProcessor:
             return _Weights([], [], [], listed=False)  # keep the previous readings: the next delta spans the gap
         keys, listings, cpu_s = [], [], []
         previous = self._hosts
-        since = self._last_wall_s
+        since = self._last_s
         carried = 0  # how many of the last listing are listed again
         reused: list[HostProcess] = []  # the last listing's processes whose pid another process has now
         for pid, host in hosts.items():
@@ -276,7 +276,7 @@ class CpuAttributionProcessor:
             if before is not None:
                 carried += 1
                 delta = now_s - (before.cpu_time_s or 0.0)
-            elif since is not None and host.start_wall_s is not None and host.start_wall_s >= since - _START_SLACK_S:
+            elif since is not None and host.start_wall_s is not None and started_s(host) >= since - _START_SLACK_S:
                 delta = now_s  # its first tick counts
             else:
                 delta = 0.0
@@ -289,7 +289,7 @@ class CpuAttributionProcessor:
             gone = [previous[pid] for pid in previous.keys() - hosts.keys()]
             exited = {process_key(h) for h in gone + reused}
         self._hosts = hosts
-        self._last_wall_s = batch.time.wall_s  # when the readings the next deltas start from were taken
+        self._last_s = batch.time.monotonic_s  # when the readings the next deltas start from were taken
         return _Weights(keys, listings, cpu_s, listed=True, exited=exited)
 
     # --- the split ---------------------------------------------------------------------------------
