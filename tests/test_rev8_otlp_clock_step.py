@@ -13,7 +13,12 @@ went back in time, which backends refuse as out of order.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
+
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from tests.processors.test_cpu_attribution import Node, processor
 from tests.test_rev_today_otlp_start import _exporter
@@ -39,6 +44,8 @@ def _tick(node: Node, proc: CpuAttributionProcessor, exporter: OtlpExporter, ste
     node.half_busy("intel-rapl:0", 100_000)
     node.run(100, 5.0)
     node.clock._offset_s -= step_back_s  # the wall clock steps back; the monotonic one runs on
+    for pid, host in node.procs.items():  # procfs reads a start as now − /proc/uptime + its start ticks: stepped too
+        node.procs[pid] = replace(host, start_wall_s=(host.start_wall_s or 0.0) - step_back_s)
     snapshot = exporter.capture(proc.process(node.batch()))
     node.clock.advance(5.0)
     pending = exporter._delta.begin() if exporter._delta is not None else None
@@ -89,3 +96,30 @@ def test_after_a_restart_on_a_clock_stepped_back_the_restored_series_keep_their_
     sent = _tick(node, proc, again, 120.0)  # stopped, and the clock stepped back meanwhile
     assert {metric: start for metric, _, start, _ in sent} == starts
     assert all(start <= time and time > last_s for _, _, start, time in sent)
+
+
+@settings(max_examples=25, deadline=None)
+@example(plan=[(0.0, False), (300.0, True), (0.0, False), (-30.0, True)])  # back across a restart, then forward
+@given(
+    st.lists(st.tuples(st.sampled_from([0.0, 0.0, 0.0, 30.0, 300.0, -30.0]), st.booleans()), min_size=1, max_size=12)
+)
+def test_deltas_sum_to_the_totals_through_any_steps_and_restarts(
+    tmp_path_factory: pytest.TempPathFactory, plan: list[tuple[float, bool]]
+) -> None:
+    """Steps back (> 0) or forward (< 0) of the wall clock, and restarts of the exporter on its state file, in any
+    order: the deltas a backend adds up are the totals, and each series' points go forward in time."""
+    tmp_path = tmp_path_factory.mktemp("otlp")
+    exporter = _exporter(tmp_path, temporality="delta")
+    node, proc = _node()
+    summed: dict[str, float] = {}
+    last_time: dict[str, float] = {}
+    for step_back_s, restart in plan:
+        if restart:
+            exporter = _exporter(tmp_path, json.loads(json.dumps(exporter.snapshot())), temporality="delta")
+        for metric, value, start, time in _tick(node, proc, exporter, step_back_s):
+            summed[metric] = summed.get(metric, 0.0) + value
+            assert start <= time
+            assert time > last_time.get(metric, 0.0)
+            last_time[metric] = time
+    ticks = len(plan)
+    assert summed == {"wattpipe.cpu.energy": 100.0 * ticks, "wattpipe.process.cpu.energy": 50.0 * ticks}
