@@ -13,8 +13,8 @@ record handed on from an earlier read because its value is known to hold now (pr
 process whose cgroup ran nothing) is stamped with the tick, as a backend expects of a point sent again.
 
 Nor older than the last tick of its pipeline: where the wall clock stepped back (an NTP step; also across a
-restart, the last tick's time kept in the state file), each tick is stamped a millisecond after the last one
-until the clock passes it again. Stamped with the clock instead, points would go back in time (refused as out of
+restart, the last tick's time kept in the state file), each tick is stamped a millisecond after the last one's
+newest point until the clock passes it again. Stamped with the clock instead, points would go back in time (refused as out of
 order), and below the starts of the series begun within the step: a start taken down to the point's time moves
 every tick, and a series under another start is another series (with ``delta``, each tick its whole total).
 """
@@ -75,7 +75,7 @@ class SnapshotTaker:
         self._begun: dict[tuple[int, int | None], int] = {}  # the last snapshot's (a tick's processes' starts)
         self._saved: dict[tuple[int, int | None], int] = {}  # the state file's (:meth:`keep_starts`), until a take
         self.ticks_ns: dict[str, int] = {}
-        """Each pipeline's last tick time sent (its points' times never go below it: a clock stepped back)."""
+        """Each pipeline's newest point time sent (its next points' times never go below it: a clock stepped back)."""
 
     def _start_ns(self, record: object) -> int:
         """A counter's start where its record has no ``start``: a process's (``process.cpu.time`` counts from it,
@@ -127,7 +127,7 @@ class SnapshotTaker:
         last_ns = self.ticks_ns.get(batch.pipeline)
         if last_ns is not None and tick_ns <= last_ns:
             tick_ns = last_ns + _STEPPED_TICK_NS  # the wall clock stepped back (see the module docstring)
-        self.ticks_ns[batch.pipeline] = tick_ns
+        newest_ns = tick_ns  # the newest point's time (a record read after the tick began is stamped with its own)
         for family in FAMILIES:
             out: list[Point] = []
             for labels, value, record in labelled_values(family, batch, "otel", self.devices, engine=self._labels):
@@ -137,6 +137,8 @@ class SnapshotTaker:
                 self._attributes[id(labels)] = entry
                 raw = value * family.divisor if family.value is None else getattr(record, family.value)
                 time_ns = max(record.time.wall_ns, tick_ns)
+                if time_ns > newest_ns:
+                    newest_ns = time_ns
                 start = getattr(record, "start", None)
                 start_ns = min(start.wall_ns if start is not None else self._start_ns(record), time_ns)
                 out.append(Point(entry[1], float(raw), start_ns, time_ns))
@@ -144,4 +146,5 @@ class SnapshotTaker:
                 metrics.append((family, tuple(out)))
         if listed:
             self._saved = {}
+        self.ticks_ns[batch.pipeline] = newest_ns
         return Snapshot(batch.pipeline, batch.count(), tuple(metrics))

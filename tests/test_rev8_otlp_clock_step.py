@@ -23,6 +23,9 @@ from hypothesis import strategies as st
 from tests.processors.test_cpu_attribution import Node, processor
 from tests.test_rev_today_otlp_start import _exporter
 from wattpipe.exporters.otlp import OtlpExporter
+from wattpipe.pipeline.batch import Batch
+from wattpipe.pipeline.clock import Timestamp
+from wattpipe.pipeline.records import HostProcess
 from wattpipe.processors.cpu_attribution import CpuAttributionProcessor
 
 Sent = tuple[str, float, float, float]
@@ -123,3 +126,20 @@ def test_deltas_sum_to_the_totals_through_any_steps_and_restarts(
             last_time[metric] = time
     ticks = len(plan)
     assert summed == {"wattpipe.cpu.energy": 100.0 * ticks, "wattpipe.process.cpu.energy": 50.0 * ticks}
+
+
+def test_a_record_read_after_its_tick_began_does_not_take_the_next_ticks_points_back(tmp_path: Path) -> None:
+    """procfs stamps its records with its own read, a little after the tick began: the tick after a step back
+    goes on from the newest point sent, not from the tick's own time."""
+    exporter = _exporter(tmp_path, temporality="cumulative")
+    times = []
+    for i in range(4):
+        wall_s = 1_767_225_600.0 + 5 * i - (60.0 if i >= 2 else 0.0)  # stepped back 60 s before the third tick
+        t = Timestamp(monotonic_s=1000.0 + 5 * i, wall_s=wall_s)
+        read = Timestamp(monotonic_s=t.monotonic_s + 0.3, wall_s=t.wall_s + 0.3)  # the scan's own time
+        host = HostProcess(time=read, pid=42, comm="x", cpu_time_s=10.0 + i, start_time_ticks=7, start_wall_s=wall_s)
+        snapshot = exporter.capture(Batch(time=t, interval_s=5.0, node="n").with_records([host]))
+        ((point,),) = [points for family, points in snapshot.metrics if family.otel == "process.cpu.time"]
+        times.append(point.time_ns)
+    assert times == sorted(times)
+    assert len(set(times)) == len(times)
