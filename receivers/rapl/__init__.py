@@ -129,6 +129,15 @@ class RaplReceiver:
         if range_uj is None and before_uj is not None and raw_uj < before_uj:
             # Unreadable when the tree was read: read again where a wrap needs it (else every wrap is a reset).
             range_uj = max_range(zone.directory)
+        elapsed_s = None if counter.last_s is None else now.monotonic_s - counter.last_s
+        if elapsed_s is not None and counter.may_have_lapped(elapsed_s, range_uj):
+            self.log.log(
+                logging.WARNING,
+                f"lapped/{zone.path}",
+                f"receiver {self.component_id}: {zone.path} read again after {elapsed_s:.0f} s, longer than its counter "
+                f"takes to go round its range at the highest power seen ({counter.peak_w:.0f} W): each trip round "
+                f"more than one ({(range_uj or 0) / 1e6:.0f} J) is not counted (the reading cannot show it)",
+            )
         if counter.update(raw_uj, range_uj, now.monotonic_s) == "reset":
             self.resets.inc(path=zone.path)
             self.log.log(
