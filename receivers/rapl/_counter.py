@@ -52,7 +52,7 @@ class ZoneCounter:
 
     def _add(self, delta_uj: int, elapsed_s: float) -> None:
         self.total_uj += delta_uj
-        if elapsed_s > 0:
+        if elapsed_s >= 1.0:  # (a shorter interval's mean is the counter's update steps more than power)
             self.peak_w = max(self.peak_w, delta_uj / elapsed_s / 1e6)
 
     def may_have_lapped(self, elapsed_s: float, max_range_uj: int | None) -> bool:
