@@ -11,6 +11,12 @@ time (``process.cpu.time``), else the exporter's creation.
 A point's time is its record's (when the value was read), but never older than the batch that sends it: a
 record handed on from an earlier read because its value is known to hold now (procfs ``cgroup_root``: a
 process whose cgroup ran nothing) is stamped with the tick, as a backend expects of a point sent again.
+
+Nor older than the last tick of its pipeline: where the wall clock stepped back (an NTP step; also across a
+restart, the last tick's time kept in the state file), each tick is stamped a millisecond after the last one's
+newest point until the clock passes it again. Stamped with the clock instead, points would go back in time (refused as out of
+order), and below the starts of the series begun within the step: a start taken down to the point's time moves
+every tick, and a series under another start is another series (with ``delta``, each tick its whole total).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ __all__ = ["AttributeValue", "Point", "Snapshot", "SnapshotTaker"]
 AttributeValue = str | int
 
 _SAVED_START_SLACK_NS = 60 * 1_000_000_000  # a restored process start against the one read after a restart
+_STEPPED_TICK_NS = 1_000_000  # a tick's time after the last one's, while the wall clock is behind it
 _INT_ATTRIBUTES = frozenset({"process.pid", "wattpipe.gpu.index", "wattpipe.gpu.instance.id", "cpu.logical_number"})
 """Attributes OpenTelemetry types as integers (the catalog renders every attribute as text)."""
 
@@ -67,6 +74,8 @@ class SnapshotTaker:
         self._began: dict[tuple[int, int | None], int] = {}
         self._begun: dict[tuple[int, int | None], int] = {}  # the last snapshot's (a tick's processes' starts)
         self._saved: dict[tuple[int, int | None], int] = {}  # the state file's (:meth:`keep_starts`), until a take
+        self.ticks_ns: dict[str, int] = {}
+        """Each pipeline's newest point time sent (its next points' times never go below it: a clock stepped back)."""
 
     def _start_ns(self, record: object) -> int:
         """A counter's start where its record has no ``start``: a process's (``process.cpu.time`` counts from it,
@@ -115,6 +124,10 @@ class SnapshotTaker:
         if listed:
             self._began, self._begun = {}, self._began
         tick_ns = batch.time.wall_ns
+        last_ns = self.ticks_ns.get(batch.pipeline)
+        if last_ns is not None and tick_ns <= last_ns:
+            tick_ns = last_ns + _STEPPED_TICK_NS  # the wall clock stepped back (see the module docstring)
+        newest_ns = tick_ns  # the newest point's time (a record read after the tick began is stamped with its own)
         for family in FAMILIES:
             out: list[Point] = []
             for labels, value, record in labelled_values(family, batch, "otel", self.devices, engine=self._labels):
@@ -124,6 +137,8 @@ class SnapshotTaker:
                 self._attributes[id(labels)] = entry
                 raw = value * family.divisor if family.value is None else getattr(record, family.value)
                 time_ns = max(record.time.wall_ns, tick_ns)
+                if time_ns > newest_ns:
+                    newest_ns = time_ns
                 start = getattr(record, "start", None)
                 start_ns = min(start.wall_ns if start is not None else self._start_ns(record), time_ns)
                 out.append(Point(entry[1], float(raw), start_ns, time_ns))
@@ -131,4 +146,5 @@ class SnapshotTaker:
                 metrics.append((family, tuple(out)))
         if listed:
             self._saved = {}
+        self.ticks_ns[batch.pipeline] = newest_ns
         return Snapshot(batch.pipeline, batch.count(), tuple(metrics))

@@ -127,6 +127,9 @@ class OtlpExporter:
         if not saved:
             return
         self._snapshots.keep_starts(saved.get("process_starts"))  # (a section written before these were kept: none)
+        ticks = saved.get("ticks_ns")  # each pipeline's last tick time (a clock stepped back meanwhile)
+        if isinstance(ticks, dict):
+            self._snapshots.ticks_ns.update({str(k): v for k, v in ticks.items() if type(v) is int})
         if self._delta is None or len(self._delta):
             return
         rows = saved.get("delta_last_sent")
@@ -139,7 +142,10 @@ class OtlpExporter:
         delta temporality its first delta the whole total). With delta temporality, what was last sent per
         series, so that after a restart each series' first delta runs from it, not from the series' start again
         (a backend summing deltas would count the energy before the restart twice)."""
-        section: dict[str, Any] = {"process_starts": self._snapshots.starts()}
+        section: dict[str, Any] = {
+            "process_starts": self._snapshots.starts(),
+            "ticks_ns": dict(self._snapshots.ticks_ns),
+        }
         if self._delta is not None:
             section["delta_last_sent"] = self._delta.dump()
         return section

@@ -75,6 +75,13 @@ class Gaps:
                 sums[key] = sums.get(key, 0.0) + seconds
                 last[key] = host
 
+    def summing(self, absent: Mapping[int, float], now_s: float) -> bool:
+        """Whether a gap sums CPU time this tick: one opening now (``absent``'s ticks not open yet), or an open one
+        not past ``max_s``. A zone gone for good leaves its gap open, past ``max_s`` summing nothing."""
+        if any(tick not in self.open for tick in absent):
+            return True
+        return any(g.cpu_s is not None and now_s - g.since_s <= self.max_s for g in self.open.values())
+
     def keep(self, ticks: Mapping[int, float]) -> None:
         """Close the gaps no missing zone was last read in (their zones are back)."""
         for tick in [t for t in self.open if t not in ticks]:

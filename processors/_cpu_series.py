@@ -35,6 +35,7 @@ __all__ = [
     "TickShares",
     "device_id_of",
     "process_key",
+    "started_s",
 ]
 
 CPU_DEVICE_PREFIX = "cpu:"
@@ -54,6 +55,13 @@ def device_id_of(zone: str) -> str:
 def process_key(host: HostProcess) -> tuple[int, int]:
     """What names a process across listings: its pid and start time (-1 when not known)."""
     return host.pid, -1 if host.start_time_ticks is None else host.start_time_ticks
+
+
+def started_s(host: HostProcess) -> float:
+    """When a process started, on the monotonic clock: its age (its record's wall time − its start, one clock's
+    two readings: procfs reads the start as now − /proc/uptime + its start ticks) before its record's monotonic
+    time. Its wall start against another tick's wall time would move by any step of the wall clock between."""
+    return host.time.monotonic_s - (host.time.wall_s - (host.start_wall_s or 0.0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,8 +382,10 @@ class CpuSeries:
             series.power_w = 0.0
         elif zone in tick.split_zones:
             series.power_w = 0.0  # listed, and used no CPU this tick
-        elif zone not in tick.read_zones:
-            series.power_w = None  # its zone did not answer: how much it drew is not known
+        elif zone not in tick.read_zones or series.ended_wall_s is None:
+            # Its zone did not answer, or its energy went to nobody (the listing or /proc/stat failed): how much
+            # it drew is not known (an ended series drew nothing, and keeps its 0 W).
+            series.power_w = None
 
     def totals(self, now: Timestamp) -> list[Totals]:
         """A Totals record per series: the processes', then the containers', pods' and VMs', each in key order

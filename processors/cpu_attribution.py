@@ -39,7 +39,7 @@ from wattpipe.pipeline.config import Duration
 from wattpipe.pipeline.records import CpuZoneSample, DevicePower, DeviceTotals, HostProcess, NodeCpuTime
 from wattpipe.processors._cpu_gap import GAP_MAX_S, Gaps, merge_shares
 from wattpipe.processors._cpu_idle import ZoneIdle, ZoneIdles
-from wattpipe.processors._cpu_series import CpuSeries, Names, TickShares, process_key
+from wattpipe.processors._cpu_series import CpuSeries, Names, TickShares, process_key, started_s
 from wattpipe.processors._cpu_split import idle_active, splittable, usage_ratio
 from wattpipe.processors._cpu_unseen import UnseenTick, UnseenTime, split_active
 from wattpipe.processors._energy_series import start_at
@@ -151,7 +151,7 @@ class CpuAttributionProcessor:
         self._zones: dict[str, CpuZoneSample] = {}
         self._node: NodeCpuTime | None = None
         self._hosts: Mapping[int, HostProcess] = {}  # the last listing, by pid: the deltas start from it
-        self._last_wall_s: float | None = None
+        self._last_s: float | None = None  # the monotonic time of the last listing: the deltas start from it
         self._tick = 0  # process() calls: a zone's last reading and the last listing are placed by it
         self._zone_tick: dict[str, int] = {}  # the tick each zone was last read in
         self.zone_totals: dict[str, _ZoneTotals] = {}
@@ -209,8 +209,8 @@ class CpuAttributionProcessor:
         last_listing = self._hosts  # (the deltas' start: a process's container there, where it moved since)
         weights = self._weights(batch, hosts)
         absent = self._absent(batch)
-        if self._unseen is not None:  # (not over a zone's gap: _cpu_unseen.py)
-            counted = not (absent or self._gaps.open)
+        if self._unseen is not None:  # (not while a zone's gap sums CPU time: _cpu_unseen.py)
+            counted = not ((absent or self._gaps.open) and self._gaps.summing(absent, now.monotonic_s))
             u = self._unseen.weigh(batch, weights.hosts, weights.cpu_s, weights.listed, counted, last_listing)
             cpu_s = weights.cpu_s if u.cpu_s is None else list(u.cpu_s)  # (a moved process's late delta: less)
             weights, self.series.alive = replace(weights, unseen=u, cpu_s=cpu_s), u.alive
@@ -258,7 +258,7 @@ class CpuAttributionProcessor:
             return _Weights([], [], [], listed=False)  # keep the previous readings: the next delta spans the gap
         keys, listings, cpu_s = [], [], []
         previous = self._hosts
-        since = self._last_wall_s
+        since = self._last_s
         carried = 0  # how many of the last listing are listed again
         reused: list[HostProcess] = []  # the last listing's processes whose pid another process has now
         for pid, host in hosts.items():
@@ -277,7 +277,7 @@ class CpuAttributionProcessor:
             if before is not None:
                 carried += 1
                 delta = now_s - (before.cpu_time_s or 0.0)
-            elif since is not None and host.start_wall_s is not None and host.start_wall_s >= since - _START_SLACK_S:
+            elif since is not None and host.start_wall_s is not None and started_s(host) >= since - _START_SLACK_S:
                 delta = now_s  # its first tick counts
             else:
                 delta = 0.0
@@ -290,7 +290,7 @@ class CpuAttributionProcessor:
             gone = [previous[pid] for pid in previous.keys() - hosts.keys()]
             exited = {process_key(h) for h in gone + reused}
         self._hosts = hosts
-        self._last_wall_s = batch.time.wall_s  # when the readings the next deltas start from were taken
+        self._last_s = batch.time.monotonic_s  # when the readings the next deltas start from were taken
         return _Weights(keys, listings, cpu_s, listed=True, exited=exited)
 
     # --- the split ---------------------------------------------------------------------------------

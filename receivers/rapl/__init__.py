@@ -31,7 +31,7 @@ from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
 from wattpipe.pipeline.records import CpuZoneSample, Record
 from wattpipe.receivers.rapl._counter import ZoneCounter
-from wattpipe.receivers.rapl._zones import Discovery, Zone, discover, listing, read_int, zone_kind
+from wattpipe.receivers.rapl._zones import Discovery, Zone, discover, listing, max_range, read_int, zone_kind
 
 __all__ = ["RaplConfig", "RaplReceiver", "Zone", "ZoneCounter", "discover", "factory", "zone_kind"]
 
@@ -125,13 +125,26 @@ class RaplReceiver:
     def _sample(self, zone: Zone, raw_uj: int, now: Timestamp) -> CpuZoneSample:
         counter = self._counters[zone.path]  # every discovered zone has one (collect makes them)
         before_uj = counter.last_raw_uj
-        if counter.update(raw_uj, zone.max_energy_range_uj, now.monotonic_s) == "reset":
+        range_uj = zone.max_energy_range_uj
+        if range_uj is None and before_uj is not None and raw_uj < before_uj:
+            # Unreadable when the tree was read: read again where a wrap needs it (else every wrap is a reset).
+            range_uj = max_range(zone.directory)
+        elapsed_s = None if counter.last_s is None else now.monotonic_s - counter.last_s
+        if elapsed_s is not None and counter.may_have_lapped(elapsed_s, range_uj):
+            self.log.log(
+                logging.WARNING,
+                f"lapped/{zone.path}",
+                f"receiver {self.component_id}: {zone.path} read again after {elapsed_s:.0f} s, longer than its counter "
+                f"takes to go round its range at the highest power seen ({counter.peak_w:.0f} W): each trip round "
+                f"more than one ({(range_uj or 0) / 1e6:.0f} J) is not counted (the reading cannot show it)",
+            )
+        if counter.update(raw_uj, range_uj, now.monotonic_s) == "reset":
             self.resets.inc(path=zone.path)
             self.log.log(
                 logging.WARNING,
                 f"reset/{zone.path}",
                 f"receiver {self.component_id}: {zone.directory}/energy_uj went back from {before_uj} to {raw_uj} "
-                f"without a plausible wrap (range {zone.max_energy_range_uj} µJ): counter reset, epoch "
+                f"without a plausible wrap (range {range_uj} µJ): counter reset, epoch "
                 f"{counter.epoch}; that interval's energy is unknown",
             )
         return CpuZoneSample(

@@ -28,6 +28,7 @@ class ZoneCounter:
     epoch: int = 0
     last_raw_uj: int | None = None
     last_s: float | None = None
+    peak_w: float = 0.0  # the highest mean power over an interval so far (how fast it can go round the range)
 
     def update(self, raw_uj: int, max_range_uj: int | None, now_s: float) -> Step:
         """Take a reading of the hardware counter at monotonic time ``now_s``; returns what it was."""
@@ -36,15 +37,25 @@ class ZoneCounter:
         if last is None or last_s is None:
             self.total_uj = raw_uj
             return "first"
+        elapsed_s = now_s - last_s
         if raw_uj >= last:
-            self.total_uj += raw_uj - last
+            self._add(raw_uj - last, elapsed_s)
             return "rise"
         if max_range_uj is not None and last <= max_range_uj:
             # The counter's values are 0 … max_range_uj: one step past the top is 0 again.
             wrapped_uj = max_range_uj - last + 1 + raw_uj
-            elapsed_s = now_s - last_s
             if elapsed_s > 0 and wrapped_uj <= self.max_power_w * elapsed_s * 1e6:
-                self.total_uj += wrapped_uj
+                self._add(wrapped_uj, elapsed_s)
                 return "wrap"
         self.epoch += 1
         return "reset"
+
+    def _add(self, delta_uj: int, elapsed_s: float) -> None:
+        self.total_uj += delta_uj
+        if elapsed_s >= 1.0:  # (a shorter interval's mean is the counter's update steps more than power)
+            self.peak_w = max(self.peak_w, delta_uj / elapsed_s / 1e6)
+
+    def may_have_lapped(self, elapsed_s: float, max_range_uj: int | None) -> bool:
+        """Whether, at its highest power seen, the counter would go round its range in less than ``elapsed_s``
+        (an interval after which a second trip round, which no reading can show, may be missing)."""
+        return max_range_uj is not None and self.peak_w * elapsed_s * 1e6 > max_range_uj

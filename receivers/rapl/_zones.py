@@ -14,7 +14,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["Discovery", "Zone", "discover", "listing", "read_int", "zone_kind"]
+__all__ = ["Discovery", "Zone", "discover", "listing", "max_range", "read_int", "zone_kind"]
 
 _ZONE_DIR = re.compile(r"^(?P<control>intel-rapl(?:-mmio)?):(?P<top>\d+)(?::(?P<sub>\d+))?$")
 _PACKAGE = re.compile(r"^package-(?P<index>\d+)(?:-die-\d+)?$")  # multi-die parts: package-0-die-1
@@ -72,7 +72,8 @@ def _read_name(directory: str) -> str | None:
         return None
 
 
-def _max_range(directory: str) -> int | None:
+def max_range(directory: str) -> int | None:
+    """A zone directory's ``max_energy_range_uj``; None where it cannot be read or is not above 0."""
     try:
         value = read_int(os.path.join(directory, "max_energy_range_uj"))
     except (OSError, ValueError):
@@ -126,7 +127,7 @@ def discover(powercap: str) -> Discovery:
         if path.count(":") == 2:  # a subzone belongs to its top-level zone's package
             socket = zone_kind(top_name.get((control, top), ""))[1]
         directory = os.path.join(powercap, path)
-        out.zones.append(Zone(path, directory, name, zone, socket, _max_range(directory)))
+        out.zones.append(Zone(path, directory, name, zone, socket, max_range(directory)))
     if not out.zones:
         out.problem = (
             f"no RAPL zones under {powercap} (no intel-rapl:N directories: the intel_rapl_msr driver is not "
