@@ -11,8 +11,6 @@ while its cgroup is read (``alive``), listed processes or not.
 
 from __future__ import annotations
 
-import operator
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
@@ -23,7 +21,8 @@ from wattpipe.pipeline.constructors import new_totals
 from wattpipe.pipeline.records import HostProcess, Totals
 from wattpipe.pipeline.records_cpu import ContainerCpuTime
 from wattpipe.processors._cpu_identity import GroupScope, Identity, Names, group_memberships, process_attrs
-from wattpipe.processors._energy_series import SERIES_START, Scope, Series, prune, restore, saved, start_at, started
+from wattpipe.processors._cpu_labels import PROCESS_PLACE, label, names_kept, tell_reused_apart
+from wattpipe.processors._energy_series import Scope, Series, prune, restore, saved, start_at
 
 __all__ = [
     "CPU_DEVICE_PREFIX",
@@ -164,12 +163,12 @@ class CpuSeries:
                     known = self._identity(pk, host, names)
                     attrs = known.zone_attrs(zone)
                     if series.attrs is not attrs:  # a new identity (the pod named since): its series' labels follow
-                        _label(series, _names_kept(series.attrs, attrs, _PROCESS_PLACE))
+                        label(series, names_kept(series.attrs, attrs, PROCESS_PLACE))
                     known.series[zone] = series
                 elif nameable and not known.named and (host.container_id is not None or host.pod_uid is not None):
                     known = self._identity(pk, host, names)  # its pod may have been named since
                     if known.series.get(zone) is not series:  # it was: labelled as the new identity says
-                        _label(series, known.zone_attrs(zone))
+                        label(series, known.zone_attrs(zone))
                         known.series[zone] = series
                 series.energy_mj += mj
                 series.power_w = None if per_mj is None else mj * per_mj
@@ -259,9 +258,9 @@ class CpuSeries:
             self._rows = None
             self._groups_version += 1
         if gseries.attrs.get("zone") != zone or len(gseries.attrs) != len(group_attrs) + 1:
-            attrs = _names_kept(gseries.attrs, {**group_attrs, "zone": zone}, ())  # (its key is its place)
+            attrs = names_kept(gseries.attrs, {**group_attrs, "zone": zone}, ())  # (its key is its place)
             if attrs != gseries.attrs:
-                _label(gseries, attrs)
+                label(gseries, attrs)
                 self._groups_version += 1
         return gseries
 
@@ -342,14 +341,14 @@ class CpuSeries:
                 begun = host.start_wall_s if host.start_wall_s is not None else wall_s
                 series = Series(0, min(begun, wall_s), power_w=0.0, ended_wall_s=wall_s)
                 self.processes[(pk[0], pk[1], zone)] = series
-                _label(series, {**process_attrs(host, None), "zone": zone})
+                label(series, {**process_attrs(host, None), "zone": zone})
                 self._rows = None
             series.energy_mj += mj
             for scope, group, attrs in group_memberships(host, None):
                 gseries = self.groups.get((scope, group, zone))
                 if gseries is None:
                     gseries = self.groups[(scope, group, zone)] = Series(0, series.start_wall_s)
-                    _label(gseries, {**attrs, "zone": zone})
+                    label(gseries, {**attrs, "zone": zone})
                     self._rows = None
                     self._groups_version += 1
                 gseries.energy_mj += mj
@@ -390,10 +389,10 @@ class CpuSeries:
     def totals(self, now: Timestamp) -> list[Totals]:
         """A Totals record per series: the processes', then the containers', pods' and VMs', each in key order
         (sorted again only when a series came or went). Each is ``to_totals``'s record, made from what the
-        series keeps: its labels (``_label``) and start, set once."""
+        series keeps: its labels (``label``) and start, set once."""
         if self._rows is None:
             self._rows = self._ordered(now)
-            self._tell_reused_apart()
+            tell_reused_apart(self.processes)
         return [
             new_totals(
                 now,
@@ -418,20 +417,6 @@ class CpuSeries:
             if s.start is None:  # a series new this tick (or restored): when it began, once
                 s.start = start_at(now, s.start_wall_s)
         return rows
-
-    def _tell_reused_apart(self) -> None:
-        """Of the series of one pid in one zone type (the kernel reused the pid within the retention), each but
-        the earliest-started carries ``SERIES_START`` (see there), from the tick it began: kept by ``_label``."""
-        keys = self.processes.keys()
-        per_pid = Counter(map(_PID_ZONE, keys))
-        if len(per_pid) == len(keys):
-            return  # (every tick but a reused pid's)
-        first: set[tuple[int, str]] = set()
-        for key in sorted(k for k in keys if per_pid[_PID_ZONE(k)] > 1):  # by start time within a pid
-            if _PID_ZONE(key) not in first:
-                first.add(_PID_ZONE(key))
-            elif SERIES_START not in (series := self.processes[key]).attrs:
-                _label(series, {**series.attrs, SERIES_START: started(series.start_wall_s)})
 
     # --- state (the state file: totals go on across a restart) -------------------------------------------
 
@@ -463,14 +448,8 @@ class CpuSeries:
 
 def _restored(row: Mapping[str, Any]) -> Series:
     series = restore(row)
-    _label(series, series.attrs)
+    label(series, series.attrs)
     return series
-
-
-# The k8s names a series is labelled with, and what says where a process is (the same there: the same names).
-_NAMES = ("pod_name", "pod_namespace", "container_name")
-_PROCESS_PLACE = ("container_id", "pod_uid")
-_PID_ZONE = operator.itemgetter(0, 2)  # of a process series' key (pid, start time, zone type)
 
 
 def _container_groups(record: ContainerCpuTime, names: Names) -> list[tuple[GroupScope, str, dict[str, str]]]:
@@ -484,26 +463,3 @@ def _container_groups(record: ContainerCpuTime, names: Names) -> list[tuple[Grou
         pod_uid=record.pod_uid,
     )
     return group_memberships(host, names.find(host))
-
-
-def _names_kept(old: Mapping[str, str], new: dict[str, str], place: tuple[str, ...]) -> dict[str, str]:
-    """``new``, with the k8s names ``old`` has where ``new`` has none (the k8s processor does not name the pod
-    yet: its cache not synced after a restart) and the series is in the same place (``place``'s attributes
-    alike): a series keeps its pod's names until they are known again, as the energy processor's groups keep
-    theirs (a series whose labels change is another series to Prometheus)."""
-    if any(name in new for name in _NAMES) or not any(name in old for name in _NAMES):
-        return new
-    if any(old.get(name) != new.get(name) for name in place):
-        return new  # another container or pod now (an exec): not its names
-    return {**new, **{name: old[name] for name in _NAMES if name in old}}
-
-
-def _label(series: Series, attrs: dict[str, str]) -> None:
-    """Give a series its attributes, and the labels its Totals records carry (sorted, as ``to_totals`` makes
-    them), made once here: a series' attributes are only ever replaced, by a new dict, through this. A series
-    that tells a reused pid apart (``SERIES_START``) keeps that for good."""
-    if (began := series.attrs.get(SERIES_START)) is not None and SERIES_START not in attrs:
-        attrs = {**attrs, SERIES_START: began}
-    series.attrs = attrs
-    items = tuple(attrs.items())
-    series.extra = (items, tuple(sorted(items)))
