@@ -312,7 +312,8 @@ class IdleProcessor:
 
     def _bridged(self, s: DeviceSample, dev: _Device) -> int | None:
         """The counter read again after ticks that could not read it (their energy was power × time): its delta
-        since its last reading less what those ticks gave, so the totals stay on the counter (never below 0)."""
+        since its last reading less what those ticks gave, so the totals stay on the counter (never below 0: where
+        those ticks gave more, the totals stay above it by their estimate's error; docs/attribution.md)."""
         if s.energy_mj is None or dev.counter_mj is None or dev.counter_epoch != s.counter_epoch:
             return None
         span_s = s.time.monotonic_s - dev.counter_s
