@@ -1,0 +1,202 @@
+"""``unseen: containers`` when things go wrong, end to end: the real procfs receiver (a hand-written /proc and cgroup
+v2 tree) feeding the real ``cpu_attribution``, each container's CPU time known exactly. The zone's energy is 1 J
+per CPU-second run on the node and /proc/stat says every second was busy (usage ratio 1), so a container's true
+energy is 1,000 mJ per CPU-second it ran, and the joules that reach it are its CPU-seconds as the model saw them.
+Each test measures what a fault costs against that truth: a failed /proc listing, a listing cut at
+max_processes, a container whose processes never live through a scan, a cgroup unreadable for a tick or made
+again, a restart from the state file."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.processors.test_cpu_attribution import processor, totals
+from tests.receivers.test_procfs import make_receiver, write_process
+from tests.receivers.test_procfs_cgroupcpu import mount, usage
+from wattpipe.pipeline.batch import Batch
+from wattpipe.pipeline.clock import SteppedClock
+from wattpipe.pipeline.records import CpuZoneSample
+from wattpipe.processors.cpu_attribution import CpuAttributionProcessor
+from wattpipe.receivers.procfs import ProcfsReceiver
+
+UID = "a1b2c3d4-e5f6-4789-abcd-ef0123456789"
+POD = f"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID.replace('-', '_')}.slice"
+
+
+def cgroup_of(cid: str) -> str:
+    return f"{POD}/cri-containerd-{cid}.scope"
+
+
+BUILD, WEB = "b" * 64, "e" * 64
+
+
+@dataclass
+class Host:
+    """A node whose CPU time is written by hand: processes (pid → container id, CPU s, start tick), each container's
+    cgroup usage (its processes' time and its hidden processes', which never live through a scan), /proc/stat
+    and one RAPL package zone at 1 J per CPU-second."""
+
+    root: Path
+    clock: SteppedClock = field(default_factory=SteppedClock)
+    procs: dict[int, tuple[str | None, float, int]] = field(default_factory=dict)
+    usage_s: dict[str, float] = field(default_factory=dict)
+    truth_s: dict[str, float] = field(default_factory=dict)  # container id → CPU s it ran since it was made
+    busy_s: float = 100.0
+    energy_uj: int = 0
+    max_processes: int = 100
+
+    def __post_init__(self) -> None:
+        self.proc, self.cgroups = self.root / "proc", mount(self.root / "cgroup")
+        self.receiver = self.new_receiver()
+        self.boot_wall_s = self.clock.now().wall_s - 1000.0  # /proc/uptime: a process's start time, placed
+
+    def new_receiver(self) -> ProcfsReceiver:
+        receiver = make_receiver(self.proc, self.clock, cgroup_root=str(self.cgroups), max_processes=self.max_processes)
+        receiver.asked(frozenset({"process_cpu_time", "container_cpu_time"}))
+        return receiver
+
+    def spawn(self, pid: int, cid: str | None, *, new: bool = False) -> None:
+        """A process that ran 1 s before: long ago (its first listing a baseline), or ``new``: since the last tick
+        (its first listing counts its 1 s)."""
+        start = round((self.clock.now().wall_s - 1.0 - self.boot_wall_s) * 100) if new else 100
+        self.procs[pid] = (cid, 1.0, start)
+        if cid is not None:
+            self.usage_s[cid] = self.usage_s.get(cid, 0.0) + 1.0
+        if new:
+            self.busy_s += 1.0
+            self.energy_uj += 1_000_000
+            if cid is not None:
+                self.truth_s[cid] = self.truth_s.get(cid, 0.0) + 1.0
+
+    def run(self, pid: int, seconds: float) -> None:
+        cid, cpu_s, start = self.procs[pid]
+        self.procs[pid] = (cid, cpu_s + seconds, start)
+        self.busy_s += seconds
+        self.energy_uj += round(seconds * 1e6)
+        if cid is not None:
+            self.usage_s[cid] += seconds
+            self.truth_s[cid] = self.truth_s.get(cid, 0.0) + seconds
+
+    def hidden(self, cid: str, seconds: float) -> None:
+        """``seconds`` run in ``cid`` by processes that started and ended between two scans."""
+        self.usage_s[cid] = self.usage_s.get(cid, 0.0) + seconds
+        self.truth_s[cid] = self.truth_s.get(cid, 0.0) + seconds
+        self.busy_s += seconds
+        self.energy_uj += round(seconds * 1e6)
+
+    def exit(self, pid: int) -> None:
+        del self.procs[pid]
+        shutil.rmtree(self.proc / str(pid))
+
+    def write(self) -> None:
+        for pid, (cid, cpu_s, start) in self.procs.items():
+            cgroup = "0::/system.slice/ssh.service\n" if cid is None else f"0::{cgroup_of(cid)}\n"
+            write_process(self.proc, pid, "worker", utime=round(cpu_s * 100), start=start, cgroup=cgroup)
+        for cid, seconds in self.usage_s.items():
+            usage(self.cgroups, cgroup_of(cid), round(seconds * 1e6))
+        (self.proc / "uptime").write_text(f"{self.clock.now().wall_s - self.boot_wall_s:.2f} 0.00\n")
+        busy = round(self.busy_s * 100)
+        (self.proc / "stat").write_text(f"cpu  {busy} 0 0 0 0 0 0 0 0 0\ncpu0 {busy} 0 0 0 0 0 0 0 0 0\n")
+
+    def tick(self, proc: CpuAttributionProcessor) -> Batch:
+        self.write()
+        records = asyncio.run(self.receiver.collect())
+        now = self.clock.now()
+        zone = CpuZoneSample(time=now, zone="package", path="intel-rapl:0", socket=0, energy_uj=self.energy_uj)
+        batch = Batch(time=now, interval_s=5.0, node="n").replace(present=self.receiver.provides)
+        out = proc.process(batch.with_records([*records, zone]))
+        self.clock.advance(5.0)
+        return out
+
+
+def billed_mj(out: Batch) -> dict[str, int]:
+    """Each container's attributed energy (mJ): 1,000 per CPU-second the model gave it."""
+    return {key: t.energy_mj for (key, _), t in totals(out, "container").items()}
+
+
+def two_tenants(tmp_path: Path, **options: int) -> Host:
+    """A build container (make, pid 10, 1 s a tick, and its compilers, never listed, 3 s a tick) and a web
+    container (nginx, pid 20, 4 s a tick), both listed from the first scan."""
+    host = Host(tmp_path, **options)
+    host.spawn(10, BUILD)
+    host.spawn(20, WEB)
+    return host
+
+
+def busy_tick(host: Host) -> None:
+    host.run(10, 1.0)
+    host.hidden(BUILD, 3.0)
+    host.run(20, 4.0)
+
+
+def warm(host: Host, proc: CpuAttributionProcessor) -> tuple[dict[str, int], dict[str, float]]:
+    """Ticks until both containers' unseen time counts (procfs reads a container's cgroup from its second scan,
+    whose reading is a baseline); the energy billed so far and the truth, from which the test's ticks count."""
+    out = host.tick(proc)
+    for _ in range(3):
+        busy_tick(host)
+        out = host.tick(proc)
+    return billed_mj(out), dict(host.truth_s)
+
+
+def since(host: Host, out: Batch, start: tuple[dict[str, int], dict[str, float]]) -> dict[str, tuple[int, int]]:
+    """Per container: (mJ billed, mJ true) since ``start``."""
+    billed, truth = billed_mj(out), host.truth_s
+    return {
+        cid: (billed.get(cid, 0) - start[0].get(cid, 0), round(1000 * (truth[cid] - start[1].get(cid, 0.0))))
+        for cid in truth
+    }
+
+
+def test_the_harness_bills_each_container_its_cpu_seconds_when_nothing_goes_wrong(tmp_path: Path) -> None:
+    host = two_tenants(tmp_path)
+    proc = processor(unseen="containers")
+    start = warm(host, proc)
+    for _ in range(5):
+        busy_tick(host)
+        out = host.tick(proc)
+    assert since(host, out, start) == {BUILD: (20_000, 20_000), WEB: (20_000, 20_000)}
+
+
+def unattributed_mj(out: Batch) -> int:
+    return sum(zone.unattributed_energy_mj for zone in out.device_totals)
+
+
+def test_a_failed_listing_is_unknown_and_the_next_tick_spans_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # /proc cannot be listed for a tick. procfs said so, but gave an empty listing (present, no process): every
+    # process ended for cpu_attribution, so the next tick's deltas were baselines (its energy unattributed too),
+    # its container reads none (the scan forgot every process's cgroup), and the one after a baseline: of 28 J
+    # each over 7 ticks, the build container got 17.6, the web one 22.4 (2.4 J of the build's billed to it), 16 J
+    # unattributed. Now unknown, and the next tick spans the failed one (deltas and cgroup usage alike): the
+    # failed tick's energy stays unattributed (nothing listed it), the rest is each container's.
+    host = two_tenants(tmp_path)
+    proc = processor(unseen="containers")
+    start = warm(host, proc)
+    before = unattributed_mj(host.tick(proc))
+    real = os.listdir
+
+    def failing(path: str | bytes) -> list[Any]:
+        if os.fsdecode(path) == str(host.proc):
+            raise PermissionError(13, "Permission denied")
+        return real(path)
+
+    busy_tick(host)
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "listdir", failing)
+        out = host.tick(proc)
+    assert "host_processes" not in host.receiver.provides
+    for _ in range(6):
+        busy_tick(host)
+        out = host.tick(proc)
+    # 7 ticks of 4 J each: the failed one's 8 J unattributed, every other joule its container's
+    assert since(host, out, start) == {BUILD: (24_000, 28_000), WEB: (24_000, 28_000)}
+    assert unattributed_mj(out) - before == 8_000
