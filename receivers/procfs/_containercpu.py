@@ -5,10 +5,12 @@ scan lists, and those it never saw (started and ended between two scans) or saw 
 ``cpu_attribution`` processor's ``unseen: containers`` bills a container the difference.
 
 The cgroups read are those of the last scan's processes (``_proc.py`` ``_idle``), before this scan reads any
-process: so a container whose last process ended since the last scan is read once more, and its final
-seconds are counted (if its cgroup is still there: a removed cgroup answers nothing, and its last seconds are
-lost). A container none of whose processes a scan listed is not read (finding it would mean walking the
-cgroup tree every tick); one first listed now is read from the next scan on.
+process, and those of the containers with a record at the last scan (``ContainerScans.carried``): so a
+container whose last process ended is read on while its cgroup is there, its final seconds and the processes
+that live between two scans counted (a removed cgroup answers nothing, and its last seconds are lost), and so
+is one whose processes a listing cut at ``max_processes`` left out. A container none of whose processes a scan
+ever listed is not read (finding it would mean walking the cgroup tree every tick); one first listed now is
+read from the next scan on.
 
 No record (unknown, not a wrong number) for a container:
 
@@ -118,6 +120,9 @@ class ContainerScans:
         self.file_usec: dict[str, int] = {}
         self.excess: dict[str, float] = {}
         self.pending: dict[int, Identity] = {}
+        # the cgroups of the containers with a record this scan: read again at the next whether or not a process
+        # of theirs is listed (its last one ended, or the listing was cut at max_processes), while they can be
+        self.carried: dict[str, CgroupIdentity] = {}
 
     def scan(
         self,
@@ -136,9 +141,12 @@ class ContainerScans:
             return None
         # (with the identities read again this scan: their cgroups were read, and their containers' usage holds)
         was = chain(cgroups.values(), read_again.values())
-        paths = ((i.cgroup_path, i.cgroup) for i in was if i.cgroup_path is not None)
+        paths = dict(self.carried)
+        paths.update((i.cgroup_path, i.cgroup) for i in was if i.cgroup_path is not None)
         listed = ((i.cgroup_path, i.cgroup) for i in cache.values() if i.cgroup_path is not None)
-        out, self.files = container_usage(now, paths, usec, listed, self.files)
+        out, self.files = container_usage(now, paths.items(), usec, listed, self.files)
+        recorded = {r.container_id for r in out}
+        self.carried = {path: c for path, c in paths.items() if c.container_id in recorded}
         pids_in = ((pid, i.cgroup_path) for pid, i in cgroups.items() if i.cgroup_path is not None)
         again = ran_elsewhere(pids_in, records, last, usec, self.file_usec, self.excess)
         # moved without an exec, perhaps: its identity (cgroup) is read again next scan, its cgroup too

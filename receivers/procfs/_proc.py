@@ -254,6 +254,8 @@ class ProcessTable:
             return None
         pending = self._containers.pending.values()  # (identities to be read again: their cgroups still read)
         paths = {path for i in chain(self._cache.values(), pending) if (path := i.cgroup_path) is not None}
+        if self.containers:
+            paths.update(self._containers.carried)  # (containers read at the last scan: read while they can be)
         return paths - self._usage.moved(paths)
 
     def _known(self, idle: set[str] | None) -> dict[int, HostProcess]:

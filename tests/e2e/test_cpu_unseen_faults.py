@@ -200,3 +200,24 @@ def test_a_failed_listing_is_unknown_and_the_next_tick_spans_it(
     # 7 ticks of 4 J each: the failed one's 8 J unattributed, every other joule its container's
     assert since(host, out, start) == {BUILD: (24_000, 28_000), WEB: (24_000, 28_000)}
     assert unattributed_mj(out) - before == 8_000
+
+
+def test_a_listing_cut_at_max_processes_bills_no_tenant_for_another(tmp_path: Path) -> None:
+    # One tick over max_processes: procfs reads the lowest pids only, and the web container's nginx (pid 20) is left
+    # out. Its cgroup, read for the last scan's processes, gave it its 4 s as unseen time that tick; the next tick
+    # nginx is listed again, first seen for cpu_attribution (its delta 0: it started long before), and the web
+    # cgroup was not read (no process of it in the cut scan) nor the tick after (a baseline): its 4 s of that tick
+    # went to the build container (32 J of 28 against 24 J of 28). A container read at the last scan is read while
+    # its cgroup can be: the tick after the cut bills nginx's time to its container as unseen time.
+    host = two_tenants(tmp_path)
+    proc = processor(unseen="containers")
+    start = warm(host, proc)
+    busy_tick(host)
+    host.receiver.table.max_processes = 1
+    host.tick(proc)
+    host.receiver.table.max_processes = 100
+    for _ in range(6):
+        busy_tick(host)
+        out = host.tick(proc)
+    assert since(host, out, start) == {BUILD: (28_000, 28_000), WEB: (28_000, 28_000)}
+    assert unattributed_mj(out) == 0
