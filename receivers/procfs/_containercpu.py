@@ -10,7 +10,7 @@ container whose last process ended is read on while its cgroup is there, its fin
 that live between two scans counted (a removed cgroup answers nothing, and its last seconds are lost), and so
 is one whose processes a listing cut at ``max_processes`` left out. A container none of whose processes a scan
 ever listed is not read (finding it would mean walking the cgroup tree every tick); one first listed now is
-read from the next scan on.
+read in that scan, after its processes' ``stat`` (its first reading: a baseline).
 
 No record (unknown, not a wrong number) for a container:
 
@@ -24,7 +24,7 @@ No record (unknown, not a wrong number) for a container:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from itertools import chain
 
 from wattpipe.pipeline.clock import Timestamp
@@ -132,10 +132,12 @@ class ContainerScans:
         cache: dict[int, Identity],
         records: Mapping[int, HostProcess],
         last: Mapping[int, HostProcess],
+        read: Callable[[Iterable[str]], Mapping[str, tuple[str, int]]] | None = None,
     ) -> list[ContainerCpuTime] | None:
         """This scan's container records (None where ``usec``, the cgroup readings of the last scan's processes
         ``cgroups``, is None), the identities of processes that ran ahead of their cgroup taken out of ``cache``
-        (this scan's: they are read again next scan)."""
+        (this scan's: they are read again next scan). ``read``: reads cgroups now (those of a container first
+        listed in this scan, after its processes' ``stat``: its first reading, a baseline, a scan earlier)."""
         read_again, self.pending = self.pending, {}
         if usec is None:
             return None
@@ -143,8 +145,15 @@ class ContainerScans:
         was = chain(cgroups.values(), read_again.values())
         paths = dict(self.carried)
         paths.update((i.cgroup_path, i.cgroup) for i in was if i.cgroup_path is not None)
-        listed = ((i.cgroup_path, i.cgroup) for i in cache.values() if i.cgroup_path is not None)
-        out, self.files = container_usage(now, paths.items(), usec, listed, self.files)
+        listed = [(i.cgroup_path, i.cgroup) for i in cache.values() if i.cgroup_path is not None]
+        readings = usec  # (and a container first listed now: its cgroups read now, its first reading a baseline)
+        if read is not None:  # (not the moves' check below: read after the stat files, they are ahead of them)
+            known = {c.container_id for c in paths.values()}
+            new = {path: c for path, c in listed if c.container_id is not None and c.container_id not in known}
+            if new:
+                readings = {**usec, **read(new)}
+                paths.update(new)
+        out, self.files = container_usage(now, paths.items(), readings, listed, self.files)
         recorded = {r.container_id for r in out}
         self.carried = {path: c for path, c in paths.items() if c.container_id in recorded}
         pids_in = ((pid, i.cgroup_path) for pid, i in cgroups.items() if i.cgroup_path is not None)

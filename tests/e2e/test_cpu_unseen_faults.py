@@ -17,12 +17,13 @@ from typing import Any
 
 import pytest
 
-from tests.processors.test_cpu_attribution import processor, totals
+from tests.processors.test_cpu_attribution import processor, restarted, totals
 from tests.receivers.test_procfs import make_receiver, write_process
 from tests.receivers.test_procfs_cgroupcpu import mount, usage
 from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.clock import SteppedClock
 from wattpipe.pipeline.records import CpuZoneSample
+from wattpipe.pipeline.state import StateStore
 from wattpipe.processors.cpu_attribution import CpuAttributionProcessor
 from wattpipe.receivers.procfs import ProcfsReceiver
 
@@ -221,3 +222,47 @@ def test_a_listing_cut_at_max_processes_bills_no_tenant_for_another(tmp_path: Pa
         out = host.tick(proc)
     assert since(host, out, start) == {BUILD: (28_000, 28_000), WEB: (28_000, 28_000)}
     assert unattributed_mj(out) == 0
+
+
+def test_a_new_containers_unseen_time_counts_from_the_tick_after_its_first_listing(tmp_path: Path) -> None:
+    # A container whose first process starts now, beside processes that never live through a scan (2 s a tick).
+    # Its cgroup was read from the scan after its first listing, a baseline: its unseen time of the tick it was
+    # first listed in and of the next went to the other tenants. Its cgroup is now read in the scan that first
+    # lists it (after its processes' stat: a baseline still), so only the first tick's unseen time is lost (it got
+    # 11.4 J of its 15 J before).
+    host = two_tenants(tmp_path)
+    proc = processor(unseen="containers")
+    start = warm(host, proc)
+    job = "f" * 64
+    busy_tick(host)
+    host.spawn(30, job, new=True)  # its 1 s counts, as a process started since the last listing
+    host.hidden(job, 2.0)
+    host.tick(proc)
+    for _ in range(4):
+        busy_tick(host)
+        host.run(30, 1.0)
+        host.hidden(job, 2.0)
+        out = host.tick(proc)
+    got = since(host, out, start)
+    # 3 J a tick; the first tick 11 J over 9 s weighed (its 2 s unseen not among them): 1.2 J of its 3
+    assert got[job] == (13_222, 15_000)
+    assert sum(billed for billed, _ in got.values()) == sum(true for _, true in got.values())  # (to the others)
+
+
+def test_after_a_restart_every_container_counts_from_the_second_tick(tmp_path: Path) -> None:
+    # wattpipe restarts: cpu_attribution's totals from the state file, every zone's first reading a baseline (that
+    # tick's energy is never measured), and procfs starting over, its first scan reading no cgroup (it knows no
+    # process yet) and its second a baseline for every container: the build container's unseen time of the tick
+    # after the restart went to the web one (the build container got 21.6 J of 28, the web one 26.4 J). procfs now
+    # reads a container's cgroup in the scan that first lists it: each container's unseen time counts from the
+    # second tick, as its processes' deltas do.
+    host = two_tenants(tmp_path)
+    store = StateStore(tmp_path / "state.json", SteppedClock(), "n")
+    proc = processor(store, unseen="containers")
+    start = warm(host, proc)
+    proc = restarted(proc, store, unseen="containers")
+    host.receiver = host.new_receiver()
+    for _ in range(7):
+        busy_tick(host)
+        out = host.tick(proc)
+    assert since(host, out, start) == {BUILD: (24_000, 28_000), WEB: (24_000, 28_000)}  # the restart tick's 4 J each

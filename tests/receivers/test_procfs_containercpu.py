@@ -54,7 +54,10 @@ def test_each_containers_cumulative_cgroup_usage_in_seconds_with_its_pod(tmp_pat
     usage(cgroups, B, 1_000_000)
     usage(cgroups, "/system.slice/ssh.service", 3_000_000)
     receiver = make_receiver(proc, cgroup_root=str(cgroups))
-    assert containers(receiver) == {}  # first scan: no process's cgroup known yet (present, and empty)
+    # the first scan reads each container's cgroup after its processes' stat (its first reading, a baseline)
+    first = containers(receiver)
+    assert first is not None
+    assert sorted(first) == [ID_A, ID_B]
     advance(receiver)
     second = containers(receiver)
     assert second is not None
@@ -179,7 +182,7 @@ def test_the_usage_on_a_full_read_scan_is_that_scans_not_the_last_ones(tmp_path:
         if got:
             seen.append(got[ID_A].usage_s)
         advance(receiver)
-    assert seen == [float(scan + 1) for scan in range(1, 2 * FULL_READ_EVERY + 2)]
+    assert seen == [float(scan + 1) for scan in range(2 * FULL_READ_EVERY + 2)]
 
 
 def test_two_threaded_cgroups_of_one_container_read_through_one_file_count_it_once(tmp_path: Path) -> None:
@@ -350,7 +353,7 @@ def test_a_container_whose_processes_are_read_again_keeps_its_record(tmp_path: P
         assert got is not None
         seen.append(ID_A in got)
         advance(receiver)
-    assert seen == [False, *[True] * 7]  # A's usage every scan after the first (app is in it, and listed)
+    assert seen == [True] * 8  # A's usage every scan (app is in it, and listed; the first read after its stat)
 
 
 def test_a_reused_pid_is_no_process_running_ahead_of_its_cgroup() -> None:
