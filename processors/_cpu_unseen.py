@@ -16,7 +16,8 @@ apportioning: ``idle + Σ shares + unattributed == delta`` stays exact), and its
 series and its pod's, to no process.
 
 A baseline (no unseen time that tick): a container first read, one whose usage went backwards (a cgroup made
-anew under the same id), one not read at the last listing (its delta would span more than the processes'); a
+anew under the same id, where a receiver does not take it on from its last reading as procfs does), one not read
+at the last listing (its delta would span more than the processes'); a
 tick a zone is missing or back from a gap (``_cpu_gap.py`` splits those by the processes' summed deltas: the
 containers' usage keeps going, and the gap's unseen time stays with the processes); the first tick after a
 restart (the usage read before is not kept); a baseline drops the credit. A failed listing keeps the baselines: the next delta spans it, as

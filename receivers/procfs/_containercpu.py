@@ -12,6 +12,10 @@ is one whose processes a listing cut at ``max_processes`` left out. A container 
 ever listed is not read (finding it would mean walking the cgroup tree every tick); one first listed now is
 read in that scan, after its processes' ``stat`` (its first reading: a baseline).
 
+A file read lower than at the last scan is a cgroup removed and made again under its path since (a container
+restarted under its id): its usage is taken on from its last reading (``ContainerScans._continued``), all of the
+new cgroup's time since that scan.
+
 No record (unknown, not a wrong number) for a container:
 
 - one of whose cgroups gave no reading (removed, unreadable);
@@ -123,6 +127,8 @@ class ContainerScans:
         # the cgroups of the containers with a record this scan: read again at the next whether or not a process
         # of theirs is listed (its last one ended, or the listing was cut at max_processes), while they can be
         self.carried: dict[str, CgroupIdentity] = {}
+        # what each file's usage is taken on from: the readings before its cgroup was removed and made again (≥ 0)
+        self.offset_usec: dict[str, int] = {}
 
     def scan(
         self,
@@ -146,7 +152,7 @@ class ContainerScans:
         paths = dict(self.carried)
         paths.update((i.cgroup_path, i.cgroup) for i in was if i.cgroup_path is not None)
         listed = [(i.cgroup_path, i.cgroup) for i in cache.values() if i.cgroup_path is not None]
-        readings = usec  # (and a container first listed now: its cgroups read now, its first reading a baseline)
+        readings = self._continued(usec)  # (and a container first listed now: read now, its first reading a baseline)
         if read is not None:  # (not the moves' check below: read after the stat files, they are ahead of them)
             known = {c.container_id for c in paths.values()}
             new = {path: c for path, c in listed if c.container_id is not None and c.container_id not in known}
@@ -162,3 +168,20 @@ class ContainerScans:
         self.pending = {pid: identity for pid in again if (identity := cache.pop(pid, None)) is not None}
         self.file_usec = dict(usec.values())
         return out
+
+    def _continued(self, usec: Mapping[str, tuple[str, int]]) -> Mapping[str, tuple[str, int]]:
+        """``usec`` with each file's usage going on from its last reading where it went back: its cgroup was removed
+        and made again under its path since the last scan (a container restarted under its id), so all of its
+        usage now is since then (a new cgroup whose usage passed the old one's already is not told apart: its
+        delta is short by the old one's, never over)."""
+        before, offsets, kept = self.file_usec, self.offset_usec, {}
+        for file, usage in dict(usec.values()).items():  # (each file once: threaded cgroups share their domain's)
+            offset = offsets.get(file, 0)
+            if (was := before.get(file)) is not None and usage < was:
+                offset += was
+            if offset:
+                kept[file] = offset
+        self.offset_usec = kept
+        if not kept:
+            return usec
+        return {path: (file, usage + kept.get(file, 0)) for path, (file, usage) in usec.items()}
