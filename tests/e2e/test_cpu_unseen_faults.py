@@ -9,19 +9,23 @@ again, a restart from the state file."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.processors.test_cpu_attribution import processor, restarted, totals
 from tests.receivers.test_procfs import make_receiver, write_process
 from tests.receivers.test_procfs_cgroupcpu import mount, usage
 from wattpipe.pipeline.batch import Batch
-from wattpipe.pipeline.clock import SteppedClock
+from wattpipe.pipeline.clock import SteppedClock, Timestamp
 from wattpipe.pipeline.records import CpuZoneSample
 from wattpipe.pipeline.state import StateStore
 from wattpipe.processors.cpu_attribution import CpuAttributionProcessor
@@ -95,7 +99,7 @@ class Host:
 
     def exit(self, pid: int) -> None:
         del self.procs[pid]
-        shutil.rmtree(self.proc / str(pid))
+        shutil.rmtree(self.proc / str(pid), ignore_errors=True)  # (not written yet: never listed)
 
     def write(self) -> None:
         for pid, (cid, cpu_s, start) in self.procs.items():
@@ -125,10 +129,10 @@ def billed_mj(out: Batch) -> dict[str, int]:
     return {key: t.energy_mj for (key, _), t in totals(out, "container").items()}
 
 
-def two_tenants(tmp_path: Path, **options: int) -> Host:
+def two_tenants(tmp_path: Path) -> Host:
     """A build container (make, pid 10, 1 s a tick, and its compilers, never listed, 3 s a tick) and a web
     container (nginx, pid 20, 4 s a tick), both listed from the first scan."""
-    host = Host(tmp_path, **options)
+    host = Host(tmp_path)
     host.spawn(10, BUILD)
     host.spawn(20, WEB)
     return host
@@ -346,3 +350,69 @@ def test_a_container_none_of_whose_processes_is_listed_is_billed_its_time(tmp_pa
         out = host.tick(proc)
     got = since(host, out, start)
     assert got[short][0] >= 12_000
+
+
+FAULTS = st.lists(
+    st.fixed_dictionaries(
+        {
+            "run": st.lists(st.tuples(st.sampled_from([10, 20, 30]), st.integers(0, 300)), max_size=3),  # 10 ms ticks
+            "hidden": st.lists(st.tuples(st.sampled_from([BUILD, WEB]), st.integers(0, 300)), max_size=2),
+            "fault": st.sampled_from(["none", "none", "listing", "cap", "broken", "remade", "spawn", "exit"]),
+        }
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(FAULTS)
+def test_every_zones_energy_is_conserved_every_tick_whatever_goes_wrong(ticks: list[dict[str, Any]]) -> None:
+    # procfs and cpu_attribution together under the faults above, in any order: each tick the zone's energy is idle
+    # + attributed + unattributed to the mJ, no total goes down, a container is at least the sum of its processes,
+    # and no more is attributed than the zone measured.
+    with tempfile.TemporaryDirectory() as root:
+        host = two_tenants(Path(root))
+        proc = processor(unseen="containers", terminated_retention=1e9, max_terminated=10_000)
+        last: dict[tuple[str, str, str, Timestamp | None], int] = {}
+        attributed = 0
+        for tick in ticks:
+            for pid, ticks_run in tick["run"]:
+                if pid in host.procs:
+                    host.run(pid, ticks_run / 100)
+            for cid, ticks_run in tick["hidden"]:
+                host.hidden(cid, ticks_run / 100)
+            fault = tick["fault"]
+            host.broken = {BUILD} if fault == "broken" else set()
+            host.receiver.table.max_processes = 1 if fault == "cap" else 100
+            if fault == "remade" and 10 in host.procs:
+                host.exit(10)
+                shutil.rmtree(host.cgroups / cgroup_of(BUILD).lstrip("/"), ignore_errors=True)
+                host.usage_s[BUILD] = 0.0
+            elif fault == "spawn" and 30 not in host.procs:
+                host.spawn(30, "f" * 64, new=True)
+            elif fault == "exit" and 30 in host.procs:
+                host.exit(30)
+            with pytest.MonkeyPatch.context() as patch:
+                if fault == "listing":
+                    patch.setattr(os, "listdir", functools.partial(_failing, proc=host.proc, real=os.listdir))
+                out = host.tick(proc)
+            for zone in out.device_totals:
+                assert zone.idle_energy_mj + zone.attributed_energy_mj + zone.unattributed_energy_mj == zone.energy_mj
+                attributed = max(attributed, zone.attributed_energy_mj)
+            assert attributed <= host.energy_uj // 1000
+            processes = {int(t.key): t.energy_mj for t in out.totals if t.scope == "process" and t.state == "running"}
+            containers = {t.key: t.energy_mj for t in out.totals if t.scope == "container"}
+            for cid, mj in containers.items():
+                pids = [pid for pid, (c, _, _) in host.procs.items() if c == cid]
+                assert mj >= sum(processes.get(pid, 0) for pid in pids)
+            for t in out.totals:
+                key = (t.scope, t.key, t.device_id, t.start)  # (a pid reused: another series)
+                assert t.energy_mj >= last.get(key, 0)
+                last[key] = t.energy_mj
+
+
+def _failing(path: str | bytes, proc: Path, real: Any) -> list[Any]:
+    if os.fsdecode(path) == str(proc):
+        raise PermissionError(13, "Permission denied")
+    return real(path)  # type: ignore[no-any-return]
