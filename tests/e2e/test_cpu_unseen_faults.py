@@ -301,6 +301,32 @@ def test_a_container_restarted_under_its_id_is_billed_its_new_cgroups_time(tmp_p
     assert usage_s[BUILD] == 13.0 + 28.0  # (its usage at the last scan before, and 28 s since)
 
 
+def test_a_container_restarted_under_a_new_id_loses_the_unseen_time_of_its_first_tick_only(tmp_path: Path) -> None:
+    # A restarted Kubernetes container gets a new id (a new cgroup); the old one's cgroup is removed (its seconds
+    # since the last scan are lost with it: none here) and its series ends. The new one is read in the scan that
+    # first lists its process, a baseline: its unseen time of that tick is split over everyone's time (before
+    # the cgroup was read in that scan, of the next tick too).
+    host = two_tenants(tmp_path)
+    proc = processor(unseen="containers")
+    start = warm(host, proc)
+    again = "d" * 64
+    host.exit(10)
+    shutil.rmtree(host.cgroups / cgroup_of(BUILD).lstrip("/"))
+    del host.usage_s[BUILD]
+    host.spawn(11, again, new=True)
+    host.hidden(again, 3.0)
+    host.run(20, 4.0)
+    out = host.tick(proc)
+    assert totals(out, "container")[(BUILD, "cpu:package")].state == "terminated"
+    for _ in range(6):
+        host.run(11, 1.0)
+        host.hidden(again, 3.0)
+        host.run(20, 4.0)
+        out = host.tick(proc)
+    # 4 J a tick each; the first tick 8 J over 11's 1 s and nginx's 4 s: 1.6 J and 6.4 J
+    assert since(host, out, start) == {BUILD: (0, 0), WEB: (30_400, 28_000), again: (25_600, 28_000)}
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="a fix takes procfs saying whether a record's usage goes on from the container's last record (a field on "
