@@ -15,7 +15,8 @@ is the CPU time of processes /proc did not show. It joins the tick's weights bes
 apportioning: ``idle + Σ shares + unattributed == delta`` stays exact), and its share goes to the container's
 series and its pod's, to no process.
 
-A baseline (no unseen time that tick): a container first read, one whose usage went backwards (a cgroup made
+A baseline (no unseen time that tick): a container first read (but a new one, all of whose listed processes
+started since the last listing: ``_new``), one whose usage went backwards (a cgroup made
 anew under the same id, where a receiver does not take it on from its last reading as procfs does), one not read
 at the last listing (its delta would span more than the processes'); a
 tick a zone is missing or back from a gap (``_cpu_gap.py`` splits those by the processes' summed deltas: the
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 
 from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.components import CreateContext
-from wattpipe.pipeline.records import HostProcess
+from wattpipe.pipeline.records import HostProcess, NodeCpuTime
 from wattpipe.pipeline.records_cpu import ContainerCpuTime
 from wattpipe.processors.attribution_math import apportion
 
@@ -47,6 +48,8 @@ _MIN_S = 1e-6
 # they ran ahead by is owed back (a credit, at most two of these per listed process and one more): clipped tick by
 # tick at 0, the half of the noise above 0 was billed.
 _TICK_S = 0.01
+# How much earlier than the last listing a process may start and count as started since (cpu_attribution's too).
+_START_SLACK_S = 0.02
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,12 +79,13 @@ class UnseenTime:
         listed: bool,
         counted: bool,
         last: Mapping[int, HostProcess],
+        since: tuple[float, NodeCpuTime] | None = None,
     ) -> UnseenTick:
         """The tick's unseen time per container, from its usage delta less its listed processes' ``cpu_s``
         (``hosts``: their listings; ``last``: the last listing, by pid); ``counted`` False (a zone gap open):
         baselines only. A process in another container than at the last listing moved in the tick: its delta
         is taken from both containers' (its time was in one of them, or both; not a second time in the one it
-        left)."""
+        left). ``since``: the last listing's time (Unix s) and /proc/stat then, for new containers (``_new``)."""
         if not listed:
             return UnseenTick()  # the baselines stay: the next delta spans the failed listing, as the processes'
         if "container_cpu" not in batch.present:
@@ -110,13 +114,14 @@ class UnseenTime:
         unseen: list[float] = []
         alive: set[tuple[str, str]] = set()
         by_id = {r.container_id: r for r in batch.container_cpu}  # two receivers' of one container: its last
+        new = _new(batch, since, [r for r in by_id.values() if r.container_id not in previous]) if counted else {}
         for record in by_id.values():
             cid = record.container_id
             self._usage[cid] = record.usage_s
             alive.add(("container", cid))
             if record.pod_uid is not None:
                 alive.add(("pod", record.pod_uid))
-            before = previous.get(cid)
+            before = previous.get(cid, new.get(cid))
             if not counted or before is None or record.usage_s < before:
                 continue  # a baseline
             seconds = record.usage_s - before - seen.get(cid, 0.0) + credit.get(cid, 0.0)
@@ -137,6 +142,25 @@ class UnseenTime:
             f"processor {self.ctx.component_id}: unseen: containers, but no container CPU time in the batch "
             "(the procfs receiver needs cpu_time and a cgroup v2 mount at cgroup_root): processes only",
         )
+
+
+def _new(batch: Batch, since: tuple[float, NodeCpuTime] | None, first: Sequence[ContainerCpuTime]) -> dict[str, float]:
+    """Of the containers ``first`` read now, those that are new (their usage from 0): every process of theirs listed
+    started since the last listing, and their usage is at most what the node ran since (so it is not a past the
+    cgroup held before, with processes never listed). A container's processes start after its cgroup is made: all
+    of its usage is since the last listing, as a process's first tick counts from its start."""
+    node = batch.node_cpu[0] if batch.node_cpu else None
+    if not first or since is None or node is None:
+        return {}
+    since_wall_s, node_before = since
+    ran_s = node.active_s - node_before.active_s
+    ids = {r.container_id for r in first if r.usage_s <= ran_s}
+    started: dict[str, bool] = {}
+    for host in batch.host_processes:
+        if (cid := host.container_id) in ids:
+            start = host.start_wall_s
+            started[cid] = started.get(cid, True) and start is not None and start >= since_wall_s - _START_SLACK_S
+    return {cid: 0.0 for cid, new in started.items() if new}
 
 
 def split_active(
