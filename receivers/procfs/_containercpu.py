@@ -127,8 +127,10 @@ class ContainerScans:
         # the cgroups of the containers with a record this scan: read again at the next whether or not a process
         # of theirs is listed (its last one ended, or the listing was cut at max_processes), while they can be
         self.carried: dict[str, CgroupIdentity] = {}
-        # what each file's usage is taken on from: the readings before its cgroup was removed and made again (≥ 0)
+        # what each file's usage is taken on from: the readings before its cgroup was removed and made again (≥ 0);
+        # each file's last reading, those read after the stat files too (file_usec: those before them only)
         self.offset_usec: dict[str, int] = {}
+        self.raw_usec: dict[str, int] = {}
 
     def scan(
         self,
@@ -153,11 +155,13 @@ class ContainerScans:
         paths.update((i.cgroup_path, i.cgroup) for i in was if i.cgroup_path is not None)
         listed = [(i.cgroup_path, i.cgroup) for i in cache.values() if i.cgroup_path is not None]
         readings = self._continued(usec)  # (and a container first listed now: read now, its first reading a baseline)
+        self.raw_usec = dict(usec.values())
         if read is not None:  # (not the moves' check below: read after the stat files, they are ahead of them)
             known = {c.container_id for c in paths.values()}
             new = {path: c for path, c in listed if c.container_id is not None and c.container_id not in known}
-            if new:
-                readings = {**usec, **read(new)}
+            if new and (late := read(new)):
+                readings = {**readings, **late}
+                self.raw_usec.update(late.values())
                 paths.update(new)
         out, self.files = container_usage(now, paths.items(), readings, listed, self.files)
         recorded = {r.container_id for r in out}
@@ -174,7 +178,7 @@ class ContainerScans:
         and made again under its path since the last scan (a container restarted under its id), so all of its
         usage now is since then (a new cgroup whose usage passed the old one's already is not told apart: its
         delta is short by the old one's, never over)."""
-        before, offsets, kept = self.file_usec, self.offset_usec, {}
+        before, offsets, kept = self.raw_usec, self.offset_usec, {}
         for file, usage in dict(usec.values()).items():  # (each file once: threaded cgroups share their domain's)
             offset = offsets.get(file, 0)
             if (was := before.get(file)) is not None and usage < was:

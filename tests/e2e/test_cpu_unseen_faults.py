@@ -278,7 +278,8 @@ def test_a_container_restarted_under_its_id_is_billed_its_new_cgroups_time(tmp_p
     # `docker restart`: the container keeps its id, its cgroup is removed and made again (its usage starts over),
     # its new process has a new pid. procfs reads the same path, lower than at the last scan: cpu_attribution took
     # it for a baseline, and the new cgroup's time that tick (its compilers' 3 s) went to the web container (the
-    # build container got 25.6 J of 28, the web one 30.4 J). A cgroup read lower than at the last scan was made
+    # build container got 25.6 J of 28, the web one 30.4 J; 17.6 J and 38.4 J before f73a9da, which reads its new
+    # process in the scan that first lists it). A cgroup read lower than at the last scan was made
     # since: all of its usage is of this tick, and procfs gives the container's usage on from its last reading.
     host = two_tenants(tmp_path)
     proc = processor(unseen="containers")
@@ -304,7 +305,8 @@ def test_a_container_restarted_under_a_new_id_is_billed_from_its_first_tick(tmp_
     # A restarted Kubernetes container gets a new id (a new cgroup); the old one's cgroup is removed (its seconds
     # since the last scan are lost with it: none here) and its series ends. The new one is read in the scan that
     # first lists its process, whose processes all started since the last listing: new, all of its usage since
-    # (a baseline, its unseen time of that tick went to the others: 25.6 J of 28, the web one 30.4 J).
+    # (a baseline, its unseen time of that tick went to the others: 25.6 J of 28, the web one 30.4 J; 17.6 J and
+    # 38.4 J before f73a9da).
     host = two_tenants(tmp_path)
     proc = processor(unseen="containers")
     start = warm(host, proc)

@@ -416,3 +416,30 @@ def test_a_cgroup_whose_processes_ran_ahead_then_rested_raises_nothing() -> None
     assert excess[file] == pytest.approx(0.27)
     assert ran_elsewhere(listed, ran, ran, {A: (file, 15_000_000)}, {file: 15_000_000}, excess) == set()
     assert excess == {file: 0.0}  # past the bound: its processes that ran (none) read again, and it starts over
+
+
+def test_a_cgroup_made_again_under_its_path_goes_on_from_its_last_reading(tmp_path: Path) -> None:
+    # `docker restart` keeps the container's id and path; its cgroup is removed and made again, its usage starting
+    # over. Read lower than at the last scan, it is a new cgroup, all of its usage since that scan: the container's
+    # usage goes on from its last reading (cpu_attribution took a lower one for a baseline: that tick's time lost).
+    # In the scan where another container is first listed too (read then, after its processes' stat).
+    proc, cgroups = tmp_path / "proc", mount(tmp_path / "cgroup")
+    write_process(proc, 10, "app", utime=100, cgroup=f"0::{A}\n")
+    usage(cgroups, A, 7_000_000)
+    receiver = make_receiver(proc, cgroup_root=str(cgroups))
+    containers(receiver)
+    advance(receiver)
+    shutil.rmtree(proc / "10")
+    shutil.rmtree(cgroups / A.lstrip("/"))
+    write_process(proc, 11, "app", utime=50, start=900, cgroup=f"0::{A}\n")
+    usage(cgroups, A, 1_500_000)
+    write_process(proc, 12, "nginx", utime=10, start=900, cgroup=f"0::{B}\n")  # B first listed now
+    usage(cgroups, B, 200_000)
+    got = containers(receiver)
+    assert got is not None
+    assert (got[ID_A].usage_s, got[ID_B].usage_s) == (8.5, 0.2)
+    usage(cgroups, A, 2_000_000)
+    advance(receiver)
+    got = containers(receiver)
+    assert got is not None
+    assert got[ID_A].usage_s == 9.0
