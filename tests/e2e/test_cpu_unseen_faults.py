@@ -13,6 +13,7 @@ import functools
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,10 @@ class Host:
         self.boot_wall_s = self.clock.now().wall_s - 1000.0  # /proc/uptime: a process's start time, placed
 
     def new_receiver(self) -> ProcfsReceiver:
+        """A procfs receiver started afresh (the last one's files closed: it keeps stat and cpu.stat files open)."""
+        if (old := getattr(self, "receiver", None)) is not None:
+            old.table.close()
+        _OPEN.append(self)
         receiver = make_receiver(self.proc, self.clock, cgroup_root=str(self.cgroups), max_processes=self.max_processes)
         receiver.asked(frozenset({"process_cpu_time", "container_cpu_time"}))
         return receiver
@@ -122,6 +127,16 @@ class Host:
         out = proc.process(batch.with_records([*records, zone]))
         self.clock.advance(5.0)
         return out
+
+
+_OPEN: list[Host] = []  # the hosts whose receivers keep files open: closed after each test (the open-file limit)
+
+
+@pytest.fixture(autouse=True)
+def _close_receivers() -> Iterator[None]:
+    yield
+    while _OPEN:
+        _OPEN.pop().receiver.table.close()
 
 
 def billed_mj(out: Batch) -> dict[str, int]:
@@ -436,6 +451,7 @@ def test_every_zones_energy_is_conserved_every_tick_whatever_goes_wrong(ticks: l
                 key = (t.scope, t.key, t.device_id, t.start)  # (a pid reused: another series)
                 assert t.energy_mj >= last.get(key, 0)
                 last[key] = t.energy_mj
+        host.receiver.table.close()
 
 
 def _failing(path: str | bytes, proc: Path, real: Any) -> list[Any]:
