@@ -5,7 +5,8 @@ scan lists, and those it never saw (started and ended between two scans) or saw 
 ``cpu_attribution`` processor's ``unseen: containers`` bills a container the difference.
 
 The cgroups read are those of the last scan's processes (``_proc.py`` ``_idle``), before this scan reads any
-process, and those of the containers with a record at the last scan (``ContainerScans.carried``): so a
+process, and, for a container with a record at the last scan none of whose processes it listed, the cgroups of
+that record (``ContainerScans.carried``): so a
 container whose last process ended is read on while its cgroup is there, its final seconds and the processes
 that live between two scans counted (a removed cgroup answers nothing, and its last seconds are lost), and so
 is one whose processes a listing cut at ``max_processes`` left out. A container none of whose processes a scan
@@ -151,13 +152,16 @@ class ContainerScans:
             return None
         # (with the identities read again this scan: their cgroups were read, and their containers' usage holds)
         was = chain(cgroups.values(), read_again.values())
-        paths = dict(self.carried)
-        paths.update((i.cgroup_path, i.cgroup) for i in was if i.cgroup_path is not None)
+        paths = {i.cgroup_path: i.cgroup for i in was if i.cgroup_path is not None}
+        known = {c.container_id for c in paths.values()}
+        # a container read at the last scan none of whose processes it listed: its cgroups then (a set that changed
+        # would make the container's sum another's: no record, as for its processes' cgroups)
+        paths.update((path, c) for path, c in self.carried.items() if c.container_id not in known)
+        known.update(c.container_id for c in self.carried.values())
         listed = [(i.cgroup_path, i.cgroup) for i in cache.values() if i.cgroup_path is not None]
         readings = self._continued(usec)  # (and a container first listed now: read now, its first reading a baseline)
         self.raw_usec = dict(usec.values())
         if read is not None:  # (not the moves' check below: read after the stat files, they are ahead of them)
-            known = {c.container_id for c in paths.values()}
             new = {path: c for path, c in listed if c.container_id is not None and c.container_id not in known}
             if new and (late := read(new)):
                 readings = {**readings, **late}

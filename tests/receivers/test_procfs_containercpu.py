@@ -443,3 +443,28 @@ def test_a_cgroup_made_again_under_its_path_goes_on_from_its_last_reading(tmp_pa
     got = containers(receiver)
     assert got is not None
     assert got[ID_A].usage_s == 9.0
+
+
+def test_a_container_whose_process_moved_to_another_of_its_cgroups_has_one_scan_without_a_record(
+    tmp_path: Path,
+) -> None:
+    # A container's cgroups read are its listed processes' (the cgroups of one none of whose processes is listed:
+    # those of its last record). Its old cgroup, still there, read beside its new one made the sum change twice
+    # (old → old and new → new): two scans without a record, where the move is one.
+    x, y = f"{A}/x.service", f"{A}/y.service"
+    proc, cgroups = tmp_path / "proc", mount(tmp_path / "cgroup")
+    write_process(proc, 10, "x", utime=100, cgroup=f"0::{x}\n")
+    usage(cgroups, x, 1_000_000)
+    usage(cgroups, y, 0)
+    receiver = make_receiver(proc, cgroup_root=str(cgroups))
+    had = []
+    for scan in range(6):
+        if scan == 2:
+            shutil.rmtree(proc / "10")  # x's process ended (x.service's cgroup stays), y's started
+            write_process(proc, 11, "y", utime=10, start=900, cgroup=f"0::{y}\n")
+            usage(cgroups, y, 100_000)
+        got = containers(receiver)
+        assert got is not None
+        had.append(ID_A in got)
+        advance(receiver)
+    assert had == [True, True, True, False, True, True]
