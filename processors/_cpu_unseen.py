@@ -22,8 +22,10 @@ up to the unseen seconds the container was billed since the moved process's last
 back), is taken back from the moved processes' deltas: weighed once, not twice. One read at the last listing
 (moved in the tick, out of a busy cgroup) has nothing taken back: its time was this tick's.
 
-A baseline (no unseen time that tick): a container first read, one whose usage went backwards (a cgroup made
-anew under the same id), one not read at the last listing (its delta would span more than the processes'); a
+A baseline (no unseen time that tick): a container first read (but a new one, all of whose listed processes
+started since the last listing: ``_new``), one whose usage went backwards (a cgroup made
+anew under the same id, where a receiver does not take it on from its last reading as procfs does), one not read
+at the last listing (its delta would span more than the processes'); a
 tick a zone is missing or back from a gap (``_cpu_gap.py`` splits those by the processes' summed deltas: the
 containers' usage keeps going, and the gap's unseen time stays with the processes); the first tick after a
 restart (the usage read before is not kept); a baseline drops the credit and the unseen seconds kept. A failed listing keeps the baselines: the next delta spans it, as
@@ -39,8 +41,9 @@ from dataclasses import dataclass
 
 from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.components import CreateContext
-from wattpipe.pipeline.records import HostProcess
+from wattpipe.pipeline.records import HostProcess, NodeCpuTime
 from wattpipe.pipeline.records_cpu import ContainerCpuTime
+from wattpipe.processors._cpu_series import started_s
 from wattpipe.processors.attribution_math import apportion
 
 __all__ = ["UnseenTick", "UnseenTime", "split_active"]
@@ -58,6 +61,8 @@ _TICK_S = 0.01
 # is, its delta then spanning the scans unread, whose seconds its new container was billed as unseen time. So each
 # container's unseen seconds of this many ticks back are kept, to be taken back from such a delta.
 _BANK_TICKS = 16
+# How much earlier than the last listing a process may start and count as started since (cpu_attribution's too).
+_START_SLACK_S = 0.02
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,12 +97,13 @@ class UnseenTime:
         listed: bool,
         counted: bool,
         last: Mapping[int, HostProcess],
+        since: tuple[float, NodeCpuTime] | None = None,
     ) -> UnseenTick:
-        """The tick's unseen time per container, from its usage delta less its listed processes' ``cpu_s``
-        (``hosts``: their listings; ``last``: the last listing, by pid); ``counted`` False (a zone gap open):
-        baselines only. A process in another container than at the last listing moved in the tick: its delta
-        is taken from both containers' (its time was in one of them, or both; not a second time in the one it
-        left), and the unseen time billed since its last read to the one it is in from its delta (module doc)."""
+        """The tick's unseen time per container: its usage delta less its listed processes' ``cpu_s`` (``hosts``:
+        their listings; ``last``: the last listing, by pid); ``counted`` False (a zone gap open): baselines only. A
+        process that moved since the last listing: its delta is taken from both containers' (not a second time in
+        the one it left), and the unseen time billed to the one it is in since its last read from its delta (module
+        doc); ``since``: the last listing's time (monotonic s) and /proc/stat then, for new containers (``_new``)."""
         if not listed:
             return UnseenTick()  # the baselines stay: the next delta spans the failed listing, as the processes'
         if "container_cpu" not in batch.present:
@@ -118,19 +124,18 @@ class UnseenTime:
         unseen: list[float] = []
         alive: set[tuple[str, str]] = set()
         by_id = {r.container_id: r for r in batch.container_cpu}  # two receivers' of one container: its last
+        new = _new(batch, since, [r for r in by_id.values() if r.container_id not in previous]) if counted else {}
         for record in by_id.values():
             cid = record.container_id
             self._usage[cid] = record.usage_s
             alive.add(("container", cid))
             if record.pod_uid is not None:
                 alive.add(("pod", record.pod_uid))
-            before = previous.get(cid)
+            before = previous.get(cid, new.get(cid))
             if not counted or before is None or record.usage_s < before:
                 continue  # a baseline (its bank dropped)
             seconds = record.usage_s - before - seen.get(cid, 0.0) + credit.get(cid, 0.0)
-            kept = bank.get(cid, [])
-            if kept and kept[0][0] <= self._ticks - _BANK_TICKS:
-                kept = [b for b in kept if b[0] > self._ticks - _BANK_TICKS]
+            kept = _recent(bank.get(cid, []), self._ticks - _BANK_TICKS)
             if seconds < 0 and kept and cid in moved:
                 weighed = list(cpu_s) if weighed is None else weighed
                 seconds += _take_back(kept, -seconds, moved[cid], hosts, last, weighed)
@@ -155,6 +160,11 @@ class UnseenTime:
             f"processor {self.ctx.component_id}: unseen: containers, but no container CPU time in the batch "
             "(the procfs receiver needs cpu_time and a cgroup v2 mount at cgroup_root): processes only",
         )
+
+
+def _recent(kept: list[tuple[int, float, float]], after_tick: int) -> list[tuple[int, float, float]]:
+    """A container's kept unseen seconds (tick, its midpoint, seconds) of the ticks after ``after_tick``."""
+    return [b for b in kept if b[0] > after_tick] if kept and kept[0][0] <= after_tick else kept
 
 
 def _shown(
@@ -212,6 +222,25 @@ def _take_back(
         for i in into:
             weighed[i] *= 1 - taken / moved_s
     return taken
+
+
+def _new(batch: Batch, since: tuple[float, NodeCpuTime] | None, first: Sequence[ContainerCpuTime]) -> dict[str, float]:
+    """Of the containers ``first`` read now, those that are new (their usage from 0): every process of theirs listed
+    started since the last listing, and their usage is at most what the node ran since (so it is not a past the
+    cgroup held before, with processes never listed). A container's processes start after its cgroup is made: all
+    of its usage is since the last listing, as a process's first tick counts from its start."""
+    node = batch.node_cpu[0] if batch.node_cpu else None
+    if not first or since is None or node is None:
+        return {}
+    since_s, node_before = since
+    ran_s = node.active_s - node_before.active_s
+    ids = {r.container_id for r in first if r.usage_s <= ran_s}
+    started: dict[str, bool] = {}
+    for host in batch.host_processes:
+        if (cid := host.container_id) in ids:
+            begun = host.start_wall_s is not None and started_s(host) >= since_s - _START_SLACK_S
+            started[cid] = started.get(cid, True) and begun
+    return {cid: 0.0 for cid, new in started.items() if new}
 
 
 def split_active(

@@ -19,7 +19,9 @@ feeds asks for CPU time (``cpu_attribution``: the graph calls :meth:`ProcfsRecei
 ``max_processes`` bounds a tick's work on a node with runaway pids.
 
 Failure modes, each degrading rather than stopping:
-- ``root`` missing or unreadable (``/host/proc`` not mounted): one rate-limited warning, no records;
+- ``root`` missing, unreadable (``/host/proc`` not mounted) or listing no process: one rate-limited warning, no
+  records, ``host_processes`` and ``container_cpu`` absent (unknown, not "no process": ``cpu_attribution``'s next
+  deltas span the tick); the processes' identities are kept, so the next scan reads the same cgroups;
 - a process ending while it is read: left out, silently (the normal case on a busy node);
 - ``exe`` unreadable (a kernel thread, or another user's process without CAP_SYS_PTRACE): absent;
 - a scan still running when the next tick asks (a hung /proc read): that tick gets no records, its fields
@@ -167,6 +169,7 @@ class ProcfsReceiver:
         missing = {"node_cpu"} if scan.node_cpu is None else set()
         missing |= set() if cpus else {"cpu_info"}
         missing |= {"container_cpu"} if scan.containers is None else set()  # no cgroup v2 mount, or cpu_time off
+        missing |= set() if scan.listed else {"host_processes", "container_cpu"}  # root not listed: unknown
         missing |= {"host_processes"} if gpu and self._gpu.records is None else set()  # no GPU listing seen yet
         self.provides = _PROVIDES - missing
         node = [] if scan.node_cpu is None else [scan.node_cpu]

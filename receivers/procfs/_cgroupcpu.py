@@ -320,6 +320,17 @@ class CgroupUsage:
         where = self._where
         return {path: (stat, usage) for path, usage in self._last.items() if (stat := where.get(path)) is not None}
 
+    def read(self, paths: Iterable[str]) -> dict[str, tuple[str, int]]:
+        """``paths`` read now, as :meth:`readings` gives them (those that could be), without counting as the last
+        :meth:`moved`'s: whether their processes ran is asked from the next scan's reading, taken before their
+        ``stat`` files are read (procfs reads a container's first in the scan that first lists it)."""
+        out: dict[str, tuple[str, int]] = {}
+        for path in paths:
+            stat = self._where[path] if path in self._where else self._cpu_stat(path)
+            if stat is not None and (usage := self._files.usage_usec(stat)) is not None:
+                out[path] = (stat, usage)
+        return out
+
     def close(self) -> None:
         """Close the cpu.stat files kept open (on the scanning thread)."""
         self._files.close()

@@ -5,10 +5,17 @@ scan lists, and those it never saw (started and ended between two scans) or saw 
 ``cpu_attribution`` processor's ``unseen: containers`` bills a container the difference.
 
 The cgroups read are those of the last scan's processes (``_proc.py`` ``_idle``), before this scan reads any
-process: so a container whose last process ended since the last scan is read once more, and its final
-seconds are counted (if its cgroup is still there: a removed cgroup answers nothing, and its last seconds are
-lost). A container none of whose processes a scan listed is not read (finding it would mean walking the
-cgroup tree every tick); one first listed now is read from the next scan on.
+process, and, for a container with a record at the last scan none of whose processes it listed, the cgroups of
+that record (``ContainerScans.carried``): so a
+container whose last process ended is read on while its cgroup is there, its final seconds and the processes
+that live between two scans counted (a removed cgroup answers nothing, and its last seconds are lost), and so
+is one whose processes a listing cut at ``max_processes`` left out. A container none of whose processes a scan
+ever listed is not read (finding it would mean walking the cgroup tree every tick); one first listed now is
+read in that scan, after its processes' ``stat`` (its first reading: a baseline).
+
+A file read lower than at the last scan is a cgroup removed and made again under its path since (a container
+restarted under its id): its usage is taken on from its last reading (``ContainerScans._continued``), all of the
+new cgroup's time since that scan.
 
 No record (unknown, not a wrong number) for a container:
 
@@ -22,7 +29,7 @@ No record (unknown, not a wrong number) for a container:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from itertools import chain
 
 from wattpipe.pipeline.clock import Timestamp
@@ -118,6 +125,13 @@ class ContainerScans:
         self.file_usec: dict[str, int] = {}
         self.excess: dict[str, float] = {}
         self.pending: dict[int, Identity] = {}
+        # the cgroups of the containers with a record this scan: read again at the next whether or not a process
+        # of theirs is listed (its last one ended, or the listing was cut at max_processes), while they can be
+        self.carried: dict[str, CgroupIdentity] = {}
+        # what each file's usage is taken on from: the readings before its cgroup was removed and made again (≥ 0);
+        # each file's last reading, those read after the stat files too (file_usec: those before them only)
+        self.offset_usec: dict[str, int] = {}
+        self.raw_usec: dict[str, int] = {}
 
     def scan(
         self,
@@ -127,21 +141,55 @@ class ContainerScans:
         cache: dict[int, Identity],
         records: Mapping[int, HostProcess],
         last: Mapping[int, HostProcess],
+        read: Callable[[Iterable[str]], Mapping[str, tuple[str, int]]] | None = None,
     ) -> list[ContainerCpuTime] | None:
         """This scan's container records (None where ``usec``, the cgroup readings of the last scan's processes
         ``cgroups``, is None), the identities of processes that ran ahead of their cgroup taken out of ``cache``
-        (this scan's: they are read again next scan)."""
+        (this scan's: they are read again next scan). ``read``: reads cgroups now (those of a container first
+        listed in this scan, after its processes' ``stat``: its first reading, a baseline, a scan earlier)."""
         read_again, self.pending = self.pending, {}
         if usec is None:
             return None
         # (with the identities read again this scan: their cgroups were read, and their containers' usage holds)
         was = chain(cgroups.values(), read_again.values())
-        paths = ((i.cgroup_path, i.cgroup) for i in was if i.cgroup_path is not None)
-        listed = ((i.cgroup_path, i.cgroup) for i in cache.values() if i.cgroup_path is not None)
-        out, self.files = container_usage(now, paths, usec, listed, self.files)
+        paths = {i.cgroup_path: i.cgroup for i in was if i.cgroup_path is not None}
+        known = {c.container_id for c in paths.values()}
+        # a container read at the last scan none of whose processes it listed: its cgroups then (a set that changed
+        # would make the container's sum another's: no record, as for its processes' cgroups)
+        paths.update((path, c) for path, c in self.carried.items() if c.container_id not in known)
+        known.update(c.container_id for c in self.carried.values())
+        listed = [(i.cgroup_path, i.cgroup) for i in cache.values() if i.cgroup_path is not None]
+        readings = self._continued(usec)  # (and a container first listed now: read now, its first reading a baseline)
+        self.raw_usec = dict(usec.values())
+        if read is not None:  # (not the moves' check below: read after the stat files, they are ahead of them)
+            new = {path: c for path, c in listed if c.container_id is not None and c.container_id not in known}
+            if new and (late := read(new)):
+                readings = {**readings, **late}
+                self.raw_usec.update(late.values())
+                paths.update(new)
+        out, self.files = container_usage(now, paths.items(), readings, listed, self.files)
+        recorded = {r.container_id for r in out}
+        self.carried = {path: c for path, c in paths.items() if c.container_id in recorded}
         pids_in = ((pid, i.cgroup_path) for pid, i in cgroups.items() if i.cgroup_path is not None)
         again = ran_elsewhere(pids_in, records, last, usec, self.file_usec, self.excess)
         # moved without an exec, perhaps: its identity (cgroup) is read again next scan, its cgroup too
         self.pending = {pid: identity for pid in again if (identity := cache.pop(pid, None)) is not None}
         self.file_usec = dict(usec.values())
         return out
+
+    def _continued(self, usec: Mapping[str, tuple[str, int]]) -> Mapping[str, tuple[str, int]]:
+        """``usec`` with each file's usage going on from its last reading where it went back: its cgroup was removed
+        and made again under its path since the last scan (a container restarted under its id), so all of its
+        usage now is since then (a new cgroup whose usage passed the old one's already is not told apart: its
+        delta is short by the old one's, never over)."""
+        before, offsets, kept = self.raw_usec, self.offset_usec, {}
+        for file, usage in dict(usec.values()).items():  # (each file once: threaded cgroups share their domain's)
+            offset = offsets.get(file, 0)
+            if (was := before.get(file)) is not None and usage < was:
+                offset += was
+            if offset:
+                kept[file] = offset
+        self.offset_usec = kept
+        if not kept:
+            return usec
+        return {path: (file, usage + kept.get(file, 0)) for path, (file, usage) in usec.items()}

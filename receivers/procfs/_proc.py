@@ -46,6 +46,7 @@ class Scan:
     node_cpu: NodeCpuTime | None = None  # None: /proc/stat could not be read
     # Each container's cgroup CPU time (_containercpu.py); None: not known (cpu_time off, no cgroup v2 mount).
     containers: list[ContainerCpuTime] | None = None
+    listed: bool = True  # False: root could not be listed (or listed no process): no process is known this scan
 
 
 class _Gone(Exception):
@@ -149,11 +150,15 @@ class ProcessTable:
         names = None if self.cpu_time else self._listing()
         if names is not None and self._scan_changes(names, now, out):
             return out
+        listed_before = self._listed[1]  # (the last scan's listing: _list replaces it where root lists others)
         pids = self._list(out, names)
         if pids is None:
-            self._cache.clear()
-            self._containers.pending.clear()
-            self._records.clear()
+            out.listed = False
+            if names is not None:  # cpu_time off: the next scan reads every process again
+                self._cache.clear()
+                self._records.clear()
+            # cpu_time on, the identities are kept (each trusted while its pid's start time is unchanged): the next
+            # scan reads the cgroups of the last listed processes, whose usage spans this scan as their deltas do
             self.stat_files.close()
             self._names, self._name_set = None, set()
             return out
@@ -162,7 +167,7 @@ class ProcessTable:
         full = names is None and self._scans % FULL_READ_EVERY == 1
         cgroups = self._cache  # the last scan's processes: _idle reads their cgroups (before this scan replaces it)
         idle = None if names is not None or full else self._idle()
-        if idle is not None and pids is self._listed[1] and len(self._cache) == len(self._last) == len(pids):
+        if idle is not None and pids is listed_before and len(self._cache) == len(self._last) == len(pids):
             records, cache = self._read_stale(pids, idle, now, boot_wall_s, out)
         else:
             # cpu_time off: a known process is not read again; on, with cgroup_root: nor one whose cgroup is idle.
@@ -177,7 +182,8 @@ class ProcessTable:
             self.stat_files.keep_only(cache)  # the files of processes gone (or skipped)
         out.records = list(records.values())  # in pid order
         usec = self._usage.readings() if self.containers and self._usage is not None and names is None else None
-        out.containers = self._containers.scan(now, usec, cgroups, cache, records, self._last)  # (_idle read usec)
+        read = None if self._usage is None else self._usage.read
+        out.containers = self._containers.scan(now, usec, cgroups, cache, records, self._last, read)  # (_idle: usec)
         self._cache = cache  # pids that are gone (or skipped) are forgotten
         if self.cpu_time:
             self._last = records
@@ -249,6 +255,8 @@ class ProcessTable:
             return None
         pending = self._containers.pending.values()  # (identities to be read again: their cgroups still read)
         paths = {path for i in chain(self._cache.values(), pending) if (path := i.cgroup_path) is not None}
+        if self.containers:
+            paths.update(self._containers.carried)  # (containers read at the last scan: read while they can be)
         return paths - self._usage.moved(paths)
 
     def _known(self, idle: set[str] | None) -> dict[int, HostProcess]:

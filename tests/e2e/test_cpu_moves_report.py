@@ -82,9 +82,11 @@ def test_moved_processes_against_the_truth_with_and_without_container_usage(
         containers["container/toolbox"],
     )
     assert containers["pod/etl-2"] == containers["container/worker"]
-    # A 0.003-core exporter (0.54 CPU-seconds in 3 min): /proc's truncation is most of its error either way.
+    # A 0.003-core exporter (0.54 CPU-seconds in 3 min): /proc's truncation is most of its error with none; with
+    # containers its cgroup is read on while no process of it is listed (its usage grew with no delta shown), which
+    # gives that back: +0.30 % (−2.49 % when a container was read only in scans that listed a process of it).
     assert none["container/exporter"] == pytest.approx(-2.22, abs=0.05)
-    assert containers["container/exporter"] == pytest.approx(-2.49, abs=0.05)
+    assert containers["container/exporter"] == pytest.approx(0.30, abs=0.05)
     # A process's own bill hardly depends on where it is: within 0.25 % (none) and 0.65 % (containers: the scans
     # that found a moved process come off everyone), but the quiet ones (sleep at 0.001 of a core: −6.5 % / −6.4 %,
     # its last read's truncation) and the two that left a cgroup that then idles, whose stat is read again only by a

@@ -515,3 +515,24 @@ def test_user_and_system_time_truncated_apart_are_not_billed_as_unseen_time() ->
         clock.advance(5.0)
     # what the cgroup ran beyond what /proc showed, over the run: 3.6 s less 3.6 s shown (0.36 s at tick 1 aside)
     assert sum(billed) == pytest.approx(0.036, abs=1e-6)
+
+
+@pytest.mark.parametrize(("usage_s", "job_mj"), [(3.0, 8_000 * 3 / 11), (500.0, 8_000 * 1 / 9)])
+def test_a_container_first_read_whose_processes_all_started_in_the_tick_is_billed_from_0(
+    usage_s: float, job_mj: float
+) -> None:
+    # A container first read is a baseline (its usage before is not this tick's), but one whose every listed process
+    # started since the last listing is new: its cgroup was made for them, all of its usage is of this tick (as a
+    # process's first tick counts from its start). Unless it holds more than the node ran in the tick (8 s here):
+    # a past its cgroup held before, with processes never listed: a baseline.
+    node = build_node()
+    proc = processor(unseen="containers")
+    step(proc, node)
+    build_tick(node)
+    node.spawn(30, cpu_s=1.0, comm="job", container_id="job", pod_uid="jobs")  # started in the tick: 1 s
+    node.cgroups["job"] = ("jobs", usage_s)  # its 1 s and, new, 2 s of processes never listed
+    out = step(proc, node)
+    # new: 8,000 mJ over make 1, nginx 4, ci's 3 unseen, the job's 1 and its 2 unseen; else its 1 s alone of 9
+    assert energy(out, "container", "job") == pytest.approx(job_mj, abs=1)
+    assert energy(out, "process", "30") == pytest.approx(8_000 / (11 if usage_s == 3.0 else 9), abs=1)
+    assert out.device_totals[0].attributed_energy_mj == 8_000

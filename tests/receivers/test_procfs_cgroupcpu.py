@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.receivers.test_procfs import make_receiver, poll, stat_line, write_process
+from tests.receivers.test_procfs import cpu_s, make_receiver, poll, stat_line, write_process
 from wattpipe import simulator
 from wattpipe.pipeline.clock import SteppedClock, Timestamp
 from wattpipe.pipeline.records import HostProcess
@@ -135,6 +135,29 @@ def test_the_same_processes_as_the_last_scan_are_handed_on_in_pid_order_and_one_
     assert processes[1].cpu_time_s == 4.0
     assert 12 not in receiver.table.stat_files.fds
     assert poll(receiver).keys() == {10, 14, 16}  # and so on (its directory still listed: read, found ended)
+
+
+def test_a_process_that_started_as_another_ended_is_read_in_the_scan_it_is_first_listed(tmp_path: Path) -> None:
+    # The shortcut above hands on the last scan's records when the listing is the last one's. It took "as many
+    # pids as last time" for that: one process ended and another started between two scans (a shell's commands,
+    # a build's compilers) and the new one was left out of the scan that first listed it, its first tick's CPU
+    # time lost (listed the scan after, it started before the last listing: none of its time counts).
+    proc, cgroups = tmp_path / "proc", mount(tmp_path / "cgroup")
+    write_process(proc, 10, "make", utime=100, cgroup="0::/a\n")
+    write_process(proc, 11, "cc1", utime=100, cgroup="0::/a\n")
+    usage(cgroups, "/a", 2_000_000)
+    receiver = make_receiver(proc, cgroup_root=str(cgroups))
+    poll(receiver)
+    assert poll(receiver).keys() == {10, 11}
+    (proc / "11" / "stat").write_text("")  # cc1 ended
+    for name in os.listdir(proc / "11"):
+        os.remove(proc / "11" / name)
+    os.rmdir(proc / "11")
+    write_process(proc, 12, "as", utime=50, cgroup="0::/a\n")  # and as started
+    usage(cgroups, "/a", 2_500_000)
+    listed = poll(receiver)
+    assert listed.keys() == {10, 12}
+    assert cpu_s(listed[12]) == 0.5
 
 
 def test_without_cpu_stat_every_process_is_read(tmp_path: Path) -> None:
