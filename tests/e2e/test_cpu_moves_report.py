@@ -8,41 +8,28 @@ The bounds are the errors measured (docs/accuracy.md, "CPU"), with room for a hu
 
 from __future__ import annotations
 
-import io
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from wattpipe.cli import main
+from tests.helpers.cpu_report import ROOT, cpu_report, group_errors
 
-ROOT = Path(__file__).resolve().parents[2]
-CONFIG = ROOT / "tests" / "e2e" / "configs" / "cpu.yaml"
 SCENARIO = ROOT / "configs" / "scenarios" / "cpu-moves.yaml"
 
 
 def report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unseen: str) -> dict[str, Any]:
-    monkeypatch.setenv("WATTPIPE_CPU_MODE", "idle")
-    monkeypatch.setenv("WATTPIPE_CPU_UNSEEN", unseen)
-    path = tmp_path / f"{unseen}.json"
-    err = io.StringIO()
-    args = ["simulate", "--scenario", str(SCENARIO), "-c", str(CONFIG), "--duration", "3m", "--report", str(path),
-            "--log-level", "error"]  # fmt: skip
-    assert main(args, io.StringIO(), err) == 0, err.getvalue()
-    cpu: dict[str, Any] = json.loads(path.read_text())["cpu"]
+    cpu = cpu_report(tmp_path, monkeypatch, SCENARIO, "idle", unseen)
     for zone in cpu["zones"]:
-        assert abs(zone["residual_j"]) <= 1e-6  # conserved either way
-        assert zone["unattributed_j"] == 0.0
         assert zone["counter_j"] == pytest.approx(zone["true_counter_j"], abs=1e-3)
     return cpu
 
 
 def errors(cpu: dict[str, Any]) -> dict[str, float]:
     """Each container's, pod's and process's error against its truth (%), by ``scope/name``."""
-    out = {f"container/{c['name']}": 100 * (c["attributed_j"] / c["true_j"] - 1) for c in cpu["containers"]}
-    out |= {f"pod/{p['name']}": 100 * (p["attributed_j"] / p["true_j"] - 1) for p in cpu["pods"]}
-    return out | {f"pid/{p['pid']}": 100 * (p["attributed_j"] / p["true_j"] - 1) for p in cpu["processes"]}
+    return group_errors(cpu) | {
+        f"pid/{p['pid']}": 100 * (p["attributed_j"] / p["true_j"] - 1) for p in cpu["processes"]
+    }
 
 
 def test_moved_processes_against_the_truth_with_and_without_container_usage(

@@ -6,36 +6,18 @@ simulator's truth with ``none`` (the seed's model) and ``containers``."""
 
 from __future__ import annotations
 
-import io
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from wattpipe.cli import main
+from tests.helpers.cpu_report import ROOT, cpu_report, group_errors
 
-ROOT = Path(__file__).resolve().parents[2]
-CONFIG = ROOT / "tests" / "e2e" / "configs" / "cpu.yaml"
 SCENARIO = ROOT / "configs" / "scenarios" / "cpu-build.yaml"
 
 
 def errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, unseen: str) -> dict[str, float]:
     """Each container's and pod's attributed energy's error against its truth (%), by ``scope/name``."""
-    monkeypatch.setenv("WATTPIPE_CPU_MODE", mode)
-    monkeypatch.setenv("WATTPIPE_CPU_UNSEEN", unseen)
-    report = tmp_path / f"{mode}-{unseen}.json"
-    err = io.StringIO()
-    args = ["simulate", "--scenario", str(SCENARIO), "-c", str(CONFIG), "--duration", "3m", "--report", str(report),
-            "--log-level", "error"]  # fmt: skip
-    assert main(args, io.StringIO(), err) == 0, err.getvalue()
-    cpu: dict[str, Any] = json.loads(report.read_text())["cpu"]
-    for zone in cpu["zones"]:
-        assert abs(zone["residual_j"]) <= 1e-6  # conserved either way
-        assert zone["unattributed_j"] == 0.0
-    out = {f"container/{c['name']}": 100 * (c["attributed_j"] / c["true_j"] - 1) for c in cpu["containers"]}
-    out |= {f"pod/{p['name']}": 100 * (p["attributed_j"] / p["true_j"] - 1) for p in cpu["pods"]}
-    return out
+    return group_errors(cpu_report(tmp_path, monkeypatch, SCENARIO, mode, unseen))
 
 
 def test_the_build_containers_unseen_compilers_are_billed_to_it_not_to_the_other_tenants(
