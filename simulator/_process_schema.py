@@ -130,10 +130,9 @@ class Process(_Model):
                     f"moves.{n}.at_s: {move.at_s:g} s is not before the process's end_s ({self.end_s:g} s)"
                 )
             if (move.container, move.cgroup) == placement:
+                where = f"cgroup {move.cgroup}" if move.cgroup else f"container {move.container}"
                 where = (
-                    f"cgroup {move.cgroup}"
-                    if move.cgroup
-                    else (f"container {move.container}" if move.container else "the host, in its derived cgroup")
+                    where if move.cgroup or move.container else f"its host cgroup (/system.slice/{self.comm}.service)"
                 )
                 raise ValueError(
                     f"moves.{n}: the process is already in {where} at {move.at_s:g} s (a move names another "
