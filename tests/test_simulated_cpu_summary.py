@@ -4,8 +4,11 @@ after a run, beside the report file's ``cpu`` section."""
 from __future__ import annotations
 
 import io
+from pathlib import Path
 from typing import Any
 
+from tests.helpers.cpu_report import CONFIG
+from wattpipe.cli import main
 from wattpipe.simulated_cpu import print_cpu_report
 
 
@@ -40,3 +43,20 @@ def test_each_container_has_a_row_as_in_the_gpu_summary() -> None:
     assert rows[1][-3:] == ["30.0", "40.0", "-25.00%"]
     assert rows[2][-3:] == ["30.0", "20.0", "+50.00%"]
     assert rows[3][-1] == "+0.00%"
+
+
+def test_a_move_after_the_run_is_said_not_dropped_in_silence(tmp_path: Path) -> None:
+    """A person who wrote a move at 500 s and ran 1 minute is told it never happened, naming the move."""
+    scenario = tmp_path / "late.yaml"
+    scenario.write_text(
+        "cpu: {packages: 1, cores: 8, idle_w: 40, w_per_core: 5}\n"
+        "processes:\n"
+        "  - {pid: 11, comm: agent, cpu_cores: 0.5, moves: [{at_s: 20, cgroup: /a.scope}, {at_s: 500, cgroup: /b.scope}]}\n"
+    )
+    err = io.StringIO()
+    args = ["simulate", "--scenario", str(scenario), "-c", str(CONFIG), "--duration", "1m", "--log-level", "error"]
+    assert main(args, io.StringIO(), err) == 0, err.getvalue()
+    notes = [line for line in err.getvalue().splitlines() if "never happens" in line]
+    assert notes == [
+        f"note: scenario {scenario}: processes.0 (pid 11).moves.1 at 500 s is after the run's end (60 s): it never happens"
+    ]
