@@ -5,11 +5,20 @@ Split from ``scenario.py``, which re-exports every name here; the schema is docu
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from wattpipe.simulator._schema_base import _Model
 
 __all__ = ["Init", "Move", "Process"]
+
+
+def _absolute_cgroup(path: str | None) -> str | None:
+    if path is not None and not path.startswith("/"):
+        raise ValueError(
+            f"{path!r} must start with / (a path from the cgroup root, as /proc/<pid>/cgroup shows it: "
+            "/system.slice/backup.service)"
+        )
+    return path
 
 
 class Init(_Model):
@@ -32,6 +41,8 @@ class Move(_Model):
     at_s: float = Field(gt=0)
     container: str | None = None  # "namespace/pod/container"; None = a host process
     cgroup: str | None = None  # overrides the derived cgroup path
+
+    _cgroup_absolute = field_validator("cgroup")(_absolute_cgroup)
 
 
 class Process(_Model):
@@ -59,6 +70,8 @@ class Process(_Model):
     memory_mib: float = Field(default=0.0, ge=0)
     init: Init | None = None  # runc's init until it execs (its comm and cmdline then; None: its own from the start)
     moves: list[Move] = Field(default_factory=list)  # to other cgroups without an exec, in time order
+
+    _cgroup_absolute = field_validator("cgroup")(_absolute_cgroup)
 
     def comm_at(self, t_s: float) -> str:
         return self.init.comm if self.init is not None and t_s < self.init.exec_s else self.comm
@@ -102,11 +115,31 @@ class Process(_Model):
         return self
 
     def _check_moves(self) -> None:
-        times = [self.start_s, *(move.at_s for move in self.moves), self.end_s or float("inf")]
-        if self.moves and times != sorted(set(times)):
-            raise ValueError(
-                f"moves: at_s {[move.at_s for move in self.moves]} must be strictly increasing and fall within the "
-                f"process's life ({self.start_s}, {self.end_s})"
-            )
         if self.moves and self.gpu is not None:
-            raise ValueError("moves: only a CPU-only process moves (gpu is set; its GPU truth is by its container)")
+            raise ValueError(
+                "moves: only a CPU-only process moves (gpu is set; its GPU truth is by its container): drop moves, "
+                "or gpu"
+            )
+        before, placement = f"the process's start_s ({self.start_s:g} s)", (self.container, self.cgroup)
+        last_s = self.start_s
+        for n, move in enumerate(self.moves):
+            if move.at_s <= last_s:
+                raise ValueError(f"moves.{n}.at_s: {move.at_s:g} s is not after {before}")
+            if self.end_s is not None and move.at_s >= self.end_s:
+                raise ValueError(
+                    f"moves.{n}.at_s: {move.at_s:g} s is not before the process's end_s ({self.end_s:g} s)"
+                )
+            if (move.container, move.cgroup) == placement:
+                where = f"cgroup {move.cgroup}" if move.cgroup else f"container {move.container}"
+                where = (
+                    where if move.cgroup or move.container else f"its host cgroup (/system.slice/{self.comm}.service)"
+                )
+                raise ValueError(
+                    f"moves.{n}: the process is already in {where} at {move.at_s:g} s (a move names another "
+                    "container or cgroup)"
+                )
+            before, placement, last_s = (
+                f"the move before it (moves.{n}, at {move.at_s:g} s)",
+                (move.container, move.cgroup),
+                move.at_s,
+            )

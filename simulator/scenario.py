@@ -117,6 +117,10 @@ class Gpu(_Model):
         return self
 
 
+# A pid is one process for the whole run: the simulator does not reuse pids (docs/simulator.md).
+_ONE_PID = "a scenario's pid is one process for the whole run (the simulator does not reuse pids)"
+
+
 def _check_mig_fits(model: str, mig: MigSpec) -> None:
     slices = gpu_model_info(model).mig_slices
     if slices == 0:
@@ -313,12 +317,12 @@ def _check_references(scenario: Scenario) -> None:
             for d_index, device in enumerate(container.devices):
                 where = f"pods.{p_index}.containers.{c_index}.devices.{d_index}"
                 problems.extend(_check_device(scenario, device, where))
-    pids: set[int] = set()
+    pids: dict[int, int] = {}
     for index, process in enumerate(scenario.processes):
         where = f"processes.{index} (pid {process.pid})"
         if process.pid in pids:
-            problems.append(f"{where}: duplicate pid")
-        pids.add(process.pid)
+            problems.append(f"{where}: duplicate pid: processes.{pids[process.pid]} has it; {_ONE_PID}")
+        pids.setdefault(process.pid, index)
         refs = [("container", process.container)]
         refs += [(f"moves.{n}.container", move.container) for n, move in enumerate(process.moves)]
         for key, ref in refs:

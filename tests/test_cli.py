@@ -225,6 +225,22 @@ def test_the_readmes_configs_paths_work_from_outside_a_checkout(
     assert "scenario configs/scenarios/nope.yaml: cannot read it" in err
 
 
+def test_a_bare_scenario_name_that_wattpipe_ships_is_named_in_the_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `--scenario cpu-moves.yaml` (the name docs/accuracy.md gives) said only "cannot read it": the error now
+    # names the shipped one's path, which works from any directory (above).
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli("simulate", "--scenario", "cpu-moves.yaml", "--duration", "1m")
+    assert code == 2
+    assert err == (
+        "error: scenario cpu-moves.yaml: cannot read it: No such file or directory; wattpipe ships one of that "
+        "name: --scenario configs/scenarios/cpu-moves.yaml\n"
+    )
+    code, _, err = run_cli("simulate", "--scenario", "nope.yaml", "--duration", "1m")
+    assert err == "error: scenario nope.yaml: cannot read it: No such file or directory\n"
+
+
 def test_a_local_configs_file_wins_over_the_installed_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "configs").mkdir()

@@ -30,6 +30,7 @@ from wattpipe.pipeline.config import ConfigError, parse_duration
 from wattpipe.pipeline.records import Record
 from wattpipe.saturation_probe import print_saturation_sources
 from wattpipe.steps import (
+    CONFIGS,
     EXIT_CONFIG,
     EXIT_OK,
     EXIT_RUNTIME,
@@ -47,8 +48,7 @@ __all__ = ["EXIT_BROKEN_PIPE", "EXIT_CONFIG", "EXIT_OK", "EXIT_RUNTIME", "main",
 
 # The demo's node and pipeline: inside the package in an installed wheel (pyproject.toml maps configs/ to
 # wattpipe/configs/), beside it in a checkout or an editable install.
-_HERE = Path(__file__).resolve().parent
-CONFIGS = next((d for d in (_HERE / "configs", _HERE.parent / "configs") if d.is_dir()), _HERE.parent / "configs")
+# CONFIGS is wattpipe.steps's (scenario_refused names a shipped scenario from it).
 DEMO_CONFIG = CONFIGS / "demo.yaml"
 DEMO_SCENARIO = CONFIGS / "scenarios" / "demo.yaml"
 

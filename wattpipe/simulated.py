@@ -340,6 +340,8 @@ def _run_simulated(
     max_ticks = steps.ticks_to_run(graph, args.ticks, args.duration)
     log.info("simulated node %s: %d GPU(s) from %s", node.scenario.node.name, len(node.scenario.gpus), args.scenario)
     total_s = (max_ticks - 1) * interval if max_ticks else 0.0
+    if stepped and max_ticks:
+        _say_moves_after_the_run(node, args.scenario, node.t_s() + total_s, err)
     progress = SimulationProgress(total_s, node.t_s, err, show=stepped and level in ("debug", "info"))
     say = _say_where_to_look(graph, config, err) if not stepped else None
     service = Service(graph, before_tick=_before_tick(config, node, tmp, progress, say))
@@ -353,6 +355,18 @@ def _run_simulated(
             Path(args.report).write_text(json.dumps(report, indent=2) + "\n")
             print(f"report written to {args.report}", file=err)
     return code
+
+
+def _say_moves_after_the_run(node: simulator.SimulatedNode, scenario: str, end_s: float, err: TextIO) -> None:
+    """A scenario's ``moves`` past the run's end never happen: said once each, not dropped in silence."""
+    for index, process in enumerate(node.scenario.processes):
+        for n, move in enumerate(process.moves):
+            if move.at_s > end_s:
+                where = f"processes.{index} (pid {process.pid}).moves.{n} at {move.at_s:g} s"
+                print(
+                    f"note: scenario {scenario}: {where} is after the run's end ({end_s:g} s): it never happens",
+                    file=err,
+                )
 
 
 def _before_tick(

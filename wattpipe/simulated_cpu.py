@@ -181,6 +181,7 @@ def print_cpu_report(report: dict[str, Any], err: TextIO) -> None:
         for p in report["processes"]
         if p["true_j"] or p["attributed_j"]
     ]
+    rows += [(f"cpu container {c['namespace']}/{c['pod']}/{c['name']}", c) for c in report["containers"]]
     rows += [(f"cpu pod {p['namespace']}/{p['name']}", p) for p in report["pods"]]
     rows += [(f"cpu vm {v['vm_name'] or v['vm_id'][:13]}", v) for v in report["vms"]]
     for what, row in rows:

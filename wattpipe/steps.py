@@ -14,6 +14,7 @@ import errno
 import logging
 import signal
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from wattpipe.pipeline.clock import Clock
@@ -25,10 +26,16 @@ from wattpipe.pipeline.runtime import Service
 from wattpipe.pipeline.telemetry import Telemetry
 from wattpipe.pipeline.webconfig import WebConfig, load_web_config
 
+# The shipped configs and scenarios: inside the package in an installed wheel (pyproject.toml maps configs/ to
+# wattpipe/configs/), beside it in a checkout or an editable install.
+_HERE = Path(__file__).resolve().parent
+CONFIGS = next((d for d in (_HERE / "configs", _HERE.parent / "configs") if d.is_dir()), _HERE.parent / "configs")
+
 if TYPE_CHECKING:  # `run` and `validate` never load the simulator
     from wattpipe.simulator import ScenarioError
 
 __all__ = [
+    "CONFIGS",
     "EXIT_CONFIG",
     "EXIT_OK",
     "EXIT_RUNTIME",
@@ -87,9 +94,16 @@ def load_or_report(path: str, registry: Registry, err: TextIO) -> Config | None:
 
 
 def scenario_refused(exc: ScenarioError | OSError, path: str, err: TextIO) -> int:
-    """A scenario file that cannot be used (``demo``, ``simulate``, ``topology``), said on ``err``; the exit code."""
+    """A scenario file that cannot be used (``demo``, ``simulate``, ``topology``), said on ``err``; the exit code.
+    A missing file named as one wattpipe ships (``cpu-moves.yaml``) is told the shipped one's path."""
     if isinstance(exc, OSError):
-        print(f"error: scenario {path}: cannot read it: {exc.strerror or exc}", file=err)
+        shipped = CONFIGS / "scenarios" / Path(path).name
+        hint = (
+            f"; wattpipe ships one of that name: --scenario configs/scenarios/{shipped.name}"
+            if isinstance(exc, FileNotFoundError) and Path(path).parent == Path() and shipped.is_file()
+            else ""
+        )
+        print(f"error: scenario {path}: cannot read it: {exc.strerror or exc}{hint}", file=err)
         return EXIT_CONFIG
     for message in exc.messages:  # each names the file (and line) already
         print(f"error: scenario {message}", file=err)

@@ -103,15 +103,47 @@ def test_the_truth_bills_each_container_for_the_time_the_process_was_in_it() -> 
 @pytest.mark.parametrize(
     ("process", "message"),
     [
-        ({"moves": [{"at_s": 30}, {"at_s": 20}]}, r"processes\.0: .*moves: at_s \[30\.0, 20\.0\] must be strictly"),
-        ({"end_s": 10, "moves": [{"at_s": 20}]}, r"fall within the process's life"),
-        ({"start_s": 30, "moves": [{"at_s": 20}]}, r"fall within the process's life"),
+        # Each names the move, its time and the bound it breaks, not the whole list against a (start, end) pair.
+        (
+            {"moves": [{"at_s": 30, "cgroup": "/a"}, {"at_s": 20}]},
+            r"processes\.0: .*moves\.1\.at_s: 20 s is not after the move before it \(moves\.0, at 30 s\)",
+        ),
+        ({"end_s": 10, "moves": [{"at_s": 20}]}, r"moves\.0\.at_s: 20 s is not before the process's end_s \(10 s\)"),
+        ({"start_s": 30, "moves": [{"at_s": 20}]}, r"moves\.0\.at_s: 20 s is not after the process's start_s \(30 s\)"),
+        # A move to where the process already is changes nothing: a slip (the container it meant misspelt as its own).
+        (
+            {"moves": [{"at_s": 5, "container": "ns/a/main"}]},
+            r"moves\.0: the process is already in container ns/a/main at 5 s \(a move names another container or cgroup\)",
+        ),
+        (
+            {"container": None, "moves": [{"at_s": 5, "cgroup": "/x.scope"}, {"at_s": 9, "cgroup": "/x.scope"}]},
+            r"moves\.1: the process is already in cgroup /x\.scope at 9 s",
+        ),
+        # /proc/<pid>/cgroup paths are absolute, from the cgroup root.
+        (
+            {"moves": [{"at_s": 5, "cgroup": "system.slice/x.scope"}]},
+            r"processes\.0\.moves\.0\.cgroup: 'system\.slice/x\.scope' must start with / \(a path from the cgroup root",
+        ),
+        ({"cgroup": "kubepods/x"}, r"processes\.0\.cgroup: 'kubepods/x' must start with /"),
         ({"moves": [{"at_s": 5, "container": "ns/c/main"}]}, r"processes\.0 \(pid 500\)\.moves\.0\.container: no con"),
     ],
 )
 def test_moves_that_cannot_happen_are_refused_with_where(process: dict[str, Any], message: str) -> None:
     with pytest.raises(ScenarioError, match=message):
         parse_scenario(_data(**process))
+
+
+def test_a_reused_pid_is_refused_saying_the_simulator_cannot_reuse_one() -> None:
+    """A person building a pid the kernel reused (for ``series_start``) is told the simulator cannot, and which
+    process holds the pid already."""
+    data = _data(end_s=20)
+    data["processes"].append({"pid": 500, "comm": "worker", "start_s": 30, "cpu_cores": 0.5})
+    message = (
+        r"processes\.1 \(pid 500\): duplicate pid: processes\.0 has it; a scenario's pid is one process for "
+        r"the whole run \(the simulator does not reuse pids\)"
+    )
+    with pytest.raises(ScenarioError, match=message):
+        parse_scenario(data)
 
 
 def test_a_gpu_process_cannot_move() -> None:
