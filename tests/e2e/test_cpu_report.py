@@ -14,7 +14,7 @@ import pytest
 from wattpipe.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
-CONFIG = ROOT / "tests" / "e2e" / "configs" / "cpu.yaml"
+CONFIG = ROOT / "configs" / "cpu-sim.yaml"
 SCENARIO = ROOT / "configs" / "scenarios" / "cpu.yaml"
 LONG_LIVED = (900, 950, 2101, 2201, 7001)  # alive over the whole window
 
@@ -102,7 +102,7 @@ def test_idle_mode_within_2_percent_of_each_process_truth(tmp_path: Path, monkey
 def test_idle_mode_learning_the_idle_within_2_percent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # No idle_w: each zone's idle is learned by regression of its power on the usage ratio; the ticks before
     # the first fit passes are split by the usage ratio (the seed's model).
-    cpu = simulate(tmp_path, monkeypatch, config=CONFIG.with_name("cpu_learned.yaml"))["cpu"]
+    cpu = simulate(tmp_path, monkeypatch, config=CONFIG.with_name("cpu-sim-learned.yaml"))["cpu"]
     processes = by(cpu["processes"], "pid")
     for pid in (*LONG_LIVED, 2102, 3001):
         p = processes[pid]

@@ -12,13 +12,13 @@ import pytest
 from wattpipe.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
-CONFIG = ROOT / "tests" / "e2e" / "configs" / "cpu.yaml"
+CONFIG = ROOT / "configs" / "cpu-sim.yaml"
 
 
 def cpu_report(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scenario: Path, mode: str, unseen: str
 ) -> dict[str, Any]:
-    """The ``cpu`` section of a 3-minute run of ``scenario`` under tests/e2e/configs/cpu.yaml, with cpu_attribution's
+    """The ``cpu`` section of a 3-minute run of ``scenario`` under configs/cpu-sim.yaml, with cpu_attribution's
     ``mode`` and ``unseen`` (the config's ``WATTPIPE_CPU_MODE`` and ``WATTPIPE_CPU_UNSEEN``); every zone conserved
     and nothing unattributed, whatever the mode."""
     monkeypatch.setenv("WATTPIPE_CPU_MODE", mode)
