@@ -43,7 +43,7 @@ from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.components import CreateContext
 from wattpipe.pipeline.records import HostProcess, NodeCpuTime
 from wattpipe.pipeline.records_cpu import ContainerCpuTime
-from wattpipe.processors._cpu_series import started_s
+from wattpipe.processors._cpu_series import started_since
 from wattpipe.processors.attribution_math import apportion
 
 __all__ = ["UnseenTick", "UnseenTime", "split_active"]
@@ -61,8 +61,6 @@ _TICK_S = 0.01
 # is, its delta then spanning the scans unread, whose seconds its new container was billed as unseen time. So each
 # container's unseen seconds of this many ticks back are kept, to be taken back from such a delta.
 _BANK_TICKS = 16
-# How much earlier than the last listing a process may start and count as started since (cpu_attribution's too).
-_START_SLACK_S = 0.02
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,8 +236,7 @@ def _new(batch: Batch, since: tuple[float, NodeCpuTime] | None, first: Sequence[
     started: dict[str, bool] = {}
     for host in batch.host_processes:
         if (cid := host.container_id) in ids:
-            begun = host.start_wall_s is not None and started_s(host) >= since_s - _START_SLACK_S
-            started[cid] = started.get(cid, True) and begun
+            started[cid] = started.get(cid, True) and started_since(host, since_s)
     return {cid: 0.0 for cid, new in started.items() if new}
 
 
