@@ -206,7 +206,7 @@ class CpuAttributionProcessor:
         weights = self._weights(batch, hosts)
         absent = self._absent(batch)
         if self._unseen is not None:  # (not while a zone's gap sums CPU time: _cpu_unseen.py)
-            counted = not ((absent or self._gaps.open) and self._gaps.summing(absent, now.monotonic_s))
+            counted = not self._gaps.summing(absent, now.monotonic_s)
             u = self._unseen.weigh(batch, weights.hosts, weights.cpu_s, weights.listed, counted, last_listing, since)
             cpu_s = weights.cpu_s if u.cpu_s is None else list(u.cpu_s)  # (a moved process's late delta: less)
             weights, self.series.alive = replace(weights, unseen=u, cpu_s=cpu_s), u.alive
