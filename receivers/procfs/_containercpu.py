@@ -5,13 +5,13 @@ scan lists, and those it never saw (started and ended between two scans) or saw 
 ``cpu_attribution`` processor's ``unseen: containers`` bills a container the difference.
 
 The cgroups read are those of the last scan's processes (``_proc.py`` ``_idle``), before this scan reads any
-process, and, for a container with a record at the last scan none of whose processes it listed, the cgroups of
-that record (``ContainerScans.carried``): so a
-container whose last process ended is read on while its cgroup is there, its final seconds and the processes
-that live between two scans counted (a removed cgroup answers nothing, and its last seconds are lost), and so
-is one whose processes a listing cut at ``max_processes`` left out. A container none of whose processes a scan
-ever listed is not read (finding it would mean walking the cgroup tree every tick); one first listed now is
-read in that scan, after its processes' ``stat`` (its first reading: a baseline).
+process, and, for a container with a record at the last scan none of whose processes that scan listed, the cgroups
+of that record (``ContainerScans.carried``): so a container whose last process ended is read on while its cgroup is
+there, its final seconds and the processes that live between two scans counted (a removed cgroup answers nothing,
+and its last seconds are lost), and so is one whose processes a listing cut at ``max_processes`` left out. A
+container none of whose processes a scan ever listed is not read (finding it would mean walking the cgroup tree
+every tick); one first listed now is read in that scan, after its processes' ``stat`` (its first reading: a
+baseline).
 
 A file read lower than at the last scan is a cgroup removed and made again under its path since (a container
 restarted under its id): its usage is taken on from its last reading (``ContainerScans._continued``), all of the
