@@ -66,8 +66,9 @@ _BANK_TICKS = 16
 
 @dataclass(frozen=True, slots=True)
 class UnseenTick:
-    """One tick's unseen CPU time: the containers with some, and their seconds (in the same order); and every
-    container read this tick, with its pod (scope, id): their series stay running without a listed process."""
+    """One tick's unseen CPU time: the containers with some, and their seconds (in the same order); every
+    container read this tick, with its pod (scope, id): their series stay running without a listed process; and
+    the processes' deltas where some were taken back from (a moved process's late delta)."""
 
     records: Sequence[ContainerCpuTime] = ()
     seconds: Sequence[float] = ()
@@ -76,7 +77,8 @@ class UnseenTick:
 
 
 class UnseenTime:
-    """Each container's cgroup usage as last read, and the unseen seconds of each tick."""
+    """Each container's cgroup usage as last read, its credit and the unseen seconds it was billed of late (to be
+    taken back from a moved process's late delta), and the unseen seconds of each tick."""
 
     def __init__(self, ctx: CreateContext) -> None:
         self.ctx = ctx
