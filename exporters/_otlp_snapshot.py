@@ -12,11 +12,11 @@ A point's time is its record's (when the value was read), but never older than t
 record handed on from an earlier read because its value is known to hold now (procfs ``cgroup_root``: a
 process whose cgroup ran nothing) is stamped with the tick, as a backend expects of a point sent again.
 
-Nor older than the last tick of its pipeline: where the wall clock stepped back (an NTP step; also across a
-restart, the last tick's time kept in the state file), each tick is stamped a millisecond after the last one's
-newest point until the clock passes it again. Stamped with the clock instead, points would go back in time (refused as out of
-order), and below the starts of the series begun within the step: a start taken down to the point's time moves
-every tick, and a series under another start is another series (with ``delta``, each tick its whole total).
+Nor older than the last tick of its pipeline: where the wall clock stepped back (an NTP step; also across a restart,
+the last tick's time kept in the state file), each tick is stamped a millisecond after the last one's newest point
+until the clock passes it again. Stamped with the clock instead, points would go back in time (refused as out of
+order), and below the starts of the series begun within the step: a start taken down to the point's time moves every
+tick, and a series under another start is another series (with ``delta``, each tick its whole total).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import operator
 from collections import Counter
 from collections.abc import Mapping
 
-from wattpipe.processors._energy_series import SERIES_START, Series, started
+from wattpipe.processors._energy_series import SERIES_START, Series, series_start_value
 
 __all__ = ["PROCESS_PLACE", "label", "names_kept", "tell_reused_apart"]
 
@@ -54,4 +54,4 @@ def tell_reused_apart(processes: Mapping[tuple[int, int, str], Series]) -> None:
         if _PID_ZONE(key) not in first:
             first.add(_PID_ZONE(key))
         elif SERIES_START not in (series := processes[key]).attrs:
-            label(series, {**series.attrs, SERIES_START: started(series.start_wall_s)})
+            label(series, {**series.attrs, SERIES_START: series_start_value(series.start_wall_s)})

@@ -34,7 +34,7 @@ __all__ = [
     "TickShares",
     "device_id_of",
     "process_key",
-    "started_s",
+    "started_since",
 ]
 
 CPU_DEVICE_PREFIX = "cpu:"
@@ -56,11 +56,20 @@ def process_key(host: HostProcess) -> tuple[int, int]:
     return host.pid, -1 if host.start_time_ticks is None else host.start_time_ticks
 
 
-def started_s(host: HostProcess) -> float:
-    """When a process started, on the monotonic clock: its age (its record's wall time − its start, one clock's
-    two readings: procfs reads the start as now − /proc/uptime + its start ticks) before its record's monotonic
-    time. Its wall start against another tick's wall time would move by any step of the wall clock between."""
-    return host.time.monotonic_s - (host.time.wall_s - (host.start_wall_s or 0.0))
+# A start time read from /proc is whole clock ticks (10 ms) from a boot time off /proc/uptime (10 ms too): it can
+# read up to about 20 ms before the process truly started. One not in the last listing that reads as started this
+# close before it started after it (had it run then, the listing would have had it).
+_START_SLACK_S = 0.02
+
+
+def started_since(host: HostProcess, since_s: float) -> bool:
+    """Whether a process started since ``since_s`` (the last listing's monotonic time, less ``_START_SLACK_S``).
+    Its start on the monotonic clock is its age (its record's wall time − its start, one clock's two readings:
+    procfs reads the start as now − /proc/uptime + its start ticks) before its record's monotonic time: its wall
+    start against another tick's wall time would move by any step of the wall clock between. No start: False."""
+    if host.start_wall_s is None:
+        return False
+    return host.time.monotonic_s - (host.time.wall_s - host.start_wall_s) >= since_s - _START_SLACK_S
 
 
 @dataclass(frozen=True, slots=True)

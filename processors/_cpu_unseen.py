@@ -22,15 +22,16 @@ up to the unseen seconds the container was billed since the moved process's last
 back), is taken back from the moved processes' deltas: weighed once, not twice. One read at the last listing
 (moved in the tick, out of a busy cgroup) has nothing taken back: its time was this tick's.
 
-A baseline (no unseen time that tick): a container first read (but a new one, all of whose listed processes
-started since the last listing: ``_new``), one whose usage went backwards (a cgroup made
-anew under the same id, where a receiver does not take it on from its last reading as procfs does), one not read
-at the last listing (its delta would span more than the processes'); a
-tick a zone is missing or back from a gap (``_cpu_gap.py`` splits those by the processes' summed deltas: the
-containers' usage keeps going, and the gap's unseen time stays with the processes); the first tick after a
-restart (the usage read before is not kept); a baseline drops the credit and the unseen seconds kept. A failed listing keeps the baselines: the next delta spans it, as
-the processes' do. No ``container_cpu`` in the batch (no cgroup v2 mount, procfs ``cpu_time`` off): processes
-only, said once.
+A baseline (no unseen time that tick): a container not read at the last listing (first read, or its delta would
+span more than the processes'), unless it is new (``_new``: each of its listed processes started since, and its
+usage is no more than the node ran since: counted from 0); one whose usage went backwards (a cgroup made anew
+under the same id, where a receiver does not take it on from its last reading as procfs does); a tick a zone's gap
+sums the processes' CPU time (a zone missing, or back, within ``GAP_MAX_S``: ``_cpu_gap.py`` splits those by the
+processes' summed deltas, the containers' usage keeps going, and the gap's unseen time stays with the processes; a
+gap past it sums nothing, and its ticks are counted); the first tick after a restart (the usage read before is not
+kept). A baseline drops the credit and the unseen seconds kept. A failed listing keeps the baselines: the next
+delta spans it, as the processes' do. No ``container_cpu`` in the batch (no cgroup v2 mount, procfs ``cpu_time``
+off): processes only, said once.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.components import CreateContext
 from wattpipe.pipeline.records import HostProcess, NodeCpuTime
 from wattpipe.pipeline.records_cpu import ContainerCpuTime
-from wattpipe.processors._cpu_series import started_s
+from wattpipe.processors._cpu_series import started_since
 from wattpipe.processors.attribution_math import apportion
 
 __all__ = ["UnseenTick", "UnseenTime", "split_active"]
@@ -61,14 +62,13 @@ _TICK_S = 0.01
 # is, its delta then spanning the scans unread, whose seconds its new container was billed as unseen time. So each
 # container's unseen seconds of this many ticks back are kept, to be taken back from such a delta.
 _BANK_TICKS = 16
-# How much earlier than the last listing a process may start and count as started since (cpu_attribution's too).
-_START_SLACK_S = 0.02
 
 
 @dataclass(frozen=True, slots=True)
 class UnseenTick:
-    """One tick's unseen CPU time: the containers with some, and their seconds (in the same order); and every
-    container read this tick, with its pod (scope, id): their series stay running without a listed process."""
+    """One tick's unseen CPU time: the containers with some, and their seconds (in the same order); every
+    container read this tick, with its pod (scope, id): their series stay running without a listed process; and
+    the processes' deltas where some were taken back from (a moved process's late delta)."""
 
     records: Sequence[ContainerCpuTime] = ()
     seconds: Sequence[float] = ()
@@ -77,7 +77,8 @@ class UnseenTick:
 
 
 class UnseenTime:
-    """Each container's cgroup usage as last read, and the unseen seconds of each tick."""
+    """Each container's cgroup usage as last read, its credit and the unseen seconds it was billed of late (to be
+    taken back from a moved process's late delta), and the unseen seconds of each tick."""
 
     def __init__(self, ctx: CreateContext) -> None:
         self.ctx = ctx
@@ -100,10 +101,10 @@ class UnseenTime:
         since: tuple[float, NodeCpuTime] | None = None,
     ) -> UnseenTick:
         """The tick's unseen time per container: its usage delta less its listed processes' ``cpu_s`` (``hosts``:
-        their listings; ``last``: the last listing, by pid); ``counted`` False (a zone gap open): baselines only. A
-        process that moved since the last listing: its delta is taken from both containers' (not a second time in
-        the one it left), and the unseen time billed to the one it is in since its last read from its delta (module
-        doc); ``since``: the last listing's time (monotonic s) and /proc/stat then, for new containers (``_new``)."""
+        their listings; ``last``: the last listing, by pid); ``counted`` False (a zone's gap sums CPU time): baselines
+        only. A process that moved since the last listing: its delta is taken from both containers' (not twice in the
+        one it left), and the unseen time its container was billed since its last read is taken back from its delta
+        (module doc; ``UnseenTick.cpu_s``). ``since``: the last listing's monotonic s and /proc/stat (``_new``)."""
         if not listed:
             return UnseenTick()  # the baselines stay: the next delta spans the failed listing, as the processes'
         if "container_cpu" not in batch.present:
@@ -238,8 +239,7 @@ def _new(batch: Batch, since: tuple[float, NodeCpuTime] | None, first: Sequence[
     started: dict[str, bool] = {}
     for host in batch.host_processes:
         if (cid := host.container_id) in ids:
-            begun = host.start_wall_s is not None and started_s(host) >= since_s - _START_SLACK_S
-            started[cid] = started.get(cid, True) and begun
+            started[cid] = started.get(cid, True) and started_since(host, since_s)
     return {cid: 0.0 for cid, new in started.items() if new}
 
 

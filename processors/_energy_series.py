@@ -12,7 +12,17 @@ from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.constructors import new_totals
 from wattpipe.pipeline.records import Totals
 
-__all__ = ["SERIES_START", "Order", "Series", "prune", "restore", "saved", "start_at", "started", "to_totals"]
+__all__ = [
+    "SERIES_START",
+    "Order",
+    "Series",
+    "prune",
+    "restore",
+    "saved",
+    "series_start_value",
+    "start_at",
+    "to_totals",
+]
 
 Scope = Literal["process", "container", "pod", "instance", "vm"]
 
@@ -75,7 +85,7 @@ tell the two apart once both have ended, and one label set with two totals shows
 the later series carries this from its first record to its last, so each keeps a label set of its own."""
 
 
-def started(start_wall_s: float) -> str:
+def series_start_value(start_wall_s: float) -> str:
     """``SERIES_START``'s value: when a series began, RFC 3339 in UTC to the second."""
     return datetime.fromtimestamp(start_wall_s, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 

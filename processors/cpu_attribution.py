@@ -39,17 +39,12 @@ from wattpipe.pipeline.config import Duration
 from wattpipe.pipeline.records import CpuZoneSample, DevicePower, DeviceTotals, HostProcess, NodeCpuTime
 from wattpipe.processors._cpu_gap import GAP_MAX_S, Gaps, merge_shares
 from wattpipe.processors._cpu_idle import ZoneIdle, ZoneIdles
-from wattpipe.processors._cpu_series import CpuSeries, Names, TickShares, process_key, started_s
+from wattpipe.processors._cpu_series import CpuSeries, Names, TickShares, process_key, started_since
 from wattpipe.processors._cpu_split import idle_active, splittable, usage_ratio
 from wattpipe.processors._cpu_unseen import UnseenTick, UnseenTime, split_active
 from wattpipe.processors._energy_series import start_at
 
 __all__ = ["CpuAttributionConfig", "CpuAttributionProcessor", "factory"]
-
-# A start time read from /proc is whole clock ticks (10 ms) from a boot time off /proc/uptime (10 ms too): it can
-# read up to about 20 ms before the process truly started. One not in the last listing that reads as started this
-# close before it started after it (had it run then, the listing would have had it): its first tick counts.
-_START_SLACK_S = 0.02
 
 # A zone not read for this long is gone (as a GPU is after the energy processor's device_gone_after, 10 minutes):
 # in the idle mode it no longer takes a share of its zone type's idle_w; back, its gap's active energy stays
@@ -211,7 +206,7 @@ class CpuAttributionProcessor:
         weights = self._weights(batch, hosts)
         absent = self._absent(batch)
         if self._unseen is not None:  # (not while a zone's gap sums CPU time: _cpu_unseen.py)
-            counted = not ((absent or self._gaps.open) and self._gaps.summing(absent, now.monotonic_s))
+            counted = not self._gaps.summing(absent, now.monotonic_s)
             u = self._unseen.weigh(batch, weights.hosts, weights.cpu_s, weights.listed, counted, last_listing, since)
             cpu_s = weights.cpu_s if u.cpu_s is None else list(u.cpu_s)  # (a moved process's late delta: less)
             weights, self.series.alive = replace(weights, unseen=u, cpu_s=cpu_s), u.alive
@@ -278,7 +273,7 @@ class CpuAttributionProcessor:
             if before is not None:
                 carried += 1
                 delta = now_s - (before.cpu_time_s or 0.0)
-            elif since is not None and host.start_wall_s is not None and started_s(host) >= since - _START_SLACK_S:
+            elif since is not None and started_since(host, since):
                 delta = now_s  # its first tick counts
             else:
                 delta = 0.0

@@ -58,8 +58,8 @@ from wattpipe.processors._energy_series import (
     prune,
     restore,
     saved,
+    series_start_value,
     start_at,
-    started,
     to_totals,
 )
 from wattpipe.processors._mig_attribution import MIG_MODES
@@ -395,7 +395,7 @@ class EnergyProcessor:
         if found is None:
             found = self.series[key] = Series(energy_mj=0, start_wall_s=wall_s - interval_s)
             if (pid, device_id) in self._ended:  # the pid's last process here is kept still: a reused pid
-                found.attrs[SERIES_START] = started(found.start_wall_s)
+                found.attrs[SERIES_START] = series_start_value(found.start_wall_s)
         self._running[(pid, device_id)] = key
         self._describe(found, host)
         return key, found

@@ -4,7 +4,8 @@ The host model (``simulator/truth.py``): a package zone draws ``idle_w / package
 Σ cpu_cores`` of the live processes, a DRAM zone ``dram_w + dram_w_per_core / packages · Σ cpu_cores``. A
 process's true CPU energy is its own dynamic part, ``(w_per_core + dram_w_per_core) · cpu_cores · seconds
 alive``, over every zone; a container's, pod's and VM's are the sums of their processes' (a process that moved
-without an exec, ``moves``, counts in each container for the time it was in it). Idle power is nobody's. A VM is a qemu process whose cmdline names it (``-uuid``, ``-name``).
+without an exec, ``moves``, counts in each container for the time it was in it). Idle power is nobody's. A VM
+is a qemu process whose cmdline names it (``-uuid``, ``-name``).
 """
 
 from __future__ import annotations

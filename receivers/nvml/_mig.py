@@ -1,12 +1,12 @@
 """A MIG GPU's instance layout: which GPU instances exist, their profiles and compute slices.
 
-Reading the layout costs one NVML call per instance, so it is read when MIG mode is switched on, when a
-process names an instance the cached layout lacks (a reconfiguration), when an instance has processes none
-of which was on it the tick before (it may have been destroyed and made again under its id, with another
-profile: a repartition hands ids out by placement, and an instance with processes cannot be destroyed), and
-every ``refresh_s`` (to see instances removed or added empty). Between those, each tick's process list (from the parent handle,
-which carries every process's GPU-instance id) is all the per-tick NVML work a MIG GPU needs: instances
-whose activity is 0 cost no NVML calls at all.
+Reading the layout costs one NVML call per instance, so it is read when MIG mode is switched on, when a process
+names an instance the cached layout lacks (a reconfiguration), when an instance has processes none of which was on
+it the tick before (it may have been destroyed and made again under its id, with another profile: a repartition
+hands ids out by placement, and an instance with processes cannot be destroyed), and every ``refresh_s`` (to see
+instances removed or added empty). Between those, each tick's process list (from the parent handle, which carries
+every process's GPU-instance id) is all the per-tick NVML work a MIG GPU needs: instances whose activity is 0 cost
+no NVML calls at all.
 """
 
 from __future__ import annotations

@@ -5,13 +5,13 @@ scan lists, and those it never saw (started and ended between two scans) or saw 
 ``cpu_attribution`` processor's ``unseen: containers`` bills a container the difference.
 
 The cgroups read are those of the last scan's processes (``_proc.py`` ``_idle``), before this scan reads any
-process, and, for a container with a record at the last scan none of whose processes it listed, the cgroups of
-that record (``ContainerScans.carried``): so a
-container whose last process ended is read on while its cgroup is there, its final seconds and the processes
-that live between two scans counted (a removed cgroup answers nothing, and its last seconds are lost), and so
-is one whose processes a listing cut at ``max_processes`` left out. A container none of whose processes a scan
-ever listed is not read (finding it would mean walking the cgroup tree every tick); one first listed now is
-read in that scan, after its processes' ``stat`` (its first reading: a baseline).
+process, and, for a container with a record at the last scan none of whose processes that scan listed, the cgroups
+of that record (``ContainerScans.carried``): so a container whose last process ended is read on while its cgroup is
+there, its final seconds and the processes that live between two scans counted (a removed cgroup answers nothing,
+and its last seconds are lost), and so is one whose processes a listing cut at ``max_processes`` left out. A
+container none of whose processes a scan ever listed is not read (finding it would mean walking the cgroup tree
+every tick); one first listed now is read in that scan, after its processes' ``stat`` (its first reading: a
+baseline).
 
 A file read lower than at the last scan is a cgroup removed and made again under its path since (a container
 restarted under its id): its usage is taken on from its last reading (``ContainerScans._continued``), all of the
@@ -159,13 +159,14 @@ class ContainerScans:
         paths.update((path, c) for path, c in self.carried.items() if c.container_id not in known)
         known.update(c.container_id for c in self.carried.values())
         listed = [(i.cgroup_path, i.cgroup) for i in cache.values() if i.cgroup_path is not None]
-        readings = self._continued(usec)  # (and a container first listed now: read now, its first reading a baseline)
-        self.raw_usec = dict(usec.values())
+        by_file = dict(usec.values())  # (each file once: threaded cgroups share their domain's)
+        readings = self._continued(usec, by_file)  # (and a container first listed now: read now, a baseline)
+        self.raw_usec = by_file
         if read is not None:  # (not the moves' check below: read after the stat files, they are ahead of them)
             new = {path: c for path, c in listed if c.container_id is not None and c.container_id not in known}
             if new and (late := read(new)):
                 readings = {**readings, **late}
-                self.raw_usec.update(late.values())
+                self.raw_usec = {**by_file, **dict(late.values())}
                 paths.update(new)
         out, self.files = container_usage(now, paths.items(), readings, listed, self.files)
         recorded = {r.container_id for r in out}
@@ -174,16 +175,18 @@ class ContainerScans:
         again = ran_elsewhere(pids_in, records, last, usec, self.file_usec, self.excess)
         # moved without an exec, perhaps: its identity (cgroup) is read again next scan, its cgroup too
         self.pending = {pid: identity for pid in again if (identity := cache.pop(pid, None)) is not None}
-        self.file_usec = dict(usec.values())
+        self.file_usec = by_file
         return out
 
-    def _continued(self, usec: Mapping[str, tuple[str, int]]) -> Mapping[str, tuple[str, int]]:
+    def _continued(
+        self, usec: Mapping[str, tuple[str, int]], by_file: Mapping[str, int]
+    ) -> Mapping[str, tuple[str, int]]:
         """``usec`` with each file's usage going on from its last reading where it went back: its cgroup was removed
         and made again under its path since the last scan (a container restarted under its id), so all of its
         usage now is since then (a new cgroup whose usage passed the old one's already is not told apart: its
-        delta is short by the old one's, never over)."""
+        delta is short by the old one's, never over). ``by_file``: ``usec``'s readings by file."""
         before, offsets, kept = self.raw_usec, self.offset_usec, {}
-        for file, usage in dict(usec.values()).items():  # (each file once: threaded cgroups share their domain's)
+        for file, usage in by_file.items():
             offset = offsets.get(file, 0)
             if (was := before.get(file)) is not None and usage < was:
                 offset += was
