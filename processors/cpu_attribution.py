@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, NamedTuple
 
 from pydantic import Field, model_validator
@@ -38,6 +38,7 @@ from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
 from wattpipe.pipeline.config import Duration
 from wattpipe.pipeline.records import CpuZoneSample, DevicePower, DeviceTotals, HostProcess, NodeCpuTime
 from wattpipe.processors._cpu_gap import GAP_MAX_S, Gaps, merge_shares
+from wattpipe.processors._cpu_hold import Held, Holds, ZoneTotals, restored_zone, rows
 from wattpipe.processors._cpu_idle import ZoneIdle, ZoneIdles
 from wattpipe.processors._cpu_series import CpuSeries, Names, TickShares, process_key, started_since
 from wattpipe.processors._cpu_split import idle_active, splittable, usage_ratio
@@ -65,6 +66,8 @@ class _Part(NamedTuple):
     why: _Unattributable
     zone_idle: ZoneIdle | None
     idle_known: bool
+    held_mj: int = 0  # the zone's active energy held after this tick (processors/_cpu_hold.py)
+    settled_mj: int | None = None  # the active energy its totals take this tick (None: active_mj, nothing held)
 
 
 class CpuAttributionConfig(ComponentConfig):
@@ -98,33 +101,6 @@ class CpuAttributionConfig(ComponentConfig):
         return self
 
 
-@dataclass(slots=True)
-class _ZoneTotals:
-    zone: str
-    socket: int | None
-    start_wall_s: float
-    energy_mj: int = 0
-    idle_mj: int = 0
-    active_mj: int = 0
-    unattributed_mj: int = 0
-    extra: tuple[tuple[str, str], ...] = field(default=())
-
-
-def _restored_zone(path: str, row: Mapping[str, Any]) -> _ZoneTotals:
-    """A zone's totals from its state-file row (``snapshot``'s)."""
-    zone = str(row["zone"])
-    return _ZoneTotals(
-        zone=zone,
-        socket=None if row.get("socket") is None else int(row["socket"]),
-        start_wall_s=float(row["start_wall_s"]),
-        energy_mj=int(row["energy_mj"]),
-        idle_mj=int(row["idle_mj"]),
-        active_mj=int(row["active_mj"]),
-        unattributed_mj=int(row["unattributed_mj"]),
-        extra=(("path", path), ("zone", zone)),
-    )
-
-
 @dataclass(frozen=True, slots=True)
 class _Weights:
     keys: list[tuple[int, int]]
@@ -149,10 +125,11 @@ class CpuAttributionProcessor:
         self._last_s: float | None = None  # the monotonic time of the last listing: the deltas start from it
         self._tick = 0  # process() calls: a zone's last reading and the last listing are placed by it
         self._zone_tick: dict[str, int] = {}  # the tick each zone was last read in
-        self.zone_totals: dict[str, _ZoneTotals] = {}
+        self.zone_totals: dict[str, ZoneTotals] = {}
         self.series = CpuSeries(config.terminated_retention, config.max_terminated)
         self._idles = ZoneIdles(config.idle_w, config.learn_idle, ctx.logger) if config.mode == "idle" else None
         self._gaps = Gaps(_ZONE_GONE_AFTER_S)  # the CPU time used while a zone is missing, by its last-read tick
+        self._holds = Holds()  # the zones' active energy of ticks whose listing failed (processors/_cpu_hold.py)
         self._unseen = UnseenTime(ctx) if config.unseen == "containers" else None
         self.wants = self.wants | {"container_cpu_time"} if self._unseen else self.wants  # procfs: ContainerCpuTime
 
@@ -165,7 +142,7 @@ class CpuAttributionProcessor:
         saved_state = self.ctx.state.section(self.ctx.state_key)
         if not saved_state:
             return
-        zones = {str(path): _restored_zone(str(path), row) for path, row in dict(saved_state.get("zones", {})).items()}
+        zones = {str(path): restored_zone(str(path), row) for path, row in dict(saved_state.get("zones", {})).items()}
         series = CpuSeries(self.config.terminated_retention, self.config.max_terminated)
         series.restore(saved_state)
         self.zone_totals, self.series = zones, series
@@ -176,8 +153,7 @@ class CpuAttributionProcessor:
         )
 
     def snapshot(self) -> dict[str, Any]:
-        zones = {path: {k: v for k, v in asdict(t).items() if k != "extra"} for path, t in self.zone_totals.items()}
-        section = {"zones": zones, **self.series.snapshot()}
+        section = {"zones": rows(self.zone_totals, self._holds), **self.series.snapshot()}
         if self._idles is not None:
             section["idle_fits"] = self._idles.dump(self.ctx.node_name)
         return section
@@ -304,6 +280,7 @@ class CpuAttributionProcessor:
         parts: list[_Part] = []
         groups: dict[tuple[str, int], tuple[int, float]] = {}  # (zone type, gap's tick or -1) → active, interval
         gap_paths: set[str] = set()
+        spans: dict[str, float] = {}  # zone type → the interval its split spans, where energy held was released
         for sample in samples:
             previous, self._zones[sample.path] = self._zones.get(sample.path), sample
             read_tick, self._zone_tick[sample.path] = self._zone_tick.get(sample.path, 0), self._tick
@@ -321,13 +298,29 @@ class CpuAttributionProcessor:
                 gap_paths.add(sample.path)
                 cpu_s = None if gap.cpu_s is None or interval_s > _ZONE_GONE_AFTER_S else list(gap.cpu_s.values())
                 part = self._part(sample, energy_mj, interval_s, per_type[sample.zone], gap.ratio(node), weights, cpu_s)
+            part, held = self._settle(part, weights.listed, gap is None, batch.time.monotonic_s)
             parts.append(part)
-            if part.split:
+            if part.split:  # (with the energy held for it: the deltas span its ticks too)
                 group = (sample.zone, -1 if gap is None else read_tick)
-                active, span_s = groups.get(group, (0, interval_s))
-                groups[group] = (active + part.active_mj, span_s)
+                active, span_s = groups.get(group, (0, interval_s + held.span_s))
+                groups[group] = (active + part.active_mj + held.mj, span_s)
+                if held.mj and gap is None:
+                    spans[sample.zone] = span_s
         powers = [self._power(batch.time, *part) for part in parts]
-        return powers, self._shares(batch, powers, groups, weights, hosts, gap_paths)
+        return powers, self._shares(batch, powers, groups, weights, hosts, gap_paths, spans)
+
+    def _settle(self, part: _Part, listed: bool, read: bool, now_s: float) -> tuple[_Part, Held]:
+        """A zone's held energy (processors/_cpu_hold.py): released where the listing answered, or has failed for
+        longer than GAP_MAX_S; else the tick's active energy is held where its idle is known and the zone was
+        ``read`` last tick (not back from a gap: its energy may span more than the next listing's deltas)."""
+        lately = self._last_s is not None and now_s - self._last_s <= GAP_MAX_S
+        path, active_mj = part.sample.path, part.active_mj
+        released, before, after = self._holds.settle(
+            path, active_mj, part.interval_s, release=listed or not lately, hold=read and part.idle_known
+        )
+        if not (before or after):
+            return part, released  # nothing held: as ever
+        return part._replace(held_mj=after, settled_mj=active_mj + before - after), released
 
     def _per_type(self, samples: list[CpuZoneSample]) -> dict[str, int]:
         """Zones per type, every zone read lately: one that did not answer this tick keeps its share of idle_w;
@@ -375,12 +368,15 @@ class CpuAttributionProcessor:
         weights: _Weights,
         hosts: Mapping[int, HostProcess],
         gap_paths: set[str],
+        spans: Mapping[str, float],
     ) -> TickShares:
         """The tick's shares per zone type; where a zone came back from a gap, merged with the gap's processes'
-        (and their watts over their own intervals, and the late shares of those that exited meanwhile)."""
-        # The watts are over the interval of the energy that was split (a gap's is longer).
+        (and their watts over their own intervals, and the late shares of those that exited meanwhile); ``spans``:
+        the zone types whose split took energy held over failed listings, and the interval it spans."""
+        # The watts are over the interval of the energy that was split (a gap's is longer, or held energy's).
         interval_s = next((p.interval_s for p in powers if p.device_id not in gap_paths), batch.interval_s)
-        intervals = self._intervals(powers)
+        interval_s = max(interval_s, *spans.values()) if spans else interval_s
+        intervals = self._intervals(powers) | dict(spans)
         split_zones = frozenset(intervals)  # the zone types split: those with an interval
         read_zones = frozenset(p.device_name or "" for p in powers)
         if all(since < 0 for _, since in groups):  # no zone back from a gap: the tick's deltas alone
@@ -426,23 +422,27 @@ class CpuAttributionProcessor:
         why: _Unattributable,
         zone_idle: ZoneIdle | None,
         idle_known: bool,
+        held_mj: int,
+        settled_mj: int | None,
     ) -> DevicePower:
         """The zone's tick record, and its totals. ``split``: its active energy went to processes (else it is
         unattributed); ``why`` marks the tick unattributable: ``processes_unknown`` (the listing failed, or the
         ratio is not known), ``gap`` (the zone missed ticks); ``idle_known`` False (no ratio, no idle): the idle
-        watts are absent, all is active."""
+        watts are absent, all is active. ``held_mj``: the level held after the tick, ``settled_mj`` the active
+        energy the totals take (the tick's, less what it held, plus what it released; processors/_cpu_hold.py)."""
         totals = self.zone_totals.get(sample.path)
         if totals is None:
             extra = (("path", sample.path), ("zone", sample.zone))
-            totals = self.zone_totals[sample.path] = _ZoneTotals(
+            totals = self.zone_totals[sample.path] = ZoneTotals(
                 sample.zone, sample.socket, now.wall_s - interval_s, extra=extra
             )
         energy_mj = idle_mj + active_mj
-        totals.energy_mj += energy_mj
+        settled = active_mj if settled_mj is None else settled_mj
+        totals.energy_mj += idle_mj + settled
         totals.idle_mj += idle_mj
-        totals.active_mj += active_mj
+        totals.active_mj += settled
         if not split:
-            totals.unattributed_mj += active_mj
+            totals.unattributed_mj += settled
         per_s = 1.0 / interval_s / 1000.0 if interval_s > 0 else 0.0
         return DevicePower(
             time=now,
@@ -459,6 +459,7 @@ class CpuAttributionProcessor:
             idle_energy_mj=idle_mj,
             active_energy_mj=active_mj,
             unattributable=why,
+            held_energy_mj=held_mj,
             idle_source=None if zone_idle is None else zone_idle.source,
             idle_uncertainty_w=None if zone_idle is None else zone_idle.uncertainty_w,
         )

@@ -19,17 +19,9 @@ now the next tick bills it): the gap's merge would have to carry the containers'
 
 from __future__ import annotations
 
-import pytest
-
 from tests.processors.test_cpu_attribution import Node, processor, step, totals
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a failed listing's tick is unattributed and the next tick split by two ticks' deltas; a fix holds the "
-    "zones over it as a gap (processors/_cpu_gap.py) for one tick, and needs the gap's merge to carry unseen "
-    "container time first (see the module docstring)",
-)
 def test_the_energy_of_a_tick_whose_listing_failed_is_split_with_the_next_listings_deltas() -> None:
     node = Node(zones={"intel-rapl:0": ("package", 0, 0, 0)})
     node.spawn(1, comm="a")
@@ -45,5 +37,5 @@ def test_the_energy_of_a_tick_whose_listing_failed_is_split_with_the_next_listin
     node.run(2, 5.0)
     out = step(proc, node)
     shares = {key: t.energy_mj for (key, _), t in totals(out, "process").items()}
-    assert shares == {"1": 30_000, "2": 30_000}  # now {"1": 5_000, "2": 5_000}
-    assert proc.zone_totals["intel-rapl:0"].unattributed_mj == 0  # now 50,000
+    assert shares == {"1": 30_000, "2": 30_000}  # was {"1": 5_000, "2": 5_000}
+    assert proc.zone_totals["intel-rapl:0"].unattributed_mj == 0  # was 50,000

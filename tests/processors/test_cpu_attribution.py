@@ -191,7 +191,7 @@ def test_new_process_first_tick_counts_and_exited_one_stays_terminated() -> None
     assert ("21", "cpu:package") not in totals(out, "process")  # past the retention
 
 
-def test_reset_epoch_is_a_baseline_and_unlisted_tick_is_unattributed() -> None:
+def test_reset_epoch_is_a_baseline_and_unlisted_ticks_active_energy_is_held() -> None:
     node = Node(zones={"intel-rapl:0": ("package", 0, 5_000_000, 0)})
     node.spawn(30)
     proc = processor()
@@ -205,9 +205,10 @@ def test_reset_epoch_is_a_baseline_and_unlisted_tick_is_unattributed() -> None:
     node.active_s += 10.0
     (power,) = step(proc, node).device_power
     assert power.idle_w == 0.0  # the ratio is known: only the process listing failed
-    assert power.unattributable == "processes_unknown"
-    assert power.active_energy_mj == 9_000
-    assert proc.zone_totals["intel-rapl:0"].unattributed_mj == 9_000
+    assert power.unattributable == "processes_unknown"  # nobody's watts are known this tick
+    assert (power.active_energy_mj, power.held_energy_mj) == (9_000, 9_000)  # held for the next listing's deltas
+    zone = proc.zone_totals["intel-rapl:0"]
+    assert (zone.energy_mj, zone.unattributed_mj) == (0, 0)  # the totals take it when it is released
 
 
 def test_idle_mode_bills_only_energy_above_the_configured_idle() -> None:
@@ -490,13 +491,13 @@ def test_a_process_started_while_the_listing_failed_counts_from_its_start() -> N
     node.run(1, 2.0)
     node.listed = False
     node.half_busy("intel-rapl:0", 10_000)
-    step(proc, node)  # t = 5: /proc did not answer, the tick unattributed
+    step(proc, node)  # t = 5: /proc did not answer, the tick's 5 J active held
     node.listed = True
     node.run(1, 2.0)
     node.run(2, 2.0)
     node.half_busy("intel-rapl:0", 10_000)
-    out = step(proc, node)  # t = 10: both used 4 s since the t = 0 listing
-    assert {k[0]: t.energy_mj for k, t in totals(out, "process").items()} == {"1": 2_500, "2": 2_500}
+    out = step(proc, node)  # t = 10: both used 4 s since the t = 0 listing, of both ticks' 10 J active
+    assert {k[0]: t.energy_mj for k, t in totals(out, "process").items()} == {"1": 5_000, "2": 5_000}
 
 
 def test_a_start_time_a_clock_tick_before_the_last_listing_still_counts_its_first_tick() -> None:
