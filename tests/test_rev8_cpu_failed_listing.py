@@ -1,21 +1,18 @@
 """rev8 review: a tick whose process listing failed (the procfs receiver timed out: its timeout is half the
 interval, and a scan on a loaded node with a CPU-limited wattpipe can take that long).
 
-That tick's active energy is left unattributed (``processes_unknown``), while the next listing's CPU-time deltas
-span both ticks (the last good listing is kept): the next tick's energy is split by two ticks' CPU time. A
-process that ran in the failed tick only gets a share of the next tick's energy, and nobody gets the failed
+That tick's active energy was left unattributed (``processes_unknown``), while the next listing's CPU-time deltas
+span both ticks (the last good listing is kept): the next tick's energy was split by two ticks' CPU time. A
+process that ran in the failed tick only got a share of the next tick's energy, and nobody got the failed
 tick's. Below, A runs 5 s in the failed tick (50 J active), B 5 s in the next (10 J active): A 5 J, B 5 J, 50 J
 unattributed. Both ticks' active energy (60 J) is known, and so are the CPU times over both (A 5 s, B 5 s): split
 together, as a zone's gap is (processors/_cpu_gap.py), A 30 J and B 30 J, nothing unattributed.
 
-Not fixed here (tried): a fix treats the zones of a tick without a listing (or without /proc/stat) as not read,
-so that the gap machinery splits their energy with the next listing's deltas (``_absent``/``_split`` given the
-batch without its zones, for one tick after a good one: a listing down for good must not hold the zones' energy
-back). It passes this test, but it changes what the ``processes_unknown`` ticks say (no DevicePower that tick:
-docs/attribution.md, tests/processors/test_cpu_attribution.py's two tests of that tick, the unseen property that
-expects a zone record every tick, the end-to-end property whose last tick may be held) and, with ``unseen:
-containers``, a gap counts no unseen time (the two ticks' unseen share would go to the listed processes, where
-now the next tick bills it): the gap's merge would have to carry the containers' unseen seconds first."""
+Fixed (processors/_cpu_hold.py): the failed tick's zones are read, their idle/active split known, so each
+zone's active energy is held (``DevicePower.held_energy_mj``) and split with the next listing's tick by its deltas,
+which span both. Not as a zone gap (tried first: the zones treated as unread that tick): that dropped the tick's
+``DevicePower`` (the node's power is known, only the processes' is not), held the zones back for as long as the
+listing failed, and a gap counts no unseen container time, where the next tick's split does."""
 
 from __future__ import annotations
 
