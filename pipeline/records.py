@@ -271,13 +271,15 @@ class DevicePower(Record):
     source: Literal["counter", "power"] = "counter"
     # Why this tick's active energy cannot be split among processes (None: it can): ``gap``, the
     # interval spans an outage longer than the idle processor's ``max_gap`` (who used the GPU then is not
-    # known); ``processes_unknown``, the process listing failed. Attribution then leaves it unattributed.
+    # known); ``processes_unknown``, the process listing failed. Attribution then leaves it unattributed
+    # (cpu_attribution holds a failed /proc listing's tick for the next listing: ``held_energy_mj``).
     unattributable: Literal["gap", "processes_unknown"] | None = None
     # Set by attribution: energy measured up to this tick and not yet split. MIG: active energy held until
     # dcgm-exporter's sample covering it arrives (counted in active_energy_mj). Idle pending (below): a tick's
     # whole energy, held until idle is known (in neither idle nor active yet). A level, not this tick's: per
     # tick, Σ shares + idle + (held now − held before) == energy_mj, and over any run Σ shares + idle + held
-    # at its end == Σ energy_mj.
+    # at its end == Σ energy_mj. A CPU zone (cpu_attribution): the active energy of ticks whose /proc listing
+    # failed (counted in active_energy_mj), held for the next listing's split (processors/_cpu_hold.py).
     held_energy_mj: int = 0
     # Where ``idle_w`` comes from (the idle processor's estimators, see docs/attribution.md) and how uncertain
     # it is (W, 1σ for a regression; None: the source cannot say). Both None while idle_w is.
