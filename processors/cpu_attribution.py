@@ -313,6 +313,8 @@ class CpuAttributionProcessor:
         """A zone's held energy (processors/_cpu_hold.py): released where the listing answered, or has failed for
         longer than GAP_MAX_S; else the tick's active energy is held where its idle is known and the zone was
         ``read`` last tick (not back from a gap: its energy may span more than the next listing's deltas)."""
+        if listed and not self._holds.zones:
+            return part, Held()  # nothing held, none to hold: the common tick
         lately = self._last_s is not None and now_s - self._last_s <= GAP_MAX_S
         path, active_mj = part.sample.path, part.active_mj
         released, before, after = self._holds.settle(
