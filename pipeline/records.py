@@ -279,7 +279,8 @@ class DevicePower(Record):
     # whole energy, held until idle is known (in neither idle nor active yet). A level, not this tick's: per
     # tick, Σ shares + idle + (held now − held before) == energy_mj, and over any run Σ shares + idle + held
     # at its end == Σ energy_mj. A CPU zone (cpu_attribution): the active energy of ticks whose /proc listing
-    # failed (counted in active_energy_mj), held for the next listing's split (processors/_cpu_hold.py).
+    # failed (all of it where /proc/stat did too), in neither idle nor active yet, as idle pending's, until the
+    # next listing splits it (processors/_cpu_hold.py).
     held_energy_mj: int = 0
     # Where ``idle_w`` comes from (the idle processor's estimators, see docs/attribution.md) and how uncertain
     # it is (W, 1σ for a regression; None: the source cannot say). Both None while idle_w is.

@@ -1,69 +1,102 @@
-"""``cpu_attribution``: a zone's active energy held over ticks whose process listing failed.
+"""``cpu_attribution``: a zone's energy held over ticks whose process listing failed.
 
 A tick whose /proc listing failed (``host_processes`` absent: unknown, not empty) has no CPU-time deltas, while the
 processor keeps the last listing's readings, so the next listing's deltas span the failed ticks as well as its own.
-Its zones were read, and their idle/active split is known (the usage ratio, or the idle mode's idle): only who used
-the active energy is not. So each read zone's active energy is held, per zone, and the next tick that splits the
-zone with a listing splits it with its own: the energy and the deltas then span the same ticks (a zone back from a
-gap meanwhile: the gap's deltas, which span them too). Where that tick cannot split the zone (no process used CPU
-time, the ratio not known), the held energy is unattributed with the tick's.
+Its zones were read: only who used their active energy is not known. So each read zone's active energy is held, per
+zone, and the next tick that splits the zone with a listing splits it with its own: the energy and the deltas then
+span the same ticks (a zone back from a gap meanwhile: the gap's deltas, which span them too). Where that tick cannot
+split the zone (no process used CPU time, the ratio not known), the held energy is unattributed with the tick's.
+Where /proc/stat failed too (procfs timed out: all its fields absent), the tick's idle is not known either: its
+whole energy is held, and split into idle and active by the usage ratio of the next tick that reads /proc/stat (the
+processor keeps the last reading, so that ratio spans the failed tick too), as a zone's gap is.
 
-Not held: a tick whose idle is not known too (no /proc/stat: its active energy is all of it, idle included), and
-ticks with no listing yet (no readings for the next deltas to start from); a listing failing for longer than
-``GAP_MAX_S`` since the last one answered releases what was held as unattributed and holds nothing more until a
+Not held: ticks with no listing yet (no readings for the next deltas to start from), a zone back from a gap in the
+failed tick (its energy may span more than the next deltas); a listing failing for longer than ``GAP_MAX_S`` since
+the last one answered releases what was held (its active energy unattributed) and holds nothing more until a
 listing answers (a listing down for good holds nobody's energy back for long).
 
-The records say it as a held MIG tick does (pipeline/records.py): the failed tick's ``DevicePower`` has its idle
-and active energy as measured, ``unattributable="processes_unknown"`` (no watts for any process that tick) and the
-held level in ``held_energy_mj``; per zone per tick ``idle + Σ shares + unattributed + (held now − held before) ==
-energy``. The zone's totals (``DeviceTotals``) count held energy when it is released, as the GPU side's idle hold
-does, so ``energy == idle + attributed + unattributed`` stays exact and no total goes down. The state file has
-no held energy: a restart's first listing is a baseline, so the held is saved as unattributed (``rows``).
+The records say it as the GPU side's idle hold does (pipeline/records.py): a tick's ``DevicePower`` has the energy
+it measured, the idle and active settled that tick (held: its active energy, or all of it, is in neither yet),
+``unattributable="processes_unknown"`` (no watts for any process that tick) and the level held in
+``held_energy_mj``; per zone per tick ``idle + active + (held now − held before) == energy`` and ``Σ shares +
+unattributed == active``. The releasing tick's idle and active include what it released (its watts over the tick's
+own interval; the processes' over the interval their energy spans). The zone's totals are the records' sums, so
+they take held energy when it is released: ``energy == idle + attributed + unattributed`` stays exact, no total
+goes down, and the zone's energy total lags the counter by the level held. The state file has no held energy: a
+restart's first listing is a baseline, so the held is saved as unattributed (``rows``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
-__all__ = ["Held", "Holds", "ZoneTotals", "restored_zone"]
+from wattpipe.processors._cpu_split import idle_active
+
+__all__ = ["Held", "Holds", "Settled", "ZoneTotals", "restored_zone", "rows"]
 
 
 @dataclass(frozen=True, slots=True)
 class Held:
-    """A zone's held active energy (mJ) and the interval it spans (s: its held ticks', summed)."""
+    """A zone's held energy (mJ): active (its idle settled when it was measured) and whole (idle not known then),
+    and the interval it spans (s: its held ticks', summed)."""
 
-    mj: int = 0
+    active_mj: int = 0
+    whole_mj: int = 0
     span_s: float = 0.0
 
+    @property
+    def mj(self) -> int:
+        return self.active_mj + self.whole_mj
 
-_NONE = Held()
+
+class Settled(NamedTuple):
+    """A read zone's tick as its record says it: idle and active settled, the level held after it, and the
+    interval the active energy spans (the tick's, and the held ticks' where it released them)."""
+
+    idle_mj: int
+    active_mj: int
+    held_mj: int
+    span_s: float
 
 
 class Holds:
-    """Each zone's held active energy, by path."""
+    """Each zone's held energy, by path."""
 
     def __init__(self) -> None:
         self.zones: dict[str, Held] = {}
 
-    def get(self, path: str) -> Held:
-        return self.zones.get(path, _NONE)
-
     def settle(
-        self, path: str, active_mj: int, interval_s: float, *, release: bool, hold: bool
-    ) -> tuple[Held, int, int]:
-        """One read zone's tick: what is released of its held energy (to split with the tick's active energy, or to
-        leave unattributed with it), and the level held before and after it. ``release``: the listing answered
-        (or failed past the bound); else ``hold``: the tick's active energy joins the held (False: it stays)."""
-        before = self.zones.get(path, _NONE)
+        self, path: str, tick: Settled, ratio: float | None, *, release: bool, hold: bool, idle_known: bool
+    ) -> Settled:
+        """One read zone's ``tick`` (its own idle, active and interval): ``release`` (the listing answered, or
+        failed past the bound): what it held joins the tick's, the whole energy split by ``ratio`` (all active
+        where it is not known); else ``hold``: the tick's active energy joins the held (all of it, where its idle
+        is not known; where it is and ``ratio`` too, the whole energy held is split by it); neither: the held
+        stays."""
+        before = self.zones.get(path)
         if release:
-            self.zones.pop(path, None)
-            return before, before.mj, 0
-        if hold:
-            self.zones[path] = Held(before.mj + active_mj, before.span_s + interval_s)
-            return _NONE, before.mj, before.mj + active_mj
-        return _NONE, before.mj, before.mj
+            if before is None:
+                return tick
+            del self.zones[path]
+            idle, active = idle_active(before.whole_mj, ratio)
+            return Settled(
+                tick.idle_mj + idle, tick.active_mj + before.active_mj + active, 0, tick.span_s + before.span_s
+            )
+        held = before or Held()
+        if not hold:
+            return tick._replace(held_mj=held.mj)
+        if idle_known:  # (a whole energy held before: split by this tick's ratio, which spans it)
+            idle, active, whole = 0, 0, held.whole_mj
+            if whole and ratio is not None:
+                (idle, active), whole = idle_active(whole, ratio), 0
+            after = Held(held.active_mj + tick.active_mj + active, whole, held.span_s + tick.span_s)
+            self.zones[path] = after
+            return Settled(tick.idle_mj + idle, 0, after.mj, tick.span_s)
+        after = Held(held.active_mj, held.whole_mj + tick.idle_mj + tick.active_mj, held.span_s + tick.span_s)
+        self.zones[path] = after
+        return Settled(0, 0, after.mj, tick.span_s)
 
 
 @dataclass(slots=True)

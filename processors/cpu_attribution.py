@@ -9,7 +9,8 @@ exactly (``processors/_cpu_split.py``). A process that started inside the tick c
 Per zone per tick ``idle + Σ processes + unattributed == delta`` exactly, the same invariant and units as
 the GPU path. A zone back from ticks it missed is measured and split across them: by the node's usage and each
 process's CPU time since its last reading, kept while it was missing (``processors/_cpu_gap.py``; past 10
-minutes its active energy is unattributed, ``unattributable="gap"``). Processes' shares are summed per
+minutes its active energy is unattributed, ``unattributable="gap"``). A tick whose /proc listing failed holds its
+zones' energy for the next listing, whose deltas span it (``processors/_cpu_hold.py``). Processes' shares are summed per
 zone *type* (two sockets' ``package`` zones are one ``package`` series per process, as Kepler labels them),
 then into containers, pods and VMs (``processors/_cpu_series.py``). ``unseen: containers`` adds each container's
 cgroup CPU time that no listed process carried to the weights, billed to the container and its pod (``_cpu_unseen.py``).
@@ -38,7 +39,7 @@ from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
 from wattpipe.pipeline.config import Duration
 from wattpipe.pipeline.records import CpuZoneSample, DevicePower, DeviceTotals, HostProcess, NodeCpuTime
 from wattpipe.processors._cpu_gap import GAP_MAX_S, Gaps, merge_shares
-from wattpipe.processors._cpu_hold import Held, Holds, ZoneTotals, restored_zone, rows
+from wattpipe.processors._cpu_hold import Holds, Settled, ZoneTotals, restored_zone, rows
 from wattpipe.processors._cpu_idle import ZoneIdle, ZoneIdles
 from wattpipe.processors._cpu_series import CpuSeries, Names, TickShares, process_key, started_since
 from wattpipe.processors._cpu_split import idle_active, splittable, usage_ratio
@@ -66,8 +67,8 @@ class _Part(NamedTuple):
     why: _Unattributable
     zone_idle: ZoneIdle | None
     idle_known: bool
-    held_mj: int = 0  # the zone's active energy held after this tick (processors/_cpu_hold.py)
-    settled_mj: int | None = None  # the active energy its totals take this tick (None: active_mj, nothing held)
+    energy_mj: int  # the counter's delta (idle + active, but where energy is held or released)
+    held_mj: int = 0  # the zone's energy held after this tick (processors/_cpu_hold.py)
 
 
 class CpuAttributionConfig(ComponentConfig):
@@ -293,36 +294,37 @@ class CpuAttributionProcessor:
             # A zone that missed ticks: split by the CPU time used since it was last read (processors/_cpu_gap.py).
             gap = self._gaps.open.get(read_tick)
             if gap is None:
+                zone_ratio = ratio
                 part = self._part(sample, energy_mj, interval_s, per_type[sample.zone], ratio, weights, False)
             else:
                 gap_paths.add(sample.path)
+                zone_ratio = gap.ratio(node)
                 cpu_s = None if gap.cpu_s is None or interval_s > _ZONE_GONE_AFTER_S else list(gap.cpu_s.values())
-                part = self._part(sample, energy_mj, interval_s, per_type[sample.zone], gap.ratio(node), weights, cpu_s)
-            part, held = self._settle(part, weights.listed, gap is None, batch.time.monotonic_s)
+                part = self._part(sample, energy_mj, interval_s, per_type[sample.zone], zone_ratio, weights, cpu_s)
+            part, span_s = self._settle(part, zone_ratio, weights.listed, gap is None, batch.time.monotonic_s)
             parts.append(part)
             if part.split:  # (with the energy held for it: the deltas span its ticks too)
                 group = (sample.zone, -1 if gap is None else read_tick)
-                active, span_s = groups.get(group, (0, interval_s + held.span_s))
-                groups[group] = (active + part.active_mj + held.mj, span_s)
-                if held.mj and gap is None:
-                    spans[sample.zone] = span_s
+                active, group_s = groups.get(group, (0, span_s))
+                groups[group] = (active + part.active_mj, group_s)
+                if group_s > interval_s and gap is None:
+                    spans[sample.zone] = group_s
         powers = [self._power(batch.time, *part) for part in parts]
         return powers, self._shares(batch, powers, groups, weights, hosts, gap_paths, spans)
 
-    def _settle(self, part: _Part, listed: bool, read: bool, now_s: float) -> tuple[_Part, Held]:
+    def _settle(self, part: _Part, ratio: float | None, listed: bool, read: bool, now_s: float) -> tuple[_Part, float]:
         """A zone's held energy (processors/_cpu_hold.py): released where the listing answered, or has failed for
-        longer than GAP_MAX_S; else the tick's active energy is held where its idle is known and the zone was
-        ``read`` last tick (not back from a gap: its energy may span more than the next listing's deltas)."""
+        longer than GAP_MAX_S; else the tick's held where the zone was ``read`` last tick (not back from a gap:
+        its energy may span more than the next listing's deltas) and a listing answered before. The part as its
+        record says it, and the interval its active energy spans."""
         if listed and not self._holds.zones:
-            return part, Held()  # nothing held, none to hold: the common tick
+            return part, part.interval_s  # nothing held, none to hold: the common tick
         lately = self._last_s is not None and now_s - self._last_s <= GAP_MAX_S
-        path, active_mj = part.sample.path, part.active_mj
-        released, before, after = self._holds.settle(
-            path, active_mj, part.interval_s, release=listed or not lately, hold=read and part.idle_known
+        tick = Settled(part.idle_mj, part.active_mj, 0, part.interval_s)
+        out = self._holds.settle(
+            part.sample.path, tick, ratio, release=listed or not lately, hold=read, idle_known=part.idle_known
         )
-        if not (before or after):
-            return part, released  # nothing held: as ever
-        return part._replace(held_mj=after, settled_mj=active_mj + before - after), released
+        return part._replace(idle_mj=out.idle_mj, active_mj=out.active_mj, held_mj=out.held_mj), out.span_s
 
     def _per_type(self, samples: list[CpuZoneSample]) -> dict[str, int]:
         """Zones per type, every zone read lately: one that did not answer this tick keeps its share of idle_w;
@@ -360,7 +362,7 @@ class CpuAttributionProcessor:
         cpu_s = weights.cpu_s if gap_cpu_s is False else gap_cpu_s or []
         cpu_s = [*cpu_s, *weights.unseen.seconds] if weights.unseen.seconds and gap_cpu_s is False else cpu_s
         split = gap_cpu_s is not None and splittable(cpu_s, ratio, idle_mj, weights.listed)
-        return _Part(sample, interval_s, idle, active, split, why, zone_idle, idle_known)
+        return _Part(sample, interval_s, idle, active, split, why, zone_idle, idle_known, energy_mj)
 
     def _shares(
         self,
@@ -424,27 +426,25 @@ class CpuAttributionProcessor:
         why: _Unattributable,
         zone_idle: ZoneIdle | None,
         idle_known: bool,
+        energy_mj: int,
         held_mj: int,
-        settled_mj: int | None,
     ) -> DevicePower:
         """The zone's tick record, and its totals. ``split``: its active energy went to processes (else it is
         unattributed); ``why`` marks the tick unattributable: ``processes_unknown`` (the listing failed, or the
         ratio is not known), ``gap`` (the zone missed ticks); ``idle_known`` False (no ratio, no idle): the idle
-        watts are absent, all is active. ``held_mj``: the level held after the tick, ``settled_mj`` the active
-        energy the totals take (the tick's, less what it held, plus what it released; processors/_cpu_hold.py)."""
+        watts are absent, all is active. ``held_mj``: the level held after the tick (processors/_cpu_hold.py):
+        idle and active are what the tick settled, so ``energy`` is the counter's delta, not their sum."""
         totals = self.zone_totals.get(sample.path)
         if totals is None:
             extra = (("path", sample.path), ("zone", sample.zone))
             totals = self.zone_totals[sample.path] = ZoneTotals(
                 sample.zone, sample.socket, now.wall_s - interval_s, extra=extra
             )
-        energy_mj = idle_mj + active_mj
-        settled = active_mj if settled_mj is None else settled_mj
-        totals.energy_mj += idle_mj + settled
+        totals.energy_mj += idle_mj + active_mj
         totals.idle_mj += idle_mj
-        totals.active_mj += settled
+        totals.active_mj += active_mj
         if not split:
-            totals.unattributed_mj += settled
+            totals.unattributed_mj += active_mj
         per_s = 1.0 / interval_s / 1000.0 if interval_s > 0 else 0.0
         return DevicePower(
             time=now,

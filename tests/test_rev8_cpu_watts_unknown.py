@@ -37,7 +37,7 @@ def test_a_tick_whose_listing_failed_gives_process_container_and_pod_watts_as_un
     node.half_busy("intel-rapl:0", 100_000)
     out = step(proc, node)
     (power,) = out.device_power
-    assert (power.unattributable, power.active_energy_mj) == ("processes_unknown", 50_000)
+    assert (power.unattributable, power.held_energy_mj) == ("processes_unknown", 50_000)  # (processors/_cpu_hold.py)
     process = totals(out, "process")[("100", "cpu:package")]
     assert (process.energy_mj, process.power_w) == (90_000, None)  # was 10.0 W: the tick before's
     assert totals(out, "container")[("c1", "cpu:package")].power_w is None

@@ -206,7 +206,7 @@ def test_reset_epoch_is_a_baseline_and_unlisted_ticks_active_energy_is_held() ->
     (power,) = step(proc, node).device_power
     assert power.idle_w == 0.0  # the ratio is known: only the process listing failed
     assert power.unattributable == "processes_unknown"  # nobody's watts are known this tick
-    assert (power.active_energy_mj, power.held_energy_mj) == (9_000, 9_000)  # held for the next listing's deltas
+    assert (power.active_energy_mj, power.held_energy_mj) == (0, 9_000)  # held for the next listing's deltas
     zone = proc.zone_totals["intel-rapl:0"]
     assert (zone.energy_mj, zone.unattributed_mj) == (0, 0)  # the totals take it when it is released
 
