@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, NamedTuple
 
 from pydantic import Field, model_validator
@@ -42,7 +42,7 @@ from wattpipe.processors._cpu_idle import ZoneIdle, ZoneIdles
 from wattpipe.processors._cpu_series import CpuSeries, Names, TickShares, process_key, started_since
 from wattpipe.processors._cpu_split import idle_active, splittable, usage_ratio
 from wattpipe.processors._cpu_unseen import UnseenTick, UnseenTime, split_active
-from wattpipe.processors._energy_series import start_at
+from wattpipe.processors._cpu_zone_totals import ZoneTotals, device_totals, dumped, restored, totals_for
 
 __all__ = ["CpuAttributionConfig", "CpuAttributionProcessor", "factory"]
 
@@ -98,33 +98,6 @@ class CpuAttributionConfig(ComponentConfig):
         return self
 
 
-@dataclass(slots=True)
-class _ZoneTotals:
-    zone: str
-    socket: int | None
-    start_wall_s: float
-    energy_mj: int = 0
-    idle_mj: int = 0
-    active_mj: int = 0
-    unattributed_mj: int = 0
-    extra: tuple[tuple[str, str], ...] = field(default=())
-
-
-def _restored_zone(path: str, row: Mapping[str, Any]) -> _ZoneTotals:
-    """A zone's totals from its state-file row (``snapshot``'s)."""
-    zone = str(row["zone"])
-    return _ZoneTotals(
-        zone=zone,
-        socket=None if row.get("socket") is None else int(row["socket"]),
-        start_wall_s=float(row["start_wall_s"]),
-        energy_mj=int(row["energy_mj"]),
-        idle_mj=int(row["idle_mj"]),
-        active_mj=int(row["active_mj"]),
-        unattributed_mj=int(row["unattributed_mj"]),
-        extra=(("path", path), ("zone", zone)),
-    )
-
-
 @dataclass(frozen=True, slots=True)
 class _Weights:
     keys: list[tuple[int, int]]
@@ -149,7 +122,7 @@ class CpuAttributionProcessor:
         self._last_s: float | None = None  # the monotonic time of the last listing: the deltas start from it
         self._tick = 0  # process() calls: a zone's last reading and the last listing are placed by it
         self._zone_tick: dict[str, int] = {}  # the tick each zone was last read in
-        self.zone_totals: dict[str, _ZoneTotals] = {}
+        self.zone_totals: dict[str, ZoneTotals] = {}
         self.series = CpuSeries(config.terminated_retention, config.max_terminated)
         self._idles = ZoneIdles(config.idle_w, config.learn_idle, ctx.logger) if config.mode == "idle" else None
         self._gaps = Gaps(_ZONE_GONE_AFTER_S)  # the CPU time used while a zone is missing, by its last-read tick
@@ -165,7 +138,7 @@ class CpuAttributionProcessor:
         saved_state = self.ctx.state.section(self.ctx.state_key)
         if not saved_state:
             return
-        zones = {str(path): _restored_zone(str(path), row) for path, row in dict(saved_state.get("zones", {})).items()}
+        zones = restored(saved_state.get("zones", {}))
         series = CpuSeries(self.config.terminated_retention, self.config.max_terminated)
         series.restore(saved_state)
         self.zone_totals, self.series = zones, series
@@ -176,8 +149,7 @@ class CpuAttributionProcessor:
         )
 
     def snapshot(self) -> dict[str, Any]:
-        zones = {path: {k: v for k, v in asdict(t).items() if k != "extra"} for path, t in self.zone_totals.items()}
-        section = {"zones": zones, **self.series.snapshot()}
+        section = {"zones": dumped(self.zone_totals), **self.series.snapshot()}
         if self._idles is not None:
             section["idle_fits"] = self._idles.dump(self.ctx.node_name)
         return section
@@ -431,12 +403,7 @@ class CpuAttributionProcessor:
         unattributed); ``why`` marks the tick unattributable: ``processes_unknown`` (the listing failed, or the
         ratio is not known), ``gap`` (the zone missed ticks); ``idle_known`` False (no ratio, no idle): the idle
         watts are absent, all is active."""
-        totals = self.zone_totals.get(sample.path)
-        if totals is None:
-            extra = (("path", sample.path), ("zone", sample.zone))
-            totals = self.zone_totals[sample.path] = _ZoneTotals(
-                sample.zone, sample.socket, now.wall_s - interval_s, extra=extra
-            )
+        totals = totals_for(self.zone_totals, sample, now.wall_s - interval_s, self.ctx.logger)
         energy_mj = idle_mj + active_mj
         totals.energy_mj += energy_mj
         totals.idle_mj += idle_mj
@@ -464,23 +431,7 @@ class CpuAttributionProcessor:
         )
 
     def _device_totals(self, now: Timestamp) -> tuple[DeviceTotals, ...]:
-        return tuple(
-            DeviceTotals(
-                time=now,
-                extra=t.extra,
-                device_id=path,
-                device_type="cpu",
-                device_index=t.socket,
-                device_name=t.zone,
-                energy_mj=t.energy_mj,
-                idle_energy_mj=t.idle_mj,
-                active_energy_mj=t.active_mj,
-                attributed_energy_mj=t.active_mj - t.unattributed_mj,
-                unattributed_energy_mj=t.unattributed_mj,
-                start=start_at(now, t.start_wall_s),
-            )
-            for path, t in sorted(self.zone_totals.items())
-        )
+        return device_totals(self.zone_totals, now)
 
 
 factory = Factory.of(
