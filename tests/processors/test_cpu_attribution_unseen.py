@@ -275,7 +275,8 @@ def test_after_a_restart_the_first_tick_is_a_baseline_and_the_container_goes_on(
     out = step(proc, node)  # a baseline for the zones, the processes and the containers alike (nothing kept)
     assert energy(out, "container", "ci") == 4_000
     assert proc._unseen is not None
-    assert proc._unseen._usage == {"ci": 108.0, "nginx": 58.0}  # read now: the next tick's deltas start here
+    read = {cid: kept.usage_s for cid, kept in proc._unseen._usage.items()}
+    assert read == {"ci": 108.0, "nginx": 58.0}  # read now: the next tick's deltas start here
     build_tick(node)
     assert energy(step(proc, node), "container", "ci") == 4_000 + 4_000  # the restored series goes on
 
