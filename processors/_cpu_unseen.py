@@ -22,14 +22,18 @@ up to the unseen seconds the container was billed since the moved process's last
 back), is taken back from the moved processes' deltas: weighed once, not twice. One read at the last listing
 (moved in the tick, out of a busy cgroup) has nothing taken back: its time was this tick's.
 
-A baseline (no unseen time that tick): a container not read at the last listing (first read, or its delta would
-span more than the processes'), unless it is new (``_new``: each of its listed processes started since, and its
-usage is no more than the node ran since: counted from 0); one whose usage went backwards (a cgroup made anew
-under the same id, where a receiver does not take it on from its last reading as procfs does); a tick a zone's gap
-sums the processes' CPU time (a zone missing, or back, within ``GAP_MAX_S``: ``_cpu_gap.py`` splits those by the
-processes' summed deltas, the containers' usage keeps going, and the gap's unseen time stays with the processes; a
-gap past it sums nothing, and its ticks are counted); the first tick after a restart (the usage read before is not
-kept). A baseline drops the credit and the unseen seconds kept. A failed listing keeps the baselines: the next
+A container with no record for a tick (its ``cpu.stat`` unreadable) is unknown, not 0 s: its last record is kept
+(``_KEEP_S``) with its listed processes' deltas of the ticks since, and its next record that goes on from it
+(``ContainerCpuTime.since_s`` at or before its time; one that does not say goes on from the last listing's only)
+spans them, all of those deltas taken off. A baseline (no unseen time that tick): a record that goes on from none
+kept (a first reading, one its receiver says starts over), unless the container is new (``_new``: each of its
+listed processes started since, and its usage is no more than the node ran since: counted from 0); one whose
+usage went backwards (a cgroup made anew under the same id, where a receiver does not take it on from its last
+reading as procfs does); a tick a zone's gap sums the processes' CPU time (a zone missing, or back, within
+``GAP_MAX_S``: ``_cpu_gap.py`` splits those by the processes' summed deltas, the containers' usage keeps going, and
+the gap's unseen time stays with the processes, so no record is kept over it; a gap past it sums nothing, and its
+ticks are counted); the first tick after a restart (the usage read before is not kept). A baseline drops the
+credit and the unseen seconds kept. A failed listing keeps the baselines: the next
 delta spans it, as the processes' do. No ``container_cpu`` in the batch (no cgroup v2 mount, procfs ``cpu_time``
 off): processes only, said once.
 """
