@@ -274,13 +274,16 @@ TICK = st.fixed_dictionaries(
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(TICK, min_size=1, max_size=12))
+@given(st.lists(TICK, min_size=1, max_size=12), st.booleans())
 @example([{"mj": 1, "active_s": 1, "spawn": [], "exit": [], "run": [], "hidden": [0.5, 0.0, 0.0],
-           "cgroups": [True, True, True], "listed": True}] * 3)  # fmt: skip
-def test_conservation_and_monotonic_totals_with_churn_and_unseen_time(ticks: list[dict]) -> None:  # type: ignore[type-arg]
+           "cgroups": [True, True, True], "listed": True}] * 3, False)  # fmt: skip
+def test_conservation_and_monotonic_totals_with_churn_and_unseen_time(ticks: list[dict], goes_on: bool) -> None:  # type: ignore[type-arg]
+    # goes_on: the records say their usage goes on from the first (since_s 0), so a container not read for a tick
+    # has its next delta span it; else they do not say (only the last tick's record goes on).
     node = CgroupNode(zones=dict(ZONE))
     pods = {"a": "p1", "b": "p1", "c": "p2"}
     node.cgroups = {c: (pods[c], 0.0) for c in pods}
+    node.since_s = {c: 0.0 for c in pods} if goes_on else {}
     proc = processor(unseen="containers", terminated_retention=1e9, max_terminated=10_000)
     container_of: dict[int, str | None] = {}
     last: dict[tuple[str, str], int] = {}
