@@ -33,9 +33,9 @@ reading as procfs does); a tick a zone's gap sums the processes' CPU time (a zon
 ``GAP_MAX_S``: ``_cpu_gap.py`` splits those by the processes' summed deltas, the containers' usage keeps going, and
 the gap's unseen time stays with the processes, so no record is kept over it; a gap past it sums nothing, and its
 ticks are counted); the first tick after a restart (the usage read before is not kept). A baseline drops the
-credit and the unseen seconds kept. A failed listing keeps the baselines: the next
-delta spans it, as the processes' do. No ``container_cpu`` in the batch (no cgroup v2 mount, procfs ``cpu_time``
-off): processes only, said once.
+credit and the unseen seconds kept. A failed listing keeps the baselines: the next delta spans it, as the
+processes' do. No ``container_cpu`` in the batch (no cgroup v2 mount, procfs ``cpu_time`` off): processes only,
+said once.
 """
 
 from __future__ import annotations

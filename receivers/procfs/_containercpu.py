@@ -133,9 +133,9 @@ def container_usage(
 
 class ContainerScans:
     """What the process table keeps from scan to scan for its containers' usage (only where a processor asks):
-    each container's chain (the files its usage is summed from, since when it goes on), each file's last reading and how far its processes ran ahead
-    of it (``_cgroupmoves.py``), and the identities taken out of the table's cache to be read again, whose cgroups
-    are still read (``pending``)."""
+    each container's chain (the files its usage is summed from, since when it goes on), each file's last reading
+    and how far its processes ran ahead of it (``_cgroupmoves.py``), and the identities taken out of the table's
+    cache to be read again, whose cgroups are still read (``pending``)."""
 
     def __init__(self) -> None:
         self.chains: dict[str, Chain] = {}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import example, given, settings
@@ -277,7 +278,9 @@ TICK = st.fixed_dictionaries(
 @given(st.lists(TICK, min_size=1, max_size=12), st.booleans())
 @example([{"mj": 1, "active_s": 1, "spawn": [], "exit": [], "run": [], "hidden": [0.5, 0.0, 0.0],
            "cgroups": [True, True, True], "listed": True}] * 3, False)  # fmt: skip
-def test_conservation_and_monotonic_totals_with_churn_and_unseen_time(ticks: list[dict], goes_on: bool) -> None:  # type: ignore[type-arg]
+def test_conservation_and_monotonic_totals_with_churn_and_unseen_time(
+    ticks: list[dict[str, Any]], goes_on: bool
+) -> None:
     # goes_on: the records say their usage goes on from the first (since_s 0), so a container not read for a tick
     # has its next delta span it; else they do not say (only the last tick's record goes on).
     node = CgroupNode(zones=dict(ZONE))
