@@ -46,6 +46,7 @@ def new_share(
     mode: SharingMode,
     gpu_instance_id: int | None,
     model: ShareModel | None,
+    start_time_ticks: int | None,
 ) -> GpuShare:
     """``GpuShare(...)`` with every field given, by position: for attribution's per-process records."""
     raise NotImplementedError  # replaced by @positional

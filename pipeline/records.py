@@ -325,6 +325,10 @@ class GpuShare(Record):
     # each process's fitted watts per unit of utilisation (``learned``) or, where the fit was not identifiable,
     # its utilisation (``utilisation``). None: not configured, or not time-slicing.
     model: ShareModel | None = None
+    # Energy released after the tick that measured it (attribution's idle hold) for a process procfs dated: its
+    # start time (``HostProcess.start_time_ticks``), which tells it apart from a later process given its pid.
+    # None on every other share, and where the start was not known.
+    start_time_ticks: int | None = None
 
     @property
     def energy_j(self) -> float:

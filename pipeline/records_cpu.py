@@ -33,7 +33,9 @@ class CpuInfo(Record):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ContainerCpuTime(Record):
     """A container's cgroup v2 CPU time (``cpu.stat`` ``usage_usec``, in seconds): every task the cgroup ever
-    held, exited ones included, cumulative. From the ``procfs`` receiver with ``cpu_time`` and ``cgroup_root``."""
+    held, exited ones included, cumulative. From the ``procfs`` receiver with ``cpu_time`` and ``cgroup_root``,
+    which says how far back its usage goes on unbroken (``since_s``): a container read with no record for a tick
+    (a ``cpu.stat`` unreadable) has its next record's delta span that tick."""
 
     KIND: ClassVar[RecordKind] = "container"
     IDENTITY: ClassVar[tuple[str, ...]] = ("container_id", "container_runtime", "pod_uid")
@@ -42,6 +44,12 @@ class ContainerCpuTime(Record):
     container_runtime: str | None = None  # containerd | cri-o | docker | podman, from the cgroup path
     pod_uid: str | None = None  # its pod's, from the cgroup path
     usage_s: float  # cumulative since the cgroup was made
+    # The monotonic s of the reading this usage goes on from without a break: its delta from any record of this
+    # container read at or after then is the container's own CPU time, ticks without a record between included.
+    # Its own time where it starts over, a baseline (a first reading; its cgroups' set changed, or another
+    # container's cgroup was below one of them, since its last record). None: not said (only a record of the
+    # last tick goes on).
+    since_s: float | None = None
 
 
 CPU_RECORD_TYPES: tuple[type[Record], ...] = (CpuInfo, ContainerCpuTime)

@@ -23,18 +23,17 @@ unattributed == active``. The releasing tick's idle and active include what it r
 own interval; the processes' over the interval their energy spans). The zone's totals are the records' sums, so
 they take held energy when it is released: ``energy == idle + attributed + unattributed`` stays exact, no total
 goes down, and the zone's energy total lags the counter by the level held. The state file has no held energy: a
-restart's first listing is a baseline, so the held is saved as unattributed (``rows``).
+restart's first listing is a baseline, so the held is saved as unattributed (``Holds.saved``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from wattpipe.processors._cpu_split import idle_active
 
-__all__ = ["Held", "Holds", "Settled", "ZoneTotals", "restored_zone", "rows"]
+__all__ = ["Held", "Holds", "Settled"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,42 +97,12 @@ class Holds:
         self.zones[path] = after
         return Settled(0, 0, after.mj, tick.span_s)
 
-
-@dataclass(slots=True)
-class ZoneTotals:
-    """A zone's totals (mJ) since its series began: held energy joins them when it is released."""
-
-    zone: str
-    socket: int | None
-    start_wall_s: float
-    energy_mj: int = 0
-    idle_mj: int = 0
-    active_mj: int = 0
-    unattributed_mj: int = 0
-    extra: tuple[tuple[str, str], ...] = field(default=())
-
-
-def restored_zone(path: str, row: Mapping[str, Any]) -> ZoneTotals:
-    """A zone's totals from its state-file row (``rows``')."""
-    zone = str(row["zone"])
-    return ZoneTotals(
-        zone=zone,
-        socket=None if row.get("socket") is None else int(row["socket"]),
-        start_wall_s=float(row["start_wall_s"]),
-        energy_mj=int(row["energy_mj"]),
-        idle_mj=int(row["idle_mj"]),
-        active_mj=int(row["active_mj"]),
-        unattributed_mj=int(row["unattributed_mj"]),
-        extra=(("path", path), ("zone", zone)),
-    )
-
-
-def rows(totals: Mapping[str, ZoneTotals], holds: Holds) -> dict[str, dict[str, Any]]:
-    """The zones' state-file rows, each zone's held energy in them as unattributed: after a restart no listing's
-    deltas span it (the first listing is a baseline), and a total never goes down."""
-    out = {path: {k: v for k, v in asdict(t).items() if k != "extra"} for path, t in totals.items()}
-    for path, held in holds.zones.items():
-        if (row := out.get(path)) is not None and held.mj:
-            for key in ("energy_mj", "active_mj", "unattributed_mj"):
-                row[key] += held.mj
-    return out
+    def saved(self, rows: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """The zones' state-file rows (``_cpu_zone_totals.dumped``'s), each zone's held energy in them as
+        unattributed: after a restart no listing's deltas span it (the first listing is a baseline), and a total
+        never goes down."""
+        for path, held in self.zones.items():
+            if (row := rows.get(path)) is not None and held.mj:
+                for key in ("energy_mj", "active_mj", "unattributed_mj"):
+                    row[key] += held.mj
+        return rows

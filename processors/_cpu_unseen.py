@@ -22,16 +22,20 @@ up to the unseen seconds the container was billed since the moved process's last
 back), is taken back from the moved processes' deltas: weighed once, not twice. One read at the last listing
 (moved in the tick, out of a busy cgroup) has nothing taken back: its time was this tick's.
 
-A baseline (no unseen time that tick): a container not read at the last listing (first read, or its delta would
-span more than the processes'), unless it is new (``_new``: each of its listed processes started since, and its
-usage is no more than the node ran since: counted from 0); one whose usage went backwards (a cgroup made anew
-under the same id, where a receiver does not take it on from its last reading as procfs does); a tick a zone's gap
-sums the processes' CPU time (a zone missing, or back, within ``GAP_MAX_S``: ``_cpu_gap.py`` splits those by the
-processes' summed deltas, the containers' usage keeps going, and the gap's unseen time stays with the processes; a
-gap past it sums nothing, and its ticks are counted); the first tick after a restart (the usage read before is not
-kept). A baseline drops the credit and the unseen seconds kept. A failed listing keeps the baselines: the next
-delta spans it, as the processes' do. No ``container_cpu`` in the batch (no cgroup v2 mount, procfs ``cpu_time``
-off): processes only, said once.
+A container with no record for a tick (its ``cpu.stat`` unreadable) is unknown, not 0 s: its last record is kept
+(``_KEEP_S``) with its listed processes' deltas of the ticks since, and its next record that goes on from it
+(``ContainerCpuTime.since_s`` at or before its time; one that does not say goes on from the last listing's only)
+spans them, all of those deltas taken off. A baseline (no unseen time that tick): a record that goes on from none
+kept (a first reading, one its receiver says starts over), unless the container is new (``_new``: each of its
+listed processes started since, and its usage is no more than the node ran since: counted from 0); one whose
+usage went backwards (a cgroup made anew under the same id, where a receiver does not take it on from its last
+reading as procfs does); a tick a zone's gap sums the processes' CPU time (a zone missing, or back, within
+``GAP_MAX_S``: ``_cpu_gap.py`` splits those by the processes' summed deltas, the containers' usage keeps going, and
+the gap's unseen time stays with the processes, so no record is kept over it; a gap past it sums nothing, and its
+ticks are counted); the first tick after a restart (the usage read before is not kept). A baseline drops the
+credit and the unseen seconds kept. A failed listing keeps the baselines: the next delta spans it, as the
+processes' do. No ``container_cpu`` in the batch (no cgroup v2 mount, procfs ``cpu_time`` off): processes only,
+said once.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.components import CreateContext
 from wattpipe.pipeline.records import HostProcess, NodeCpuTime
 from wattpipe.pipeline.records_cpu import ContainerCpuTime
+from wattpipe.processors._cpu_gap import GAP_MAX_S
 from wattpipe.processors._cpu_series import started_since
 from wattpipe.processors.attribution_math import apportion
 
@@ -62,6 +67,20 @@ _TICK_S = 0.01
 # is, its delta then spanning the scans unread, whose seconds its new container was billed as unseen time. So each
 # container's unseen seconds of this many ticks back are kept, to be taken back from such a delta.
 _BANK_TICKS = 16
+# A container's last record is kept this long while it has none (a cpu.stat unreadable), as a zone's gap keeps the
+# processes' CPU time: its next record that goes on from it (``ContainerCpuTime.since_s``) spans the ticks between.
+_KEEP_S = GAP_MAX_S
+
+
+@dataclass(slots=True)
+class _Read:
+    """A container's last record as weighed: its usage, when it was read (monotonic s), the listing it was read at
+    (``UnseenTime._ticks``), and its listed processes' deltas weighed since, in the ticks it had no record."""
+
+    usage_s: float
+    read_s: float
+    tick: int
+    seen_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +101,7 @@ class UnseenTime:
 
     def __init__(self, ctx: CreateContext) -> None:
         self.ctx = ctx
-        self._usage: dict[str, float] = {}  # container id → usage_s at the last listing
+        self._usage: dict[str, _Read] = {}  # container id → its last record (kept _KEEP_S while it has none)
         self._credit: dict[str, float] = {}  # container id → what its processes showed beyond its usage (≤ 0 s)
         # container id → the unseen seconds it was billed, by tick (number, midpoint monotonic s), _BANK_TICKS back
         self._bank: dict[str, list[tuple[int, float, float]]] = {}
@@ -114,9 +133,8 @@ class UnseenTime:
             return UnseenTick()
         self._said = False
         seen, shown, moved = _shown(hosts, cpu_s, last)
-        previous, self._usage = self._usage, {}
-        credit, self._credit = self._credit, {}
-        bank, self._bank = self._bank, {}
+        previous, credit, bank = self._usage, self._credit, self._bank
+        self._usage, self._credit, self._bank = {}, {}, {}
         self._ticks += 1
         mid_s = None if self._last_s is None else (self._last_s + batch.time.monotonic_s) / 2
         self._last_s = batch.time.monotonic_s
@@ -125,17 +143,17 @@ class UnseenTime:
         unseen: list[float] = []
         alive: set[tuple[str, str]] = set()
         by_id = {r.container_id: r for r in batch.container_cpu}  # two receivers' of one container: its last
-        new = _new(batch, since, [r for r in by_id.values() if r.container_id not in previous]) if counted else {}
+        starts = self._starts(batch, by_id, previous, since) if counted else {}
         for record in by_id.values():
             cid = record.container_id
-            self._usage[cid] = record.usage_s
+            self._usage[cid] = _Read(record.usage_s, record.time.monotonic_s, self._ticks)
             alive.add(("container", cid))
             if record.pod_uid is not None:
                 alive.add(("pod", record.pod_uid))
-            before = previous.get(cid, new.get(cid))
-            if not counted or before is None or record.usage_s < before:
+            before, seen_s = starts.get(cid, (None, 0.0))
+            if before is None or record.usage_s < before:
                 continue  # a baseline (its bank dropped)
-            seconds = record.usage_s - before - seen.get(cid, 0.0) + credit.get(cid, 0.0)
+            seconds = record.usage_s - before - seen_s - seen.get(cid, 0.0) + credit.get(cid, 0.0)
             kept = _recent(bank.get(cid, []), self._ticks - _BANK_TICKS)
             if seconds < 0 and kept and cid in moved:
                 weighed = list(cpu_s) if weighed is None else weighed
@@ -149,7 +167,50 @@ class UnseenTime:
                 self._credit[cid] = max(seconds, -_TICK_S * (2 * shown.get(cid, 0) + 1))
             if kept:
                 self._bank[cid] = kept
+        self._keep(previous, by_id, seen, credit, bank, batch.time.monotonic_s - _KEEP_S if counted else None)
         return UnseenTick(records, unseen, frozenset(alive), weighed)
+
+    def _starts(
+        self,
+        batch: Batch,
+        by_id: Mapping[str, ContainerCpuTime],
+        previous: Mapping[str, _Read],
+        since: tuple[float, NodeCpuTime] | None,
+    ) -> dict[str, tuple[float, float]]:
+        """Where each record's delta starts: the usage of the record it goes on from and its listed processes'
+        deltas weighed since in the ticks it had no record, or (0 s, 0 s) for a new container; none: a baseline."""
+        starts = {
+            c: (was.usage_s, was.seen_s)
+            for c, r in by_id.items()
+            if (was := previous.get(c)) is not None and _goes_on(r, was, self._ticks - 1)
+        }
+        new = _new(batch, since, [r for r in by_id.values() if r.container_id not in starts])
+        return {**{c: (usage_s, 0.0) for c, usage_s in new.items()}, **starts}
+
+    def _keep(
+        self,
+        previous: Mapping[str, _Read],
+        by_id: Mapping[str, ContainerCpuTime],
+        seen: Mapping[str, float],
+        credit: Mapping[str, float],
+        bank: Mapping[str, list[tuple[int, float, float]]],
+        after_s: float | None,
+    ) -> None:
+        """The containers with no record this tick, read since ``after_s``: their last record kept, their listed
+        processes' deltas of the tick (``seen``) added to it, their credit and bank kept, so their next record
+        that goes on from it spans this tick (unknown, not 0 s). None (a zone's gap sums CPU time): none kept,
+        their next record a baseline, as every record is this tick."""
+        if after_s is None:
+            return
+        for cid, was in previous.items():
+            if cid in by_id or was.read_s < after_s:
+                continue
+            was.seen_s += seen.get(cid, 0.0)
+            self._usage[cid] = was
+            if cid in credit:
+                self._credit[cid] = credit[cid]
+            if cid in bank:
+                self._bank[cid] = bank[cid]
 
     def _say_absent(self) -> None:
         if self._said:
@@ -161,6 +222,15 @@ class UnseenTime:
             f"processor {self.ctx.component_id}: unseen: containers, but no container CPU time in the batch "
             "(the procfs receiver needs cpu_time and a cgroup v2 mount at cgroup_root): processes only",
         )
+
+
+def _goes_on(record: ContainerCpuTime, was: _Read, last_tick: int) -> bool:
+    """Whether ``record``'s usage goes on from ``was`` (a delta between them is the container's own): its receiver
+    says it goes on unbroken since then or before (``since_s``), or, where it does not say, ``was`` is of the last
+    listing (``last_tick``)."""
+    if record.since_s is None:
+        return was.tick == last_tick
+    return record.since_s <= was.read_s
 
 
 def _recent(kept: list[tuple[int, float, float]], after_tick: int) -> list[tuple[int, float, float]]:

@@ -23,7 +23,7 @@ from typing import Any
 
 from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.clock import Timestamp
-from wattpipe.pipeline.records import DevicePower, HostProcess, Totals, Workload
+from wattpipe.pipeline.records import DevicePower, GpuShare, HostProcess, Totals, Workload
 from wattpipe.processors._energy_series import Order, Series, prune, restore, saved, to_totals
 from wattpipe.processors.attribution_math import apportion
 from wattpipe.processors.k8s._exited import LATE_DEVICE
@@ -31,9 +31,10 @@ from wattpipe.processors.k8s._exited import LATE_DEVICE
 __all__ = ["GroupKey", "GroupSeries", "Late"]
 
 GroupKey = tuple[str, str, str]  # "container" | "pod", container id | pod UID, device id
-Late = dict[tuple[int, str], bool]
-"""(pid, device) of this tick's late shares → whether their energy went to a process series (when not, it
-counted as unattributed, and goes to no container or pod either)."""
+Late = dict[tuple[int, str, int | None], bool]
+"""(pid, device, start time) of this tick's late shares → whether their energy went to a process series (when
+not, it counted as unattributed, and goes to no container or pod either). The start time is the share's
+(``GpuShare.start_time_ticks``): None on a running process's share, and on most late ones."""
 _Part = tuple[int, float, dict[str, str]]  # energy (mJ), watts, attributes: one group's part of a tick
 
 
@@ -224,7 +225,7 @@ def _parts(
     for share in batch.shares:
         if share.pid is None:
             continue
-        landed = late.get((share.pid, share.device_id)) if late else None
+        landed = late.get((share.pid, share.device_id, share.start_time_ticks)) if late else None
         if landed is False:
             continue  # its process series was dropped: the device's remainder has it
         gi = None if share.gpu_instance_id is None else str(share.gpu_instance_id)
@@ -233,8 +234,11 @@ def _parts(
             pooled[(share.device_id, gi, bool(landed))] = (mj + share.energy_mj, watts + share.power_w)
             continue
         # A late share is the exited process's, as the k8s processor remembers it on that device; the pid's own
-        # Workload (whoever has the pid now) only where there is none such.
-        member = (late_workloads.get((share.pid, share.device_id)) if landed else None) or workloads.get(share.pid)
+        # Workload (whoever has the pid now) only where there is none such, and not where the share names the
+        # process it is for and /proc has another one under its pid (its workload is the other one's).
+        member = (late_workloads.get((share.pid, share.device_id)) if landed else None) or (
+            None if landed and _another(share, hosts.get(share.pid)) else workloads.get(share.pid)
+        )
         if member is not None:
             # A late share's pid may be another process's by now: /proc says nothing of the one that ran.
             runtime = None if landed else _runtime(member, hosts.get(share.pid))
@@ -244,6 +248,12 @@ def _parts(
         for w, part in zip(members, apportion(mj, [1.0] * len(members)), strict=True):
             _add(released if is_late else running, w, device_id, part, watts / len(members))
     return running, released, roster
+
+
+def _another(share: GpuShare, host: HostProcess | None) -> bool:
+    """The share is for a process of a known start time, and procfs's process of its pid now started at another."""
+    start = share.start_time_ticks
+    return start is not None and host is not None and host.start_time_ticks not in (None, start)
 
 
 def _owners_and_roster(

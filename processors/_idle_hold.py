@@ -18,6 +18,12 @@ their ends as wall times: the wait goes on from the first held tick, wattpipe's 
 that does not answer after the restart (or whose idle is still not known) is released once it has waited
 ``idle_wait``, and one whose idle is known by then is released with it.
 
+A held tick keeps each pid's process start time (procfs's ``start_time_ticks``, where the batch has it): energy
+held for a process that has ended and whose pid another process has at the release goes to the ended one (a
+late share carrying its start time: attribution's ``_merged``, the energy processor's ``_late_series``), not to
+the new one. A held tick with no start times (no procfs; a state file from before they were kept) goes by the
+pid alone: to whichever process has it at the release.
+
 The held tick's record says nothing is idle or active yet (both 0) and carries the held level
 (``held_energy_mj``); the release tick's idle and active include the released parts. Per tick,
 idle + active + (held now − held before) == energy; Σ shares == active.
@@ -36,9 +42,12 @@ from wattpipe.pipeline.records import SharingMode
 from wattpipe.processors._mig_attribution import MIG_MODES
 from wattpipe.processors.attribution_math import apportion
 
-__all__ = ["HeldTick", "IdleHold", "Released", "release"]
+__all__ = ["HeldTick", "IdleHold", "Process", "Released", "release"]
 
 _MAX_TICKS = 4096  # held per device, whatever idle_wait and the tick interval
+
+Process = tuple[int, int | None]
+"""A held process: its pid and its start time (None: not known)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,23 +58,29 @@ class HeldTick:
     pids: tuple[int, ...]
     shares: tuple[float, ...]  # each pid's share of the tick's active energy, Σ 1
     mode: SharingMode = "time_slicing"  # how it was split
+    # Each pid's process start time (procfs's start_time_ticks; None: not known): which process had the pid
+    # then. () where none was known (or a state file from before they were kept): the pid alone says who.
+    starts: tuple[int | None, ...] = ()
+
+    def processes(self) -> tuple[Process, ...]:
+        return tuple(zip(self.pids, self.starts or (None,) * len(self.pids), strict=True))
 
 
 @dataclass(slots=True)
 class Released:
     idle_mj: int = 0
-    by_pid: dict[int, int] | None = None
+    by_process: dict[Process, int] | None = None
     unattributed_mj: int = 0
 
     @property
     def active_mj(self) -> int:
-        return sum((self.by_pid or {}).values()) + self.unattributed_mj
+        return sum((self.by_process or {}).values()) + self.unattributed_mj
 
 
 def release(ticks: list[HeldTick], idle_w: float | None) -> Released:
     """The held ``ticks`` split: idle_w × interval of each is idle (at most its energy), the rest by its shares."""
-    out = Released(by_pid={})
-    assert out.by_pid is not None
+    out = Released(by_process={})
+    assert out.by_process is not None
     for tick in ticks:
         idle_mj = 0 if idle_w is None else max(0, min(tick.energy_mj, round(idle_w * tick.interval_s * 1000.0)))
         out.idle_mj += idle_mj
@@ -73,8 +88,8 @@ def release(ticks: list[HeldTick], idle_w: float | None) -> Released:
         if not tick.pids:
             out.unattributed_mj += active
             continue
-        for pid, mj in zip(tick.pids, apportion(active, list(tick.shares)), strict=True):
-            out.by_pid[pid] = out.by_pid.get(pid, 0) + mj
+        for process, mj in zip(tick.processes(), apportion(active, list(tick.shares)), strict=True):
+            out.by_process[process] = out.by_process.get(process, 0) + mj
     return out
 
 
@@ -128,7 +143,7 @@ class IdleHold:
     def take(self, device_id: str, idle_w: float | None) -> Released:
         """Release all the device's held ticks (idle part by ``idle_w``; None: all active)."""
         ticks = self._ticks.pop(device_id, None)
-        return release(list(ticks), idle_w) if ticks else Released(by_pid={})
+        return release(list(ticks), idle_w) if ticks else Released(by_process={})
 
     # --- state -------------------------------------------------------------------------------
 
@@ -141,6 +156,7 @@ class IdleHold:
                     "interval_s": t.interval_s,
                     "energy_mj": t.energy_mj,
                     "pids": list(t.pids),
+                    "starts": list(t.starts),
                     "shares": list(t.shares),
                     "mode": t.mode,
                 }
@@ -176,12 +192,24 @@ def _held_tick(device_id: object, i: int, row: Any, wall_offset_s: float) -> Hel
         pids = tuple(int(pid) for pid in row["pids"])
         shares = tuple(float(share) for share in row["shares"])
         mode = row["mode"]
+        # (a state file from before start times were kept has none: the pid alone says who)
+        starts = tuple(None if start is None else _whole(start) for start in row.get("starts", ()))
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"{where}: {type(exc).__name__}: {exc}") from None
+    if starts and len(starts) != len(pids):
+        raise ValueError(f"{where}: {len(pids)} pids and {len(starts)} start times (one per pid, or none)")
     if type(energy_mj) is not int or energy_mj < 0:
         raise ValueError(f"{where}: energy_mj {energy_mj!r} is not a whole number of mJ at or above 0")
     if len(pids) != len(shares) or not all(math.isfinite(x) and x >= 0 for x in shares):
         raise ValueError(f"{where}: {len(pids)} pids and {len(shares)} shares (one finite share ≥ 0 per pid)")
     if mode not in _HOLDABLE or not (math.isfinite(end_s) and math.isfinite(interval_s) and interval_s > 0):
         raise ValueError(f"{where}: mode {mode!r}, interval {interval_s!r} s: not a held tick's")
-    return HeldTick(end_s, interval_s, energy_mj, pids, shares, mode)
+    return HeldTick(
+        end_s, interval_s, energy_mj, pids, shares, mode, starts if any(x is not None for x in starts) else ()
+    )
+
+
+def _whole(value: object) -> int:
+    if type(value) is not int:
+        raise ValueError(f"start time {value!r} is not a whole number of clock ticks")
+    return value

@@ -36,6 +36,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from wattpipe.pipeline.batch import Batch
+from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
 from wattpipe.pipeline.config import Duration
 from wattpipe.pipeline.constructors import new_share
@@ -44,12 +45,13 @@ from wattpipe.pipeline.records import (
     DeviceSample,
     GpuProcessSample,
     GpuShare,
+    HostProcess,
     InstanceEnergy,
     MigInstance,
     ShareModel,
     SharingMode,
 )
-from wattpipe.processors._idle_hold import HeldTick, IdleHold, Released
+from wattpipe.processors._idle_hold import HeldTick, IdleHold, Process, Released
 from wattpipe.processors._learned import LearnedConfig, LearnedModel, Reason, row_of
 from wattpipe.processors._mig_attribution import MigAttribution, late_shares
 from wattpipe.processors.attribution_math import apportion, fractions, since_start
@@ -172,9 +174,8 @@ class AttributionProcessor:
                 # A tick that carries what a MIG hold released is not idle-held: holding zeroes its shares'
                 # energy, and the released part (earlier ticks', not in this tick's energy) was lost.
                 drained = tick is not own
-            tick, power = self._idle_held(
-                power, tick, holdable=not mig and not drained and not (device is not None and device.mig_enabled)
-            )
+            holdable = not mig and not drained and not (device is not None and device.mig_enabled)
+            tick, power = self._idle_held(power, tick, batch.host_processes, holdable=holdable)
             shares.extend(tick)
             powers.append(power)
         late, late_instances = self._unanswered(batch, {p.device_id for p in powers})
@@ -190,10 +191,11 @@ class AttributionProcessor:
         )
 
     def _idle_held(
-        self, power: DevicePower, tick: list[GpuShare], *, holdable: bool
+        self, power: DevicePower, tick: list[GpuShare], hosts: tuple[HostProcess, ...], *, holdable: bool
     ) -> tuple[list[GpuShare], DevicePower]:
         """The tick's shares and record with the idle hold applied (processors/_idle_hold.py): this tick held
-        while idle is pending, or what was held released into it once idle is known (or the wait is over)."""
+        while idle is pending, or what was held released into it once idle is known (or the wait is over).
+        ``hosts``: procfs's processes, whose start times tell which process had a pid."""
         dev = power.device_id
         hold = self._idle
         processes = [s for s in tick if s.pid is not None]
@@ -207,6 +209,8 @@ class AttributionProcessor:
             and not hold.due(dev, power.time.monotonic_s)
         ):
             fracs = fractions([s.share for s in processes])
+            start_of = _start_ticks(hosts)
+            starts = tuple(start_of.get(s.pid) for s in processes if s.pid is not None)
             hold.hold(
                 dev,
                 HeldTick(
@@ -216,6 +220,7 @@ class AttributionProcessor:
                     tuple(s.pid for s in processes if s.pid is not None),
                     tuple(fracs),
                     processes[0].mode,
+                    starts if any(start is not None for start in starts) else (),
                 ),
             )
             # Watts stay the provisional split (the best estimate of now); the energy waits.
@@ -236,7 +241,7 @@ class AttributionProcessor:
             # Idle pending still, but this tick is not held (unattributable, free, or idle no longer learnable):
             # what was held waits on.
             return tick, dataclasses.replace(power, held_energy_mj=hold.held_mj(dev))
-        return _merged(tick, released, power), dataclasses.replace(
+        return _merged(tick, released, power, _start_ticks(hosts)), dataclasses.replace(
             power,
             idle_energy_mj=power.idle_energy_mj + released.idle_mj,
             active_energy_mj=power.active_energy_mj + released.active_mj,
@@ -260,7 +265,8 @@ class AttributionProcessor:
             mode = self._idle.mode(dev)
             released = self._idle.take(dev, None)
             # (a held tick always has processes: its remainder is kept for conservation)
-            out += late_shares(now, dev, mode, released.by_pid or {}, unattributed_mj=released.unattributed_mj)
+            out += late_shares(now, dev, mode, {}, unattributed_mj=released.unattributed_mj)
+            out += _late(now, dev, mode, released.by_process or {})
         return out, per_instance
 
     def _mode(self, device: DeviceSample | None, procs: list[GpuProcessSample]) -> SharingMode:
@@ -306,7 +312,7 @@ class AttributionProcessor:
         )
         return [remainder] + [
             new_share(
-                time, (), device_id, p.pid, fraction, mj, mj / 1000.0 / interval_s, mode, p.gpu_instance_id, model
+                time, (), device_id, p.pid, fraction, mj, mj / 1000.0 / interval_s, mode, p.gpu_instance_id, model, None
             )
             for p, fraction, mj in zip(procs, frac, parts, strict=True)
         ]
@@ -346,13 +352,22 @@ def _from_start(procs: list[GpuProcessSample], weights: list[float], starts: dic
     return out
 
 
-def _merged(tick: list[GpuShare], released: Released, power: DevicePower) -> list[GpuShare]:
-    """This tick's shares with released held energy added: to each pid's share, to the remainder, and as late
-    shares (no watts, share 0) of the pids that are no longer listed."""
-    by_pid = dict(released.by_pid or {})
+def _merged(
+    tick: list[GpuShare], released: Released, power: DevicePower, start_of: Mapping[int, int]
+) -> list[GpuShare]:
+    """This tick's shares with released held energy added: to the share of the process it was held for, to the
+    remainder, and as late shares (no watts, share 0) of the processes not in this tick. A process is its pid,
+    and its start time where procfs gave one then and gives one now (``start_of``): energy held for a pid's
+    process that has another start time now (or none known) is late, carrying its start (see ``_late``)."""
+    owed = dict(released.by_process or {})
     out = []
     for s in tick:
-        extra = released.unattributed_mj if s.pid is None else by_pid.pop(s.pid, 0)
+        if s.pid is None:
+            extra = released.unattributed_mj
+        else:
+            now_start = start_of.get(s.pid)
+            mine = [p for p in owed if p[0] == s.pid and p[1] in (None, now_start)] if owed else []
+            extra = sum(map(owed.pop, mine))
         out.append(dataclasses.replace(s, energy_mj=s.energy_mj + extra) if extra else s)
     if released.unattributed_mj and not any(s.pid is None for s in tick):
         out.insert(
@@ -361,13 +376,38 @@ def _merged(tick: list[GpuShare], released: Released, power: DevicePower) -> lis
                 _unattributed(power, "none"), share=0.0, energy_mj=released.unattributed_mj, power_w=0.0
             ),
         )
-    mode = tick[0].mode if tick else "none"
-    out.extend(
-        GpuShare(time=power.time, device_id=power.device_id, pid=pid, share=0.0, energy_mj=mj, power_w=0.0, mode=mode)
-        for pid, mj in sorted(by_pid.items())
+    return out + _late(power.time, power.device_id, tick[0].mode if tick else "none", owed)
+
+
+def _late(time: Timestamp, device_id: str, mode: SharingMode, owed: Mapping[Process, int]) -> list[GpuShare]:
+    """Late shares (no watts, share 0) of energy held for processes, by pid (then start time), each with the
+    process's start time where it was known: the energy processor adds it to that process's series, not to
+    a later one's of its pid."""
+    return [
+        GpuShare(
+            time=time,
+            device_id=device_id,
+            pid=pid,
+            share=0.0,
+            energy_mj=mj,
+            power_w=0.0,
+            mode=mode,
+            start_time_ticks=start,
+        )
+        for (pid, start), mj in sorted(owed.items(), key=_process_order)
         if mj > 0
-    )
-    return out
+    ]
+
+
+def _process_order(item: tuple[Process, int]) -> tuple[int, int]:
+    """Late shares' order: by pid, then start time (an unknown one first)."""
+    (pid, start), _ = item
+    return pid, -1 if start is None else start
+
+
+def _start_ticks(hosts: tuple[HostProcess, ...]) -> dict[int, int]:
+    """Each pid's process start time, where procfs gave one."""
+    return {h.pid: h.start_time_ticks for h in hosts if h.start_time_ticks is not None}
 
 
 def _unattributed(power: DevicePower, mode: SharingMode) -> GpuShare:
@@ -394,6 +434,7 @@ _REASON_TEXT: dict[Reason, str] = {
     "uncertain": "utilisation (learned model: coefficients too uncertain for this tick's busy processes)",
 }
 _PID = operator.attrgetter("pid")
+
 _DEVICE = operator.attrgetter("device_id")
 _SM_UTIL = operator.attrgetter("sm_util")
 

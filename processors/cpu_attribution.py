@@ -39,12 +39,12 @@ from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
 from wattpipe.pipeline.config import Duration
 from wattpipe.pipeline.records import CpuZoneSample, DevicePower, DeviceTotals, HostProcess, NodeCpuTime
 from wattpipe.processors._cpu_gap import GAP_MAX_S, Gaps, merge_shares
-from wattpipe.processors._cpu_hold import Holds, Settled, ZoneTotals, restored_zone, rows
+from wattpipe.processors._cpu_hold import Holds, Settled
 from wattpipe.processors._cpu_idle import ZoneIdle, ZoneIdles
 from wattpipe.processors._cpu_series import CpuSeries, Names, TickShares, process_key, started_since
 from wattpipe.processors._cpu_split import idle_active, splittable, usage_ratio
 from wattpipe.processors._cpu_unseen import UnseenTick, UnseenTime, split_active
-from wattpipe.processors._energy_series import start_at
+from wattpipe.processors._cpu_zone_totals import ZoneTotals, device_totals, dumped, restored, totals_for
 
 __all__ = ["CpuAttributionConfig", "CpuAttributionProcessor", "factory"]
 
@@ -143,7 +143,7 @@ class CpuAttributionProcessor:
         saved_state = self.ctx.state.section(self.ctx.state_key)
         if not saved_state:
             return
-        zones = {str(path): restored_zone(str(path), row) for path, row in dict(saved_state.get("zones", {})).items()}
+        zones = restored(saved_state.get("zones", {}))
         series = CpuSeries(self.config.terminated_retention, self.config.max_terminated)
         series.restore(saved_state)
         self.zone_totals, self.series = zones, series
@@ -154,7 +154,7 @@ class CpuAttributionProcessor:
         )
 
     def snapshot(self) -> dict[str, Any]:
-        section = {"zones": rows(self.zone_totals, self._holds), **self.series.snapshot()}
+        section = {"zones": self._holds.saved(dumped(self.zone_totals)), **self.series.snapshot()}
         if self._idles is not None:
             section["idle_fits"] = self._idles.dump(self.ctx.node_name)
         return section
@@ -434,12 +434,7 @@ class CpuAttributionProcessor:
         ratio is not known), ``gap`` (the zone missed ticks); ``idle_known`` False (no ratio, no idle): the idle
         watts are absent, all is active. ``held_mj``: the level held after the tick (processors/_cpu_hold.py):
         idle and active are what the tick settled, so ``energy`` is the counter's delta, not their sum."""
-        totals = self.zone_totals.get(sample.path)
-        if totals is None:
-            extra = (("path", sample.path), ("zone", sample.zone))
-            totals = self.zone_totals[sample.path] = ZoneTotals(
-                sample.zone, sample.socket, now.wall_s - interval_s, extra=extra
-            )
+        totals = totals_for(self.zone_totals, sample, now.wall_s - interval_s, self.ctx.logger)
         totals.energy_mj += idle_mj + active_mj
         totals.idle_mj += idle_mj
         totals.active_mj += active_mj
@@ -467,23 +462,7 @@ class CpuAttributionProcessor:
         )
 
     def _device_totals(self, now: Timestamp) -> tuple[DeviceTotals, ...]:
-        return tuple(
-            DeviceTotals(
-                time=now,
-                extra=t.extra,
-                device_id=path,
-                device_type="cpu",
-                device_index=t.socket,
-                device_name=t.zone,
-                energy_mj=t.energy_mj,
-                idle_energy_mj=t.idle_mj,
-                active_energy_mj=t.active_mj,
-                attributed_energy_mj=t.active_mj - t.unattributed_mj,
-                unattributed_energy_mj=t.unattributed_mj,
-                start=start_at(now, t.start_wall_s),
-            )
-            for path, t in sorted(self.zone_totals.items())
-        )
+        return device_totals(self.zone_totals, now)
 
 
 factory = Factory.of(

@@ -26,8 +26,8 @@ and no series of unknown start is made for it). Ended series on a device that ho
 ``late_energy_wait`` after they end (when that is longer than ``terminated_retention``), so that their late
 energy still finds them; should it come for a series dropped all the same, it counts as the device's
 unattributed energy (and is logged): Σ process totals + unattributed still add up to the active energy.
-Pid reuse within the wait: on another GPU the late energy stays with the process that ran; on the same GPU
-the series that ended last takes it (the attribution processor cannot tell two processes of one pid apart).
+Pid reuse within the wait: on another GPU the late energy stays with the process that ran; on the same GPU a
+share naming its process's start time (the idle hold's, with procfs) finds that series, else the pid's latest.
 A share of a device that did not answer this tick (no DevicePower: energy a hold released for a GPU down past
 attribution's ``idle_wait`` or ``mig_max_wait``) is late too, whatever the listing says, and lowers the device's
 held level. The idle hold's counts in the device's energy and active totals then; a MIG hold's (its mode a MIG
@@ -119,6 +119,8 @@ class _Listing:
         self._pairs: set[tuple[int | None, str]] | None = None
 
     def lacks(self, share: GpuShare) -> bool:
+        if share.start_time_ticks is not None:
+            return True  # released for the process of that start (idle hold): maybe not the one listed now
         if "gpu_processes" not in self._batch.present:
             return False  # no listing to go by (no such receiver, or it failed): every share is a process's
         if self._pairs is None:
@@ -235,7 +237,7 @@ class EnergyProcessor:
             # Only a share with no watts can be late (released for a process that has exited, or for a device
             # that did not answer): the listing is looked at for those alone.
             if share.power_w == 0.0 and share.share == 0.0 and (share.device_id not in powers or listing.lacks(share)):
-                late[(share.pid, share.device_id)] = self._late(share.pid, share)
+                late[(share.pid, share.device_id, share.start_time_ticks)] = self._late(share.pid, share)
                 continue
             host = hosts.get(share.pid)
             running = None if host is not None else self._running.get((share.pid, share.device_id))
@@ -282,12 +284,10 @@ class EnergyProcessor:
             d.held_mj = max(0, d.held_mj - held_mj)
 
     def _late(self, pid: int, share: GpuShare) -> bool:
-        """Add a late share's energy to the pid's series on its device, the running one or the one that ended
-        last, as it is (it says nothing of whether the process runs); returns whether there was one. When the
-        series was dropped already, the energy is the device's unattributed: never lost, never revived."""
-        pair = (pid, share.device_id)
-        key = self._running.get(pair) or self._ended.get(pair)
-        series = self.series.get(key) if key is not None else None
+        """Add a late share's energy to its process's series on its device as it is (it says nothing of whether
+        the process runs); returns whether there was one. When the series was dropped already, the energy is the
+        device's unattributed: never lost, never revived."""
+        series = self._late_series(pid, share.device_id, share.start_time_ticks)
         if series is not None:
             series.energy_mj += share.energy_mj
             return True
@@ -304,6 +304,19 @@ class EnergyProcessor:
                 "far): raise late_energy_wait above attribution's mig_max_wait (or max_terminated)",
             )
         return False
+
+    def _late_series(self, pid: int, device_id: str, start: int | None) -> Series | None:
+        """The series of a late share: its process's (pid and ``start``: its start time, where attribution knew
+        it), else the pid's running one or the one that ended last, unless its start time is known and another."""
+        if start is not None and (found := self.series.get((pid, device_id, start))) is not None:
+            return found
+        pair = (pid, device_id)
+        for key in filter(None, (self._running.get(pair), self._ended.get(pair))):
+            series = self.series.get(key)
+            known = None if series is None else series.start_ticks if key[2] == _UNKNOWN_START else key[2]
+            if series is not None and (start is None or known in (None, start)):
+                return series
+        return None
 
     def _absent(self, tick: int, split: set[str], gone: set[str], wall_s: float) -> None:
         """The process series that had no share of a running process this tick: exited where their device's

@@ -60,3 +60,23 @@ def test_a_move_after_the_run_is_said_not_dropped_in_silence(tmp_path: Path) -> 
     assert notes == [
         f"note: scenario {scenario}: processes.0 (pid 11).moves.1 at 500 s is after the run's end (60 s): it never happens"
     ]
+
+
+def test_a_process_that_starts_after_the_run_is_said_not_dropped_in_silence(tmp_path: Path) -> None:
+    """A process written to start at 300 s in a 1-minute run never runs: the person is told, naming it; one that
+    starts inside the run, or a GPU process that does, is not mentioned."""
+    scenario = tmp_path / "late.yaml"
+    scenario.write_text(
+        "cpu: {packages: 1, cores: 8, idle_w: 40, w_per_core: 5}\n"
+        "processes:\n"
+        "  - {pid: 11, comm: agent, cpu_cores: 0.5}\n"
+        "  - {pid: 12, comm: batch, cpu_cores: 2, start_s: 30}\n"
+        "  - {pid: 13, comm: nightly, cpu_cores: 4, start_s: 300, end_s: 400}\n"
+    )
+    err = io.StringIO()
+    args = ["simulate", "--scenario", str(scenario), "-c", str(CONFIG), "--duration", "1m", "--log-level", "error"]
+    assert main(args, io.StringIO(), err) == 0, err.getvalue()
+    notes = [line for line in err.getvalue().splitlines() if "never" in line]
+    assert notes == [
+        f"note: scenario {scenario}: processes.2 (pid 13) starts at 300 s, after the run's end (60 s): it never runs"
+    ]

@@ -341,7 +341,7 @@ def _run_simulated(
     log.info("simulated node %s: %d GPU(s) from %s", node.scenario.node.name, len(node.scenario.gpus), args.scenario)
     total_s = (max_ticks - 1) * interval if max_ticks else 0.0
     if stepped and max_ticks:
-        _say_moves_after_the_run(node, args.scenario, node.t_s() + total_s, err)
+        _say_after_the_run(node, args.scenario, node.t_s() + total_s, err)
     progress = SimulationProgress(total_s, node.t_s, err, show=stepped and level in ("debug", "info"))
     say = _say_where_to_look(graph, config, err) if not stepped else None
     service = Service(graph, before_tick=_before_tick(config, node, tmp, progress, say))
@@ -357,12 +357,21 @@ def _run_simulated(
     return code
 
 
-def _say_moves_after_the_run(node: simulator.SimulatedNode, scenario: str, end_s: float, err: TextIO) -> None:
-    """A scenario's ``moves`` past the run's end never happen: said once each, not dropped in silence."""
+def _say_after_the_run(node: simulator.SimulatedNode, scenario: str, end_s: float, err: TextIO) -> None:
+    """A scenario's processes that start, and ``moves`` that happen, past the run's end never do: said once each,
+    not dropped in silence."""
     for index, process in enumerate(node.scenario.processes):
+        named = f"processes.{index} (pid {process.pid})"
+        if process.start_s >= end_s:
+            print(
+                f"note: scenario {scenario}: {named} starts at {process.start_s:g} s, after the run's end "
+                f"({end_s:g} s): it never runs",
+                file=err,
+            )
+            continue  # (its moves with it)
         for n, move in enumerate(process.moves):
             if move.at_s > end_s:
-                where = f"processes.{index} (pid {process.pid}).moves.{n} at {move.at_s:g} s"
+                where = f"{named}.moves.{n} at {move.at_s:g} s"
                 print(
                     f"note: scenario {scenario}: {where} is after the run's end ({end_s:g} s): it never happens",
                     file=err,

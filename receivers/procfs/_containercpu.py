@@ -19,12 +19,15 @@ new cgroup's time since that scan.
 
 No record (unknown, not a wrong number) for a container:
 
-- one of whose cgroups gave no reading (removed, unreadable);
+- one of whose cgroups gave no reading (removed, unreadable): its next record, of the same cgroups, goes on from
+  its last (its ``since_s`` kept: the consumer's delta spans the scans without one);
 - with another container's cgroup below one of its own (Docker-in-Docker without a delegated leaf): a
   cgroup's usage counts its descendants', so its usage holds the inner container's processes, billed on their own;
-- whose cgroups read differ from the last scan's (a process in a cgroup of it none was in, or none left in
-  one): the sum is of other cgroups, and a cgroup that joins it brings its whole past. The next scan's is a
-  baseline.
+- whose cgroups read differ from those of its last record (a process in a cgroup of it none was in, or none left
+  in one): the sum is of other cgroups, and a cgroup that joins it brings its whole past.
+
+After either of the last two, its next record is a baseline: its ``since_s`` is its own time, as a container's
+first record's is (and every record's of a receiver started afresh).
 """
 
 from __future__ import annotations
@@ -39,9 +42,13 @@ from wattpipe.receivers.procfs._cgroup import CgroupIdentity
 from wattpipe.receivers.procfs._cgroupmoves import ran_elsewhere
 from wattpipe.receivers.procfs._identity import Identity
 
-__all__ = ["ContainerScans", "container_usage"]
+__all__ = ["Chain", "ContainerScans", "container_usage"]
 
 _MANY = ""  # below a cgroup: more than one container's cgroups
+
+Chain = tuple[frozenset[str], float | None]
+"""A container's usage as its records go on: the files it is summed from, and the monotonic s since which it goes on
+unbroken (its records' ``since_s``; None: broken, its next record is a baseline)."""
 
 
 def _outermost(paths: set[str]) -> list[str]:
@@ -71,14 +78,16 @@ def container_usage(
     cgroups: Iterable[tuple[str, CgroupIdentity]],
     usec: Mapping[str, tuple[str, int]],
     listed: Iterable[tuple[str, CgroupIdentity]] = (),
-    last_files: Mapping[str, frozenset[str]] | None = None,
-) -> tuple[list[ContainerCpuTime], dict[str, frozenset[str]]]:
+    chains: Mapping[str, Chain] | None = None,
+) -> tuple[list[ContainerCpuTime], dict[str, Chain]]:
     """A record per container of ``cgroups`` (each process's cgroup path and its identity, as the last scan
     listed them), its usage the sum of its outermost cgroups' readings (``usec``: path → the ``cpu.stat`` read
     and its ``usage_usec``), each file once (two threaded cgroups are read through their domain's one file);
     none where the module's docstring says. ``listed``: this scan's processes' cgroups (a container inside
-    another's that starts now is in the outer's usage already); ``last_files``: the files each container's usage
-    was summed from at the last scan. Returns the records and this scan's files per container."""
+    another's that starts now is in the outer's usage already); ``chains``: each container's at the last scan
+    (None: every record a first reading, its ``since_s`` its own time). Returns the records and this scan's
+    chains: kept as they were for a container with a cgroup unreadable now (its next record goes on from its
+    last), broken where its usage does not go on (a set changed, a container below)."""
     by_container: dict[str, tuple[CgroupIdentity, set[str]]] = {}
     owners: dict[str, str] = {}
     for path, identity in cgroups:
@@ -90,18 +99,25 @@ def container_usage(
             owners[path] = identity.container_id
     below = _below(owners) if len(by_container) > 1 or len(set(owners.values())) > 1 else {}
     out = []
-    files: dict[str, frozenset[str]] = {}
+    now_chains: dict[str, Chain] = {}
     for container_id, (identity, paths) in sorted(by_container.items()):
         outermost = _outermost(paths)
         readings = [usec.get(path) for path in outermost]
+        last = None if chains is None else chains.get(container_id)
         if any(r is None for r in readings):
+            if last is not None:
+                now_chains[container_id] = last  # unknown now: its next reading goes on from its last record's
             continue
         by_file = dict(r for r in readings if r is not None)  # each file once
-        files[container_id] = read = frozenset(by_file)
+        read = frozenset(by_file)
         if any(below.get(p.rstrip("/"), container_id) != container_id for p in outermost):
+            now_chains[container_id] = (read, None)
             continue  # another container's cgroup inside it: its usage counts that one's
-        if last_files is not None and last_files.get(container_id, read) != read:
-            continue  # summed from other cgroups than last scan's
+        if last is not None and last[0] != read:
+            now_chains[container_id] = (read, None)
+            continue  # summed from other cgroups than its last record's
+        since_s = now.monotonic_s if last is None or last[1] is None else last[1]
+        now_chains[container_id] = (read, since_s)
         out.append(
             ContainerCpuTime(
                 time=now,
@@ -109,19 +125,20 @@ def container_usage(
                 container_runtime=identity.runtime,
                 pod_uid=identity.pod_uid,
                 usage_s=sum(by_file.values()) / 1e6,
+                since_s=since_s,
             )
         )
-    return out, files
+    return out, now_chains
 
 
 class ContainerScans:
     """What the process table keeps from scan to scan for its containers' usage (only where a processor asks):
-    the files each container's usage was summed from, each file's last reading and how far its processes ran ahead
-    of it (``_cgroupmoves.py``), and the identities taken out of the table's cache to be read again, whose cgroups
-    are still read (``pending``)."""
+    each container's chain (the files its usage is summed from, since when it goes on), each file's last reading
+    and how far its processes ran ahead of it (``_cgroupmoves.py``), and the identities taken out of the table's
+    cache to be read again, whose cgroups are still read (``pending``)."""
 
     def __init__(self) -> None:
-        self.files: dict[str, frozenset[str]] = {}
+        self.chains: dict[str, Chain] = {}
         self.file_usec: dict[str, int] = {}
         self.excess: dict[str, float] = {}
         self.pending: dict[int, Identity] = {}
@@ -160,6 +177,7 @@ class ContainerScans:
         known.update(c.container_id for c in self.carried.values())
         listed = [(i.cgroup_path, i.cgroup) for i in cache.values() if i.cgroup_path is not None]
         by_file = dict(usec.values())  # (each file once: threaded cgroups share their domain's)
+        raw_before, offsets_before = self.raw_usec, self.offset_usec
         readings = self._continued(usec, by_file)  # (and a container first listed now: read now, a baseline)
         self.raw_usec = by_file
         if read is not None:  # (not the moves' check below: read after the stat files, they are ahead of them)
@@ -168,7 +186,8 @@ class ContainerScans:
                 readings = {**readings, **late}
                 self.raw_usec = {**by_file, **dict(late.values())}
                 paths.update(new)
-        out, self.files = container_usage(now, paths.items(), readings, listed, self.files)
+        out, self.chains = container_usage(now, paths.items(), readings, listed, self.chains)
+        self._keep_unread(raw_before, offsets_before)
         recorded = {r.container_id for r in out}
         self.carried = {path: c for path, c in paths.items() if c.container_id in recorded}
         pids_in = ((pid, i.cgroup_path) for pid, i in cgroups.items() if i.cgroup_path is not None)
@@ -177,6 +196,14 @@ class ContainerScans:
         self.pending = {pid: identity for pid in again if (identity := cache.pop(pid, None)) is not None}
         self.file_usec = by_file
         return out
+
+    def _keep_unread(self, raw_before: Mapping[str, int], offsets_before: Mapping[str, int]) -> None:
+        """The last reading and offset of each file of a chain kept though the file gave none now (unreadable): its
+        next reading goes on from them, one lower a cgroup made again meanwhile (``_continued``)."""
+        unread = {f for files, _ in self.chains.values() for f in files if f not in self.raw_usec}
+        if unread:
+            self.raw_usec = {**{f: raw_before[f] for f in unread if f in raw_before}, **self.raw_usec}
+            self.offset_usec = {**{f: offsets_before[f] for f in unread if f in offsets_before}, **self.offset_usec}
 
     def _continued(
         self, usec: Mapping[str, tuple[str, int]], by_file: Mapping[str, int]

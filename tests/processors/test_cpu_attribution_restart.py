@@ -157,3 +157,35 @@ def test_restored_series_keep_their_pod_names_until_the_k8s_processor_names_them
     again = started(saved(proc, store))
     for named in (False, False, False, True, False):  # the k8s cache not synced yet; then synced
         assert tick(again, named) == before
+
+
+def test_a_path_that_reads_another_zone_type_after_the_restart_starts_its_totals_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Before the restart intel-rapl:0:0 was the core zone; after it (a kernel or firmware update that
+    # enumerates the subzones in another order, DRAM RAPL switched on) the same path is DRAM. Its restored
+    # 10 J of core energy must not go on as DRAM's total, nor DRAM's energy be exported under zone="core".
+    node = Node(zones={"intel-rapl:0:0": ("core", 0, 0, 0)})
+    node.spawn(80)
+    store = StateStore(tmp_path / "s.json", node.clock, "n1")
+    proc = started(store)
+    step(proc, node)
+    node.half_busy("intel-rapl:0:0", 10_000)
+    node.run(80, 5.0)
+    (before,) = step(proc, node).device_totals
+    assert (before.device_name, before.energy_mj) == ("core", 10_000)
+
+    caplog.set_level(logging.WARNING)
+    again = started(saved(proc, store))
+    node.zones["intel-rapl:0:0"] = ("dram", 0, 0, 1)  # after the reboot: another zone, its counter from 0
+    step(again, node)  # a baseline
+    node.half_busy("intel-rapl:0:0", 3_000)
+    node.run(80, 5.0)
+    out = step(again, node)
+    (totals,) = out.device_totals
+    assert (totals.device_name, dict(totals.extra)["zone"]) == ("dram", "dram")
+    assert (totals.energy_mj, totals.active_energy_mj) == (3_000, 1_500)
+    assert totals.start is not None
+    assert totals.start.wall_s > before.time.wall_s  # a new series: its own start
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("intel-rapl:0:0 reads as dram now, core in the state file" in m for m in warned)

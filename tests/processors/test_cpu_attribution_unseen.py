@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import example, given, settings
@@ -18,6 +19,7 @@ from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.clock import SteppedClock
 from wattpipe.pipeline.records_cpu import ContainerCpuTime
 from wattpipe.pipeline.state import StateStore
+from wattpipe.processors._cpu_gap import GAP_MAX_S
 from wattpipe.processors.cpu_attribution import CpuAttributionConfig
 
 ZONE = {"intel-rapl:0": ("package", 0, 0, 0)}
@@ -26,10 +28,13 @@ ZONE = {"intel-rapl:0": ("package", 0, 0, 0)}
 @dataclass
 class CgroupNode(Node):
     """A Node whose containers' cgroups are read too: container id → (pod UID, usage s); ``cgroups_read`` False:
-    no cgroup v2 mount (the field absent)."""
+    no cgroup v2 mount (the field absent); ``since_s``: each container's records' (not said where absent);
+    ``unread``: the containers with no record this tick."""
 
     cgroups: dict[str, tuple[str | None, float]] = field(default_factory=dict)
     cgroups_read: bool = True
+    since_s: dict[str, float] = field(default_factory=dict)
+    unread: set[str] = field(default_factory=set)
 
     def batch(self) -> Batch:
         out = super().batch()
@@ -37,8 +42,16 @@ class CgroupNode(Node):
             return out
         now = self.clock.now()
         records = tuple(
-            ContainerCpuTime(time=now, container_id=cid, container_runtime="containerd", pod_uid=pod, usage_s=s)
+            ContainerCpuTime(
+                time=now,
+                container_id=cid,
+                container_runtime="containerd",
+                pod_uid=pod,
+                usage_s=s,
+                since_s=self.since_s.get(cid),
+            )
             for cid, (pod, s) in self.cgroups.items()
+            if cid not in self.unread
         )
         return out.replace(container_cpu=records)
 
@@ -185,6 +198,65 @@ def test_a_zone_gap_is_a_baseline_for_unseen_time() -> None:
     assert energy(out, "container", "ci") - before == 4_000  # read every tick again: unseen time counts
 
 
+@pytest.mark.parametrize(
+    ("says", "ci_mj", "nginx_mj"),
+    [("goes on", 10_691, 13_309), ("baseline", 7_200, 16_800), ("not said", 7_200, 16_800)],
+)
+def test_a_container_with_no_record_for_a_tick_is_unknown_and_its_next_record_spans_it(
+    says: str, ci_mj: int, nginx_mj: int
+) -> None:
+    # ci's cgroup is not read for a tick (cpu.stat unreadable): unknown, not 0 s; that tick's 8,000 mJ go by make's
+    # 1 s and nginx's 4 s (1,600 / 6,400). Its next record, where the receiver says it goes on from the last
+    # (since_s at or before it), spans both ticks: 8 s of usage less make's 2 s of both ticks, 6 s unseen, weighed
+    # beside this tick's make 1 s and nginx 4 s (8,000 × 7/11 to ci). A baseline (since_s its own time: a cgroup set
+    # changed) or a record that does not say (since_s None) counts from there: 1,600 more, the rest nginx's.
+    node = build_node()
+    node.since_s = {"ci": 0.0, "nginx": 0.0}
+    proc = processor(unseen="containers")
+    step(proc, node)
+    build_tick(node)
+    assert energy(step(proc, node), "container", "ci") == 4_000
+    build_tick(node)
+    node.unread = {"ci"}
+    assert energy(step(proc, node), "container", "ci") == 4_000 + 1_600
+    node.unread = set()
+    if says == "baseline":
+        node.since_s["ci"] = node.clock.now().monotonic_s
+    elif says == "not said":
+        del node.since_s["ci"]
+    build_tick(node)
+    out = step(proc, node)
+    assert (energy(out, "container", "ci"), energy(out, "container", "nginx")) == (ci_mj, nginx_mj)
+    (zone,) = out.device_totals
+    assert (zone.attributed_energy_mj, zone.unattributed_energy_mj) == (24_000, 0)
+    build_tick(node)
+    out = step(proc, node)
+    assert energy(out, "container", "ci") == ci_mj + 4_000  # goes on from the record read last tick
+
+
+def test_a_containers_last_record_is_kept_as_long_as_a_zones_gap_is() -> None:
+    # A record goes on from the last one it was read at most GAP_MAX_S (10 minutes) ago: past that, none is kept
+    # (bounded memory: a container whose cgroup was removed is never read again), and the next is a baseline.
+    node = build_node()
+    node.since_s = {"ci": 0.0, "nginx": 0.0}
+    proc = processor(unseen="containers")
+    step(proc, node)
+    node.unread = {"ci"}
+    for _ in range(2):
+        node.clock.advance(GAP_MAX_S / 2 - 5.0)  # (and step's 5 s)
+        build_tick(node)
+        step(proc, node)
+    assert proc._unseen is not None
+    assert "ci" in proc._unseen._usage  # read 600 s ago: kept
+    node.clock.advance(1.0)
+    build_tick(node)
+    before = energy(step(proc, node), "container", "ci")
+    assert "ci" not in proc._unseen._usage
+    node.unread = set()
+    build_tick(node)
+    assert energy(step(proc, node), "container", "ci") - before == 1_600  # its first record again: a baseline
+
+
 # --- properties: churn, unseen time, containers coming and going ---------------------------------------
 
 
@@ -203,13 +275,18 @@ TICK = st.fixed_dictionaries(
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(TICK, min_size=1, max_size=12))
+@given(st.lists(TICK, min_size=1, max_size=12), st.booleans())
 @example([{"mj": 1, "active_s": 1, "spawn": [], "exit": [], "run": [], "hidden": [0.5, 0.0, 0.0],
-           "cgroups": [True, True, True], "listed": True}] * 3)  # fmt: skip
-def test_conservation_and_monotonic_totals_with_churn_and_unseen_time(ticks: list[dict]) -> None:  # type: ignore[type-arg]
+           "cgroups": [True, True, True], "listed": True}] * 3, False)  # fmt: skip
+def test_conservation_and_monotonic_totals_with_churn_and_unseen_time(
+    ticks: list[dict[str, Any]], goes_on: bool
+) -> None:
+    # goes_on: the records say their usage goes on from the first (since_s 0), so a container not read for a tick
+    # has its next delta span it; else they do not say (only the last tick's record goes on).
     node = CgroupNode(zones=dict(ZONE))
     pods = {"a": "p1", "b": "p1", "c": "p2"}
     node.cgroups = {c: (pods[c], 0.0) for c in pods}
+    node.since_s = {c: 0.0 for c in pods} if goes_on else {}
     proc = processor(unseen="containers", terminated_retention=1e9, max_terminated=10_000)
     container_of: dict[int, str | None] = {}
     last: dict[tuple[str, str], int] = {}
@@ -275,7 +352,8 @@ def test_after_a_restart_the_first_tick_is_a_baseline_and_the_container_goes_on(
     out = step(proc, node)  # a baseline for the zones, the processes and the containers alike (nothing kept)
     assert energy(out, "container", "ci") == 4_000
     assert proc._unseen is not None
-    assert proc._unseen._usage == {"ci": 108.0, "nginx": 58.0}  # read now: the next tick's deltas start here
+    read = {cid: kept.usage_s for cid, kept in proc._unseen._usage.items()}
+    assert read == {"ci": 108.0, "nginx": 58.0}  # read now: the next tick's deltas start here
     build_tick(node)
     assert energy(step(proc, node), "container", "ci") == 4_000 + 4_000  # the restored series goes on
 

@@ -88,7 +88,7 @@ def test_release_is_exact_and_idle_is_never_more_than_a_tick_had(
     assert out.idle_mj + out.active_mj == sum(t.energy_mj for t in held)
     expected_idle = sum(split_idle(t.energy_mj, idle_w, t.interval_s)[0] for t in held)
     assert out.idle_mj == expected_idle
-    assert all(mj >= 0 for mj in (out.by_pid or {}).values())
+    assert all(mj >= 0 for mj in (out.by_process or {}).values())
     assert out.unattributed_mj >= 0
 
 

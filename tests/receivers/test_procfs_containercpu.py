@@ -237,6 +237,16 @@ def test_a_container_whose_cgroup_holds_another_containers_has_no_record(tmp_pat
     assert nested is not None
     assert ID_A not in nested
     assert nested[ID_B].usage_s == 4.0
+    # the inner container ends (its cgroup removed, its time left in the outer's usage: billed on its own)
+    shutil.rmtree(proc / "11")
+    shutil.rmtree(cgroups / inner.lstrip("/"))
+    usage(cgroups, outer, 7_000_000)
+    for _ in range(2):  # (the inner's cgroup, read for its process at the last scan, is gone: then the outer alone)
+        advance(receiver)
+        alone = containers(receiver)
+        assert alone is not None
+    assert alone[ID_A].usage_s == 7.0
+    assert alone[ID_A].since_s == alone[ID_A].time.monotonic_s  # a baseline: 4.4 s of it since were the inner's
 
 
 def test_a_container_whose_cgroups_read_changed_has_no_record_that_scan(tmp_path: Path) -> None:
@@ -262,6 +272,7 @@ def test_a_container_whose_cgroups_read_changed_has_no_record_that_scan(tmp_path
     same = containers(receiver)  # (the last scan's cgroups read: x alone)
     assert same is not None
     assert same[ID_A].usage_s == 1.0
+    assert same[ID_A].since_s == before[ID_A].since_s  # goes on
     advance(receiver)
     changed = containers(receiver)  # x and y now: 51.1 s, of which 50 s were never this tick's
     assert changed is not None
@@ -271,6 +282,9 @@ def test_a_container_whose_cgroups_read_changed_has_no_record_that_scan(tmp_path
     after = containers(receiver)
     assert after is not None
     assert after[ID_A].usage_s == 51.2  # the same cgroups as the last scan's: a record again
+    assert after[ID_A].since_s == after[ID_A].time.monotonic_s  # a baseline: it does not go on from 1.0 s
+    advance(receiver)
+    assert containers(receiver) == {ID_A: replace(after[ID_A], time=receiver.clock.now())}  # goes on from it
 
 
 def test_a_process_moved_without_an_exec_out_of_a_busy_container_is_listed_in_its_new_one(tmp_path: Path) -> None:
@@ -438,11 +452,14 @@ def test_a_cgroup_made_again_under_its_path_goes_on_from_its_last_reading(tmp_pa
     got = containers(receiver)
     assert got is not None
     assert (got[ID_A].usage_s, got[ID_B].usage_s) == (8.5, 0.2)
+    since_s = got[ID_A].since_s
+    assert since_s is not None
+    assert got[ID_A].time.monotonic_s - since_s == 5.0  # goes on from its first reading
     usage(cgroups, A, 2_000_000)
     advance(receiver)
     got = containers(receiver)
     assert got is not None
-    assert got[ID_A].usage_s == 9.0
+    assert (got[ID_A].usage_s, got[ID_A].since_s) == (9.0, since_s)
 
 
 def test_a_container_whose_process_moved_to_another_of_its_cgroups_has_one_scan_without_a_record(
@@ -468,3 +485,50 @@ def test_a_container_whose_process_moved_to_another_of_its_cgroups_has_one_scan_
         had.append(ID_A in got)
         advance(receiver)
     assert had == [True, True, True, False, True, True]
+
+
+def test_a_container_whose_cpu_stat_is_unreadable_for_a_scan_goes_on_from_its_last_record(tmp_path: Path) -> None:
+    # cpu.stat reads nothing for a scan: no record (unknown, not 0 s), and its next record says it goes on from the
+    # last one (its since_s kept), so a consumer's delta spans the scan without one; a receiver started afresh knows
+    # no reading before its own: its records are baselines.
+    proc, cgroups = tmp_path / "proc", mount(tmp_path / "cgroup")
+    write_process(proc, 10, "make", utime=100, cgroup=f"0::{A}\n")
+    usage(cgroups, A, 1_000_000)
+    receiver = make_receiver(proc, cgroup_root=str(cgroups))
+    first = containers(receiver)
+    assert first is not None
+    assert first[ID_A].since_s == first[ID_A].time.monotonic_s  # its first reading: a baseline
+    advance(receiver)
+    (cgroups / A.lstrip("/") / "cpu.stat").write_text("")
+    assert containers(receiver) == {}
+    usage(cgroups, A, 4_000_000)
+    advance(receiver)
+    again = containers(receiver)
+    assert again is not None
+    assert (again[ID_A].usage_s, again[ID_A].since_s) == (4.0, first[ID_A].since_s)
+    fresh = make_receiver(proc, receiver.clock, cgroup_root=str(cgroups))
+    advance(fresh)
+    restarted = containers(fresh)
+    assert restarted is not None
+    assert restarted[ID_A].since_s == restarted[ID_A].time.monotonic_s
+
+
+def test_a_cgroup_made_again_while_its_cpu_stat_was_unreadable_goes_on_from_its_last_reading(tmp_path: Path) -> None:
+    # Found by tests/e2e/test_cpu_unseen_faults.py's fault property: a scan without a reading forgot the file's
+    # last one, and the cgroup made again meanwhile read lower in a record that said it went on (since_s kept).
+    proc, cgroups = tmp_path / "proc", mount(tmp_path / "cgroup")
+    write_process(proc, 10, "app", utime=100, cgroup=f"0::{A}\n")
+    usage(cgroups, A, 7_000_000)
+    receiver = make_receiver(proc, cgroup_root=str(cgroups))
+    first = containers(receiver)
+    assert first is not None
+    for _ in range(2):  # unreadable for two scans, then made again (usage from 0)
+        advance(receiver)
+        (cgroups / A.lstrip("/") / "cpu.stat").write_text("")
+        assert containers(receiver) == {}
+    shutil.rmtree(cgroups / A.lstrip("/"))
+    usage(cgroups, A, 500_000)
+    advance(receiver)
+    got = containers(receiver)
+    assert got is not None
+    assert (got[ID_A].usage_s, got[ID_A].since_s) == (7.5, first[ID_A].since_s)
