@@ -3,7 +3,9 @@
 Totals are integer millijoules and only grow: across process exit (a process that has left stays
 exported with ``state="terminated"`` for ``terminated_retention``, at most ``max_terminated`` of them,
 the ones that used the most energy kept), across a receiver outage, and across a restart (the totals and
-each series' start time are kept in the state file; see ``service.state``).
+each series' start time are kept in the state file; see ``service.state``). Retentions are counted from the
+end on the monotonic clock (a wall-clock step drops nothing early, keeps nothing longer); across a restart
+the time wattpipe was down counts (the state file keeps when each series ended as a wall time).
 
 A device *answered* in a tick when it has a DevicePower record. The series on a device that did not answer
 keep their totals and running state, and their watts are absent (``None``: not known, neither repeated nor
@@ -27,7 +29,7 @@ and no series of unknown start is made for it). Ended series on a device that ho
 energy still finds them; should it come for a series dropped all the same, it counts as the device's
 unattributed energy (and is logged): Σ process totals + unattributed still add up to the active energy.
 Pid reuse within the wait: on another GPU the late energy stays with the process that ran; on the same GPU
-the series that ended last takes it (the attribution processor cannot tell two processes of one pid apart).
+the series that ended last (of those kept) takes it (attribution cannot tell two processes of one pid apart).
 A share of a device that did not answer this tick (no DevicePower: energy a hold released for a GPU down past
 attribution's ``idle_wait`` or ``mig_max_wait``) is late too, whatever the listing says, and lowers the device's
 held level. The idle hold's counts in the device's energy and active totals then; a MIG hold's (its mode a MIG
@@ -55,6 +57,8 @@ from wattpipe.processors._energy_series import (
     SERIES_START,
     Order,
     Series,
+    end,
+    ended_last,
     prune,
     restore,
     saved,
@@ -97,7 +101,7 @@ class _Device:
     last: DevicePower | None = None
     held_mj: int = 0  # its held level as saved, until it has a DevicePower again (``last``)
     seen_s: float | None = None  # monotonic time it last answered (or this start's first tick); not saved
-    gone_wall_s: float | None = None  # when it was found gone (its series ended then); None: not gone
+    gone_s: float | None = None  # monotonic time it was found gone (its series ended then); None: not gone
 
 
 def _held(d: _Device) -> int:
@@ -215,7 +219,7 @@ class EnergyProcessor:
             d.idle_energy_mj += power.idle_energy_mj
             d.active_energy_mj += power.active_energy_mj
             d.last = power
-            d.seen_s, d.gone_wall_s = now.monotonic_s, None
+            d.seen_s, d.gone_s = now.monotonic_s, None
         gone = self._gone(now)
         # Devices whose energy was split among their processes: on the others (no answer, or a tick that
         # spans an outage or whose process listing failed) nobody's watts are known, and nobody has exited.
@@ -243,7 +247,7 @@ class EnergyProcessor:
                 series = self.series[running]
             else:
                 interval_s = powers[share.device_id].interval_s if share.device_id in powers else batch.interval_s
-                _, series = self._series_for(share.pid, share.device_id, host, share.time.wall_s, interval_s)
+                _, series = self._series_for(share.pid, share.device_id, host, share.time, interval_s)
             series.energy_mj += share.energy_mj
             series.power_w = share.power_w
             series.ended_wall_s = None  # back (or still) running
@@ -251,9 +255,9 @@ class EnergyProcessor:
                 series.attrs["gpu_instance_id"] = str(share.gpu_instance_id)
             series.seen = tick
         self.containers_and_pods.update(batch, tick, powers, split, gone, hosts, late)
-        self._instances(batch, powers, split, gone, now.wall_s)
-        self._absent(tick, split, gone, now.wall_s)
-        self._prune(now.wall_s, held_before)
+        self._instances(batch, powers, split, gone, now)
+        self._absent(tick, split, gone, now)
+        self._prune(now, held_before)
         return batch.replace(
             totals=batch.totals + self._totals(now) + self.containers_and_pods.totals(now) + self._instance_totals(now),
             device_totals=batch.device_totals + self._device_totals(now),
@@ -305,7 +309,7 @@ class EnergyProcessor:
             )
         return False
 
-    def _absent(self, tick: int, split: set[str], gone: set[str], wall_s: float) -> None:
+    def _absent(self, tick: int, split: set[str], gone: set[str], now: Timestamp) -> None:
         """The process series that had no share of a running process this tick: exited where their device's
         energy was split, not known elsewhere (ended only once the device is gone)."""
         for key, series in self.series.items():
@@ -314,11 +318,11 @@ class EnergyProcessor:
             if key[1] in split:
                 series.power_w = 0.0
                 if series.ended_wall_s is None:
-                    self._end(key, series, wall_s)  # its device was read and it was not on it: it has exited
+                    self._end(key, series, now)  # its device was read and it was not on it: it has exited
             else:
                 series.power_w = None  # how much it drew is not known
                 if series.ended_wall_s is None and key[1] in gone:
-                    self._end(key, series, wall_s)
+                    self._end(key, series, now)
 
     def _gone(self, now: Timestamp) -> set[str]:
         """The devices unanswered for longer than ``device_gone_after`` (a device restored from the state file
@@ -329,12 +333,12 @@ class EnergyProcessor:
                 d.seen_s = now.monotonic_s
             elif now.monotonic_s - d.seen_s > self.config.device_gone_after:
                 gone.add(device_id)
-                if d.gone_wall_s is None:
-                    d.gone_wall_s = now.wall_s
+                if d.gone_s is None:
+                    d.gone_s = now.monotonic_s
         return gone
 
     def _instances(
-        self, batch: Batch, powers: dict[str, DevicePower], split: set[str], gone: set[str], wall_s: float
+        self, batch: Batch, powers: dict[str, DevicePower], split: set[str], gone: set[str], now: Timestamp
     ) -> None:
         named: set[tuple[str, int]] = set()
         for inst in batch.instance_energy:
@@ -357,7 +361,7 @@ class EnergyProcessor:
             else:
                 instance.power_w = None
                 if instance.ended_wall_s is None and device_id in gone:
-                    instance.ended_wall_s = wall_s
+                    end(instance, now)
 
     def _instance_totals(self, now: Timestamp) -> tuple[Totals, ...]:
         # Kept while their device is there (a handful per GPU); a repartition's old instances stop growing.
@@ -366,7 +370,7 @@ class EnergyProcessor:
         )
 
     def _series_for(
-        self, pid: int, device_id: str, host: HostProcess | None, wall_s: float, interval_s: float
+        self, pid: int, device_id: str, host: HostProcess | None, at: Timestamp, interval_s: float
     ) -> tuple[SeriesKey, Series]:
         start = host.start_time_ticks if host is not None and host.start_time_ticks is not None else _UNKNOWN_START
         running = self._running.get((pid, device_id))
@@ -389,11 +393,11 @@ class EnergyProcessor:
                 self._describe(series, host)
                 return running, series
             # Same pid, another start time: the kernel reused the pid for a new process.
-            self._end(running, series, wall_s)
+            self._end(running, series, at)
         key = (pid, device_id, start)
         found = self.series.get(key)
         if found is None:
-            found = self.series[key] = Series(energy_mj=0, start_wall_s=wall_s - interval_s)
+            found = self.series[key] = Series(energy_mj=0, start_wall_s=at.wall_s - interval_s)
             if (pid, device_id) in self._ended:  # the pid's last process here is kept still: a reused pid
                 found.attrs[SERIES_START] = series_start_value(found.start_wall_s)
         self._running[(pid, device_id)] = key
@@ -409,13 +413,13 @@ class EnergyProcessor:
             if value is not None:
                 series.attrs[name] = value
 
-    def _end(self, key: SeriesKey, series: Series, wall_s: float) -> None:
-        series.ended_wall_s = wall_s
+    def _end(self, key: SeriesKey, series: Series, now: Timestamp) -> None:
+        end(series, now)
         if self._running.get(key[:2]) == key:
             del self._running[key[:2]]
         self._ended[key[:2]] = key  # where energy released for it later goes
 
-    def _prune(self, now_wall_s: float, held_before: set[str]) -> None:
+    def _prune(self, now: Timestamp, held_before: set[str]) -> None:
         retention_s, most = self.config.terminated_retention, self.config.max_terminated
         # On a device that holds energy, more may come for a process that has ended: its series (and its
         # container's and pod's) wait for it. A device holding nothing has released all it will for them, and
@@ -427,11 +431,15 @@ class EnergyProcessor:
         def keep_s(device_id: str) -> float:
             return late_s if device_id in holding else retention_s
 
-        for key in prune(self.series, now_wall_s, lambda k: keep_s(k[1]), most):
+        lost = set()  # (pid, device) whose series that ended last was dropped
+        for key in prune(self.series, now, lambda k: keep_s(k[1]), most):
             if self._ended.get(key[:2]) == key:
                 del self._ended[key[:2]]
-        prune(self.instances, now_wall_s, lambda _: retention_s, most)
-        self.containers_and_pods.prune(now_wall_s, keep_s, most)
+                lost.add(key[:2])
+        if lost:  # max_terminated drops by energy, not age: an earlier series of the pid there may be kept still
+            self._ended.update(ended_last(self.series, lost, now))
+        prune(self.instances, now, lambda _: retention_s, most)
+        self.containers_and_pods.prune(now, keep_s, most)
         # A device gone past the retention is no longer exported (_device_totals), but its totals are kept:
         # should it come back, its counters go on instead of starting again from 0.
 
@@ -443,7 +451,7 @@ class EnergyProcessor:
     def _device_totals(self, now: Timestamp) -> tuple[DeviceTotals, ...]:
         out = []
         for device_id, d in sorted(self.devices.items()):
-            if d.gone_wall_s is not None and now.wall_s - d.gone_wall_s > self.config.terminated_retention:
+            if d.gone_s is not None and now.monotonic_s - d.gone_s > self.config.terminated_retention:
                 continue  # gone, past the retention as its series: not exported (kept, should it come back)
             last = d.last
             out.append(
