@@ -22,7 +22,7 @@ from wattpipe.pipeline.records import HostProcess, Totals
 from wattpipe.pipeline.records_cpu import ContainerCpuTime
 from wattpipe.processors._cpu_identity import GroupScope, Identity, Names, group_memberships, process_attrs
 from wattpipe.processors._cpu_labels import PROCESS_PLACE, label, names_kept, tell_reused_apart
-from wattpipe.processors._energy_series import Scope, Series, end, prune, restore, saved, start_at
+from wattpipe.processors._energy_series import Scope, Series, end, ended_age_s, prune, restore, saved, start_at
 
 __all__ = [
     "CPU_DEVICE_PREFIX",
@@ -315,7 +315,8 @@ class CpuSeries:
         """``prune`` (retention, ``max_terminated``) of the ended series whose key's owner (its first two parts) is
         not ``held`` (an open gap may bill them)."""
         kept = {k: s for k, s in table.items() if s.ended_wall_s is not None and k[:2] in held} if held else {}
-        for key in kept:
+        for key, series in kept.items():
+            ended_age_s(series, now)  # (placed on this run's clock now, as prune places the others)
             del table[key]
         dropped = prune(table, now, lambda _: self.retention_s, self.max_terminated)
         table.update(kept)

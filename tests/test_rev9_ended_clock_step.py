@@ -11,7 +11,13 @@ wall age (never below 0).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.processors.test_cpu_attribution import Node, processor, step, totals
 from tests.processors.test_idle_energy import energy
@@ -25,6 +31,7 @@ from wattpipe.processors.cpu_attribution import CpuAttributionProcessor
 from wattpipe.processors.energy import EnergyProcessor
 
 HOUR_S = 3600.0
+PROCESSORS = Path(__file__).resolve().parents[1] / "processors"
 
 
 def _ended_gpu_series(clock: SteppedClock, proc: EnergyProcessor, held_mj: int = 0) -> float:
@@ -136,6 +143,37 @@ def test_a_pod_series_ages_on_the_monotonic_clock() -> None:
     assert _last_kept_s(pods, clock, ended_s) == 60.0  # was -1: dropped at the step
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    retention_s=st.sampled_from([10.0, 60.0, 95.0]),
+    steps_s=st.lists(st.floats(-2 * HOUR_S, 2 * HOUR_S, allow_nan=False), min_size=1, max_size=30),
+)
+def test_whatever_the_wall_clock_does_an_ended_series_is_exported_until_its_retention(
+    retention_s: float, steps_s: list[float]
+) -> None:
+    clock = SteppedClock()
+    proc = energy(clock, terminated_retention=retention_s)
+    ended_s = _ended_gpu_series(clock, proc)
+    for step_s in steps_s:  # the wall clock steps before each tick, by any amount either way
+        clock._offset_s += step_s
+        age_s = clock.monotonic() - ended_s
+        assert bool(rows(gpu_step(proc, clock, [], []))) == (age_s <= retention_s), age_s
+
+
+def test_every_end_goes_through_end_which_sets_both_clocks() -> None:
+    # A series' end on the wall clock (saved) and on the monotonic one (aged) are set together by
+    # _energy_series.end: a bare ``ended_wall_s = <a time>`` elsewhere would age it by an earlier end's time.
+    bare = re.compile(r"ended_wall_s\s*=(?!=)(?!\s*None\b)")
+    found = [
+        f"{path.name}:{n}"
+        for path in sorted(PROCESSORS.glob("*.py"))
+        if path.name != "_energy_series.py"
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if bare.search(line)
+    ]
+    assert found == []
+
+
 # --- across a restart (the state file keeps wall times) --------------------------------------------------------
 
 
@@ -212,13 +250,15 @@ def test_a_reused_pid_is_labelled_while_an_earlier_series_of_it_is_kept_after_ma
 # --- cpu_attribution ------------------------------------------------------------------------------------------
 
 
-def _ended_cpu_process(retention_s: float) -> tuple[Node, CpuAttributionProcessor, float]:
+def _ended_cpu_process(
+    retention_s: float, store: StateStore | None = None
+) -> tuple[Node, CpuAttributionProcessor, float]:
     """Pid 21 (in container c21) uses CPU for a tick and exits: its series end in the third tick, whose
     monotonic time this returns."""
     node = Node(zones={"intel-rapl:0": ("package", 0, 0, 0)})
     node.spawn(20)
     node.spawn(21, container_id="c21")
-    proc = processor(terminated_retention=retention_s)
+    proc = processor(store, terminated_retention=retention_s)
     step(proc, node)
     node.half_busy("intel-rapl:0", 40_000)
     node.run(20, 2.0)
@@ -249,3 +289,26 @@ def test_a_backward_wall_step_keeps_no_ended_cpu_series_past_its_retention() -> 
     node, proc, ended_s = _ended_cpu_process(60.0)
     node.clock._offset_s -= HOUR_S
     assert _last_kept_s(lambda: any(_cpu_kept(node, proc)), node.clock, ended_s) == 60.0  # was 3660
+
+
+def _cpu_restarted(down_s: float) -> tuple[Node, CpuAttributionProcessor]:
+    """cpu_attribution's state saved 5 s after pid 21 ended, wattpipe down ``down_s`` and started again on a
+    new monotonic clock (its origin far below the last run's)."""
+    store = StateStore(None, SteppedClock(), "n")
+    node, proc, _ = _ended_cpu_process(60.0, store)
+    store.put("metrics/cpu_attribution", proc.snapshot())
+    old = node.clock
+    node.clock = SteppedClock(start_wall_s=old.wall() + down_s, start_monotonic_s=7.0)
+    node.procs = {pid: replace(p, time=node.clock.now()) for pid, p in node.procs.items()}
+    return node, processor(store, terminated_retention=60.0)
+
+
+def test_a_cpu_restart_drops_an_ended_series_whose_retention_passed_while_wattpipe_was_down() -> None:
+    node, proc = _cpu_restarted(down_s=100.0)
+    assert _cpu_kept(node, proc) == (False, False)
+
+
+def test_a_cpu_restart_keeps_an_ended_series_the_rest_of_its_retention() -> None:
+    node, proc = _cpu_restarted(down_s=20.0)  # pid 21 ended 25 s before this start
+    ended_s = node.clock.monotonic() - 25.0
+    assert _last_kept_s(lambda: all(_cpu_kept(node, proc)), node.clock, ended_s) == 60.0
