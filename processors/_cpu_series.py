@@ -114,6 +114,7 @@ class CpuSeries:
         self._rows: list[tuple[Series, Scope, str, str]] | None = None  # the Totals' order; None: tables changed
         self._groups_version = 0  # moves whenever a group series is added, dropped or relabelled
         self._restored = False  # groups restored whose members the next listing tells
+        self._wall_offset_s: float | None = None  # the last tick's wall less monotonic time (saved ends, ``saved``)
         # Processes (pid, start time) and groups (scope, id) an open zone gap may yet bill (processors/_cpu_gap.py):
         # their ended series are not dropped until it closes (its late shares find them).
         self.pending: tuple[AbstractSet[tuple[int, int]], AbstractSet[tuple[str, str]]] = (frozenset(), frozenset())
@@ -149,6 +150,7 @@ class CpuSeries:
         """Add a tick's shares; end the series whose processes /proc no longer lists (``listed``: it answered)."""
         self._tick += 1
         tick_no = self._tick
+        self._wall_offset_s = now.wall_offset_s
         tick_start_s = now.wall_s - tick.interval_s
         # the group series with a share this tick, their energy before, and their zone type's mJ → W factor
         grouped: list[tuple[Series, int, float | None]] = []
@@ -434,11 +436,11 @@ class CpuSeries:
     def snapshot(self) -> dict[str, Any]:
         return {
             "processes": [
-                {"pid": pid, "start_ticks": start, "zone": zone, **saved(s)}
+                {"pid": pid, "start_ticks": start, "zone": zone, **saved(s, self._wall_offset_s)}
                 for (pid, start, zone), s in sorted(self.processes.items())
             ],
             "groups": [
-                {"scope": scope, "key": key, "zone": zone, **saved(s)}
+                {"scope": scope, "key": key, "zone": zone, **saved(s, self._wall_offset_s)}
                 for (scope, key, zone), s in sorted(self.groups.items())
             ],
         }

@@ -89,10 +89,10 @@ class GroupSeries:
             if first in self.groups:
                 self.aliases[later], self._claimed[first] = first, later
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self, wall_offset_s: float | None = None) -> dict[str, Any]:
         return {
             "groups": [
-                {"scope": scope, "key": key, "device_id": device_id, **saved(s)}
+                {"scope": scope, "key": key, "device_id": device_id, **saved(s, wall_offset_s)}
                 for (scope, key, device_id), s in sorted(self.groups.items())
             ],
             "aliases": [

@@ -59,8 +59,18 @@ def restore(row: Mapping[str, Any]) -> Series:
     )
 
 
-def saved(s: Series) -> dict[str, Any]:
-    return {"energy_mj": s.energy_mj, "start_wall_s": s.start_wall_s, "ended_wall_s": s.ended_wall_s, "attrs": s.attrs}
+_STEPPED_S = 1.0  # the wall clock moved this much against the monotonic one: it stepped (NTP slews far less)
+
+
+def saved(s: Series, wall_offset_s: float | None = None) -> dict[str, Any]:
+    """A series' state-file row. ``wall_offset_s``: the wall clock less the monotonic one at the last tick. An
+    ended series whose wall clock stepped since it ended is saved as ended when that clock says it did (its
+    monotonic age before now), so that a restart ages it by the time since it ended, not by the step."""
+    ended_wall_s, ended_s = s.ended_wall_s, s.ended_s
+    if ended_wall_s is not None and ended_s is not None and wall_offset_s is not None:
+        stepped = abs(wall_offset_s - (ended_wall_s - ended_s)) > _STEPPED_S  # (else as it was: no float noise)
+        ended_wall_s = ended_s + wall_offset_s if stepped else ended_wall_s
+    return {"energy_mj": s.energy_mj, "start_wall_s": s.start_wall_s, "ended_wall_s": ended_wall_s, "attrs": s.attrs}
 
 
 class Order:

@@ -5,7 +5,7 @@ exported with ``state="terminated"`` for ``terminated_retention``, at most ``max
 the ones that used the most energy kept), across a receiver outage, and across a restart (the totals and
 each series' start time are kept in the state file; see ``service.state``). Retentions are counted from the
 end on the monotonic clock (a wall-clock step drops nothing early, keeps nothing longer); across a restart
-the time wattpipe was down counts (the state file keeps when each series ended as a wall time).
+the time wattpipe was down counts (the state file keeps when each series ended as a wall time: ``saved``).
 
 A device *answered* in a tick when it has a DevicePower record. The series on a device that did not answer
 keep their totals and running state, and their watts are absent (``None``: not known, neither repeated nor
@@ -146,6 +146,7 @@ class EnergyProcessor:
         self._series_order = Order(_process_columns)
         self._ticks = 0
         self.late_unattributed_mj = 0  # late energy whose series was dropped before it came
+        self._wall_offset_s: float | None = None  # the last tick's wall less monotonic time (saved ends, ``saved``)
 
     # --- state -------------------------------------------------------------------------------
 
@@ -178,12 +179,12 @@ class EnergyProcessor:
     def snapshot(self) -> dict[str, Any]:
         return {
             "processes": [
-                {"pid": pid, "device_id": device_id, "start_ticks": start_ticks, **saved(s)}
+                {"pid": pid, "device_id": device_id, "start_ticks": start_ticks, **saved(s, self._wall_offset_s)}
                 for (pid, device_id, start_ticks), s in sorted(self.series.items())
             ],
-            **self.containers_and_pods.snapshot(),
+            **self.containers_and_pods.snapshot(self._wall_offset_s),
             "instances": [
-                {"device_id": device_id, "gpu_instance_id": gi, **saved(s)}
+                {"device_id": device_id, "gpu_instance_id": gi, **saved(s, self._wall_offset_s)}
                 for (device_id, gi), s in sorted(self.instances.items())
             ],
             "devices": {
@@ -205,6 +206,7 @@ class EnergyProcessor:
 
     def process(self, batch: Batch) -> Batch:
         now = batch.time
+        self._wall_offset_s = now.wall_offset_s
         held_before = {device_id for device_id, d in self.devices.items() if _held(d)}  # (see _prune)
         # A CPU zone's DevicePower (cpu_attribution earlier in the pipeline) is that processor's to total.
         powers = {p.device_id: p for p in batch.device_power if p.device_type == "gpu"}

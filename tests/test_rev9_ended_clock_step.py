@@ -312,3 +312,29 @@ def test_a_cpu_restart_keeps_an_ended_series_the_rest_of_its_retention() -> None
     node, proc = _cpu_restarted(down_s=20.0)  # pid 21 ended 25 s before this start
     ended_s = node.clock.monotonic() - 25.0
     assert _last_kept_s(lambda: all(_cpu_kept(node, proc)), node.clock, ended_s) == 60.0
+
+
+def test_a_restart_after_a_wall_step_keeps_an_ended_series_the_rest_of_its_retention() -> None:
+    # The state file's end is the wall time it was by the wall clock of the last tick before the save: stepped
+    # an hour forward since the series ended, a restart still counts it 20 s old, not an hour.
+    clock = SteppedClock()
+    proc = energy(clock, terminated_retention=60.0)
+    _ended_gpu_series(clock, proc)
+    clock._offset_s += HOUR_S
+    assert rows(gpu_step(proc, clock, [], [])) == [("1", "G", 100, "terminated", 0.0)]  # 5 s after it ended
+    again, clock2 = _restarted(proc, down_s=10.0, terminated_retention=60.0)
+    ended_s = clock2.monotonic() - 20.0
+    assert _last_kept_s(lambda: rows(gpu_step(again, clock2, [], [])), clock2, ended_s) == 60.0  # was -1
+
+
+def test_a_cpu_restart_after_a_wall_step_keeps_an_ended_series_the_rest_of_its_retention() -> None:
+    store = StateStore(None, SteppedClock(), "n")
+    node, proc, _ = _ended_cpu_process(60.0, store)
+    node.clock._offset_s += HOUR_S
+    assert _cpu_kept(node, proc) == (True, True)  # 5 s after pid 21 ended
+    store.put("metrics/cpu_attribution", proc.snapshot())
+    node.clock = SteppedClock(start_wall_s=node.clock.wall() + 10.0, start_monotonic_s=7.0)
+    node.procs = {pid: replace(p, time=node.clock.now()) for pid, p in node.procs.items()}
+    again = processor(store, terminated_retention=60.0)
+    ended_s = node.clock.monotonic() - 20.0
+    assert _last_kept_s(lambda: all(_cpu_kept(node, again)), node.clock, ended_s) == 60.0  # was -1
