@@ -6,7 +6,10 @@ gone did. A forward wall-clock step (NTP, a VM resumed) past the retention dropp
 and MIG energy released for them later went unattributed; a backward step kept them an hour longer than
 configured. Within a run they age on the monotonic clock now. The state file keeps when each ended as a wall
 time, so that a restart counts wattpipe's downtime: restored, it is placed on this run's monotonic clock by its
-wall age (never below 0).
+wall age (never below 0), and saved by the wall clock of the last tick (a step during the run does not age it).
+
+Also: a pid reused on one GPU while an earlier series of it is kept gets ``series_start`` even after
+``max_terminated`` dropped the pid's latest series first (it has the fewest joules).
 """
 
 from __future__ import annotations
