@@ -86,7 +86,12 @@ ATTRIBUTES: tuple[Attribute, ...] = (
     Attribute("pod_uid", "pod_id", "k8s.pod.uid", "The pod's UID."),
     Attribute("pod_name", "pod_name", "k8s.pod.name", "The pod's name."),
     Attribute("pod_namespace", "pod_namespace", "k8s.namespace.name", "The pod's namespace."),
-    Attribute("state", "state", "wattpipe.state", "`running`, or `terminated` (kept for a retention period)."),
+    Attribute(
+        "state",
+        "state",
+        "wattpipe.state",
+        "`running`, or `terminated` (kept for a retention period, counted from its end on the monotonic clock).",
+    ),
     Attribute(
         "series_start",
         "series_start",

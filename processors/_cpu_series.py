@@ -22,7 +22,7 @@ from wattpipe.pipeline.records import HostProcess, Totals
 from wattpipe.pipeline.records_cpu import ContainerCpuTime
 from wattpipe.processors._cpu_identity import GroupScope, Identity, Names, group_memberships, process_attrs
 from wattpipe.processors._cpu_labels import PROCESS_PLACE, label, names_kept, tell_reused_apart
-from wattpipe.processors._energy_series import Scope, Series, prune, restore, saved, start_at
+from wattpipe.processors._energy_series import Scope, Series, end, ended_age_s, prune, restore, saved, start_at
 
 __all__ = [
     "CPU_DEVICE_PREFIX",
@@ -114,6 +114,7 @@ class CpuSeries:
         self._rows: list[tuple[Series, Scope, str, str]] | None = None  # the Totals' order; None: tables changed
         self._groups_version = 0  # moves whenever a group series is added, dropped or relabelled
         self._restored = False  # groups restored whose members the next listing tells
+        self._wall_offset_s: float | None = None  # the last tick's wall less monotonic time (saved ends, ``saved``)
         # Processes (pid, start time) and groups (scope, id) an open zone gap may yet bill (processors/_cpu_gap.py):
         # their ended series are not dropped until it closes (its late shares find them).
         self.pending: tuple[AbstractSet[tuple[int, int]], AbstractSet[tuple[str, str]]] = (frozenset(), frozenset())
@@ -149,6 +150,7 @@ class CpuSeries:
         """Add a tick's shares; end the series whose processes /proc no longer lists (``listed``: it answered)."""
         self._tick += 1
         tick_no = self._tick
+        self._wall_offset_s = now.wall_offset_s
         tick_start_s = now.wall_s - tick.interval_s
         # the group series with a share this tick, their energy before, and their zone type's mJ → W factor
         grouped: list[tuple[Series, int, float | None]] = []
@@ -195,10 +197,10 @@ class CpuSeries:
                     gseries.energy_mj += mj
         if tick.unseen_by_zone:
             self._unseen(tick, names, tick_start_s, grouped)
-        self._finish(now.wall_s, tick, grouped)
-        self._settle(now.wall_s, tick, hosts, listed)
+        self._finish(now, tick, grouped)
+        self._settle(now, tick, hosts, listed)
 
-    def _finish(self, wall_s: float, tick: TickShares, grouped: list[tuple[Series, int, float | None]]) -> None:
+    def _finish(self, now: Timestamp, tick: TickShares, grouped: list[tuple[Series, int, float | None]]) -> None:
         """The groups with a share: running, their watts the sum of their processes' shares over the zone type's
         interval; where a zone came back from a gap, each share's watts over its own interval, and the late shares."""
         for gseries, before_mj, per_mj in grouped:
@@ -208,7 +210,7 @@ class CpuSeries:
         if tick.zone_watts:
             self._gap_watts(tick)
         if tick.late:
-            self._late(wall_s, tick.late)
+            self._late(now, tick.late)
 
     def _unseen(
         self, tick: TickShares, names: Names, start_s: float, grouped: list[tuple[Series, int, float | None]]
@@ -273,7 +275,7 @@ class CpuSeries:
                 self._groups_version += 1
         return gseries
 
-    def _settle(self, wall_s: float, tick: TickShares, hosts: Mapping[int, HostProcess], listed: bool) -> None:
+    def _settle(self, now: Timestamp, tick: TickShares, hosts: Mapping[int, HostProcess], listed: bool) -> None:
         """The series without a share this tick: idle (0 W), not known (their zone did not answer), or ended
         (their process is gone); then the ended ones past their retention dropped."""
         tick_no, split = self._tick, tick.split_zones
@@ -287,7 +289,7 @@ class CpuSeries:
             )
             if not gone and series.power_w == 0.0 and zone in split and series.ended_wall_s is None:
                 continue  # idle, and already at 0 W: nothing to change
-            self._idle_or_gone(series, zone, tick, gone, wall_s)
+            self._idle_or_gone(series, zone, tick, gone, now)
             ended = ended or series.ended_wall_s is not None
         if listed:
             # The identities and members are all of the last listing: the ones gone from it are the exited.
@@ -301,23 +303,24 @@ class CpuSeries:
         for gkey, gseries in self.groups.items():
             if gseries.seen != tick_no:
                 remaining = self._members.get(gkey[:2]) or gkey[:2] in self.alive
-                self._idle_or_gone(gseries, gkey[2], tick, listed and not remaining, wall_s)
+                self._idle_or_gone(gseries, gkey[2], tick, listed and not remaining, now)
         held, held_groups = self.pending
-        if ended and self._prune(self.processes, wall_s, held):
+        if ended and self._prune(self.processes, now, held):
             self._rows = None
-        for gkey in self._prune(self.groups, wall_s, held_groups):
+        for gkey in self._prune(self.groups, now, held_groups):
             self._rows = None
             self._groups_version += 1
             if not any(k[:2] == gkey[:2] for k in self.groups):
                 self._members.pop(gkey[:2], None)
 
-    def _prune(self, table: dict[Any, Series], wall_s: float, held: AbstractSet[Any]) -> list[Any]:
+    def _prune(self, table: dict[Any, Series], now: Timestamp, held: AbstractSet[Any]) -> list[Any]:
         """``prune`` (retention, ``max_terminated``) of the ended series whose key's owner (its first two parts) is
         not ``held`` (an open gap may bill them)."""
         kept = {k: s for k, s in table.items() if s.ended_wall_s is not None and k[:2] in held} if held else {}
-        for key in kept:
+        for key, series in kept.items():
+            ended_age_s(series, now)  # (placed on this run's clock now, as prune places the others)
             del table[key]
-        dropped = prune(table, wall_s, lambda _: self.retention_s, self.max_terminated)
+        dropped = prune(table, now, lambda _: self.retention_s, self.max_terminated)
         table.update(kept)
         return dropped
 
@@ -339,7 +342,7 @@ class CpuSeries:
             for gseries, w in summed.values():
                 gseries.power_w = w
 
-    def _late(self, wall_s: float, late: Sequence[LateShare]) -> None:
+    def _late(self, now: Timestamp, late: Sequence[LateShare]) -> None:
         """A gap's shares for processes that exited during it, added to their series as they are (ended, or
         running until this tick's listing ends them) and their containers', pods' and VMs'. A process without a
         series (it used CPU only during the gap) gets one, ended now; a group without one gets one, which ends
@@ -347,8 +350,9 @@ class CpuSeries:
         for pk, host, zone, mj in late:
             series = self.processes.get((pk[0], pk[1], zone))
             if series is None:
-                begun = host.start_wall_s if host.start_wall_s is not None else wall_s
-                series = Series(0, min(begun, wall_s), power_w=0.0, ended_wall_s=wall_s)
+                begun = host.start_wall_s if host.start_wall_s is not None else now.wall_s
+                series = Series(0, min(begun, now.wall_s), power_w=0.0)
+                end(series, now)
                 self.processes[(pk[0], pk[1], zone)] = series
                 label(series, {**process_attrs(host, None), "zone": zone})
                 self._rows = None
@@ -383,10 +387,10 @@ class CpuSeries:
                     self._members[(scope, group)].add(pk)
 
     @staticmethod
-    def _idle_or_gone(series: Series, zone: str, tick: TickShares, gone: bool, wall_s: float) -> None:
+    def _idle_or_gone(series: Series, zone: str, tick: TickShares, gone: bool, now: Timestamp) -> None:
         if gone:
             if series.ended_wall_s is None:
-                series.ended_wall_s = wall_s
+                end(series, now)
             series.power_w = 0.0
         elif zone in tick.split_zones:
             series.power_w = 0.0  # listed, and used no CPU this tick
@@ -432,11 +436,11 @@ class CpuSeries:
     def snapshot(self) -> dict[str, Any]:
         return {
             "processes": [
-                {"pid": pid, "start_ticks": start, "zone": zone, **saved(s)}
+                {"pid": pid, "start_ticks": start, "zone": zone, **saved(s, self._wall_offset_s)}
                 for (pid, start, zone), s in sorted(self.processes.items())
             ],
             "groups": [
-                {"scope": scope, "key": key, "zone": zone, **saved(s)}
+                {"scope": scope, "key": key, "zone": zone, **saved(s, self._wall_offset_s)}
                 for (scope, key, zone), s in sorted(self.groups.items())
             ],
         }

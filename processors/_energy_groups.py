@@ -24,7 +24,7 @@ from typing import Any
 from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.records import DevicePower, GpuShare, HostProcess, Totals, Workload
-from wattpipe.processors._energy_series import Order, Series, prune, restore, saved, to_totals
+from wattpipe.processors._energy_series import Order, Series, end, prune, restore, saved, to_totals
 from wattpipe.processors.attribution_math import apportion
 from wattpipe.processors.k8s._exited import LATE_DEVICE
 
@@ -90,10 +90,10 @@ class GroupSeries:
             if first in self.groups:
                 self.aliases[later], self._claimed[first] = first, later
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self, wall_offset_s: float | None = None) -> dict[str, Any]:
         return {
             "groups": [
-                {"scope": scope, "key": key, "device_id": device_id, **saved(s)}
+                {"scope": scope, "key": key, "device_id": device_id, **saved(s, wall_offset_s)}
                 for (scope, key, device_id), s in sorted(self.groups.items())
             ],
             "aliases": [
@@ -139,9 +139,9 @@ class GroupSeries:
             # Not seen: its state and watts are decided below, by whether its pod exists, as without it.
             series = self.groups.get(key) or self._series(key, attrs, wall_s - _interval(key, powers, batch))[0]
             series.energy_mj += mj
-        self._unseen(tick, split, gone, roster, wall_s)
+        self._unseen(tick, split, gone, roster, batch.time)
 
-    def _unseen(self, tick: int, split: set[str], gone: set[str], roster: _Roster | None, wall_s: float) -> None:
+    def _unseen(self, tick: int, split: set[str], gone: set[str], roster: _Roster | None, now: Timestamp) -> None:
         """The series with no share this tick: running at 0 W while their pod exists, ended when it is not."""
         for key, series in self.groups.items():
             if series.seen == tick:
@@ -151,10 +151,10 @@ class GroupSeries:
             # the name, which a recreated pod (a restarted container) now has.
             if series.ended_wall_s is None:
                 if key[2] in gone:
-                    series.ended_wall_s = wall_s
+                    end(series, now)
                     self._device_gone.add(key)
                 elif roster is not None and not roster.lists(self._claimed.get(key, key), series):
-                    series.ended_wall_s = wall_s
+                    end(series, now)
                     self._device_gone.discard(key)  # (back since, it ran again: its pod is gone now)
             elif key in self._device_gone and key[2] in split and roster is not None:
                 # Ended with its device, which is back: it runs again while its pod exists (not a new series).
@@ -188,8 +188,8 @@ class GroupSeries:
         series = self.groups[key] = Series(energy_mj=0, start_wall_s=start_wall_s, attrs=dict(attrs))
         return series, False
 
-    def prune(self, now_wall_s: float, retention_s: Callable[[str], float], max_terminated: int) -> None:
-        for first in prune(self.groups, now_wall_s, lambda key: retention_s(key[2]), max_terminated):
+    def prune(self, now: Timestamp, retention_s: Callable[[str], float], max_terminated: int) -> None:
+        for first in prune(self.groups, now, lambda key: retention_s(key[2]), max_terminated):
             self._device_gone.discard(first)
             later = self._claimed.pop(first, None)
             if later is not None:

@@ -3,7 +3,9 @@
 Totals are integer millijoules and only grow: across process exit (a process that has left stays
 exported with ``state="terminated"`` for ``terminated_retention``, at most ``max_terminated`` of them,
 the ones that used the most energy kept), across a receiver outage, and across a restart (the totals and
-each series' start time are kept in the state file; see ``service.state``).
+each series' start time are kept in the state file; see ``service.state``). Retentions are counted from the
+end on the monotonic clock (a wall-clock step drops nothing early, keeps nothing longer); across a restart
+the time wattpipe was down counts (the state file keeps when each series ended as a wall time: ``saved``).
 
 A device *answered* in a tick when it has a DevicePower record. The series on a device that did not answer
 keep their totals and running state, and their watts are absent (``None``: not known, neither repeated nor
@@ -27,7 +29,8 @@ and no series of unknown start is made for it). Ended series on a device that ho
 energy still finds them; should it come for a series dropped all the same, it counts as the device's
 unattributed energy (and is logged): Σ process totals + unattributed still add up to the active energy.
 Pid reuse within the wait: on another GPU the late energy stays with the process that ran; on the same GPU a
-share naming its process's start time (the idle hold's, with procfs) finds that series, else the pid's latest.
+share naming its process's start time (the idle hold's, with procfs) finds that series, else the pid's latest
+(of those kept).
 A share of a device that did not answer this tick (no DevicePower: energy a hold released for a GPU down past
 attribution's ``idle_wait`` or ``mig_max_wait``) is late too, whatever the listing says, and lowers the device's
 held level. The idle hold's counts in the device's energy and active totals then; a MIG hold's (its mode a MIG
@@ -39,7 +42,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
 from itertools import repeat
 from typing import Any, Literal
 
@@ -50,16 +52,18 @@ from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
 from wattpipe.pipeline.config import Duration
 from wattpipe.pipeline.records import DevicePower, DeviceTotals, GpuShare, HostProcess, Totals
+from wattpipe.processors._energy_devices import DeviceEnergy, device_totals, dumped, held, restored
 from wattpipe.processors._energy_groups import GroupSeries, Late
 from wattpipe.processors._energy_series import (
     SERIES_START,
     Order,
     Series,
+    end,
+    ended_last,
     prune,
     restore,
     saved,
     series_start_value,
-    start_at,
     to_totals,
 )
 from wattpipe.processors._mig_attribution import MIG_MODES
@@ -85,24 +89,6 @@ class EnergyConfig(ComponentConfig):
 _UNKNOWN_START = -1  # no procfs source: the process's start time is not known
 
 SeriesKey = tuple[int, str, int]  # pid, device id, process start time (clock ticks since boot)
-
-
-@dataclass
-class _Device:
-    energy_mj: int = 0
-    idle_energy_mj: int = 0
-    active_energy_mj: int = 0
-    unattributed_energy_mj: int = 0
-    start_wall_s: float = 0.0
-    last: DevicePower | None = None
-    held_mj: int = 0  # its held level as saved, until it has a DevicePower again (``last``)
-    seen_s: float | None = None  # monotonic time it last answered (or this start's first tick); not saved
-    gone_wall_s: float | None = None  # when it was found gone (its series ended then); None: not gone
-
-
-def _held(d: _Device) -> int:
-    """The device's held level: its last DevicePower's, else as the state file had it."""
-    return d.last.held_energy_mj if d.last is not None else d.held_mj
 
 
 def _process_columns(order: list[SeriesKey]) -> tuple[list[Any], ...]:
@@ -138,12 +124,13 @@ class EnergyProcessor:
         self.series: dict[SeriesKey, Series] = {}
         self._running: dict[tuple[int, str], SeriesKey] = {}  # (pid, device) → its running series
         self._ended: dict[tuple[int, str], SeriesKey] = {}  # (pid, device) → its series that ended last
-        self.devices: dict[str, _Device] = {}
+        self.devices: dict[str, DeviceEnergy] = {}
         self.instances: dict[tuple[str, int], Series] = {}  # (device, GPU instance) on MIG GPUs
         self.containers_and_pods = GroupSeries()
         self._series_order = Order(_process_columns)
         self._ticks = 0
         self.late_unattributed_mj = 0  # late energy whose series was dropped before it came
+        self._wall_offset_s: float | None = None  # the last tick's wall less monotonic time (saved ends, ``saved``)
 
     # --- state -------------------------------------------------------------------------------
 
@@ -162,9 +149,7 @@ class EnergyProcessor:
             (str(row["device_id"]), int(row["gpu_instance_id"])): restore(row)
             for row in saved_state.get("instances", [])
         }
-        devices = {
-            str(device_id): _restore_device(row) for device_id, row in dict(saved_state.get("devices", {})).items()
-        }
+        devices = restored(saved_state.get("devices", {}))
         self.series, self.containers_and_pods, self.instances, self.devices = series, groups, instances, devices
         self._running = {key[:2]: key for key, s in series.items() if s.ended_wall_s is None}
         ended = sorted((s.ended_wall_s, key) for key, s in series.items() if s.ended_wall_s is not None)
@@ -176,48 +161,39 @@ class EnergyProcessor:
     def snapshot(self) -> dict[str, Any]:
         return {
             "processes": [
-                {"pid": pid, "device_id": device_id, "start_ticks": start_ticks, **saved(s)}
+                {"pid": pid, "device_id": device_id, "start_ticks": start_ticks, **saved(s, self._wall_offset_s)}
                 for (pid, device_id, start_ticks), s in sorted(self.series.items())
             ],
-            **self.containers_and_pods.snapshot(),
+            **self.containers_and_pods.snapshot(self._wall_offset_s),
             "instances": [
-                {"device_id": device_id, "gpu_instance_id": gi, **saved(s)}
+                {"device_id": device_id, "gpu_instance_id": gi, **saved(s, self._wall_offset_s)}
                 for (device_id, gi), s in sorted(self.instances.items())
             ],
-            "devices": {
-                device_id: {
-                    "energy_mj": d.energy_mj,
-                    "idle_energy_mj": d.idle_energy_mj,
-                    "active_energy_mj": d.active_energy_mj,
-                    "unattributed_energy_mj": d.unattributed_energy_mj,
-                    "start_wall_s": d.start_wall_s,
-                    # Attribution's hold survives a restart: until the device answers again, its ended series
-                    # wait for the late energy as they did before it.
-                    "held_energy_mj": _held(d),
-                }
-                for device_id, d in sorted(self.devices.items())
-            },
+            "devices": dumped(self.devices),
         }
 
     # --- the tick ----------------------------------------------------------------------------
 
     def process(self, batch: Batch) -> Batch:
         now = batch.time
-        held_before = {device_id for device_id, d in self.devices.items() if _held(d)}  # (see _prune)
+        self._wall_offset_s = now.wall_offset_s
+        held_before = {device_id for device_id, d in self.devices.items() if held(d)}  # (see _prune)
         # A CPU zone's DevicePower (cpu_attribution earlier in the pipeline) is that processor's to total.
         powers = {p.device_id: p for p in batch.device_power if p.device_type == "gpu"}
         for power in batch.device_power:
             if power.device_type != "gpu":
                 continue
             # A series starts where the energy it counts starts: the beginning of its first interval.
-            d = self.devices.setdefault(power.device_id, _Device(start_wall_s=power.time.wall_s - power.interval_s))
+            d = self.devices.setdefault(
+                power.device_id, DeviceEnergy(start_wall_s=power.time.wall_s - power.interval_s)
+            )
             # Energy held while the device's idle is learned is neither idle nor active yet: it joins the totals
             # when released (attribution, processors/_idle_hold.py), so energy == idle + active always.
             d.energy_mj += power.idle_energy_mj + power.active_energy_mj
             d.idle_energy_mj += power.idle_energy_mj
             d.active_energy_mj += power.active_energy_mj
             d.last = power
-            d.seen_s, d.gone_wall_s = now.monotonic_s, None
+            d.seen_s, d.gone_s = now.monotonic_s, None
         gone = self._gone(now)
         # Devices whose energy was split among their processes: on the others (no answer, or a tick that
         # spans an outage or whose process listing failed) nobody's watts are known, and nobody has exited.
@@ -245,7 +221,7 @@ class EnergyProcessor:
                 series = self.series[running]
             else:
                 interval_s = powers[share.device_id].interval_s if share.device_id in powers else batch.interval_s
-                _, series = self._series_for(share.pid, share.device_id, host, share.time.wall_s, interval_s)
+                _, series = self._series_for(share.pid, share.device_id, host, share.time, interval_s)
             series.energy_mj += share.energy_mj
             series.power_w = share.power_w
             series.ended_wall_s = None  # back (or still) running
@@ -253,9 +229,9 @@ class EnergyProcessor:
                 series.attrs["gpu_instance_id"] = str(share.gpu_instance_id)
             series.seen = tick
         self.containers_and_pods.update(batch, tick, powers, split, gone, hosts, late)
-        self._instances(batch, powers, split, gone, now.wall_s)
-        self._absent(tick, split, gone, now.wall_s)
-        self._prune(now.wall_s, held_before)
+        self._instances(batch, powers, split, gone, now)
+        self._absent(tick, split, gone, now)
+        self._prune(now, held_before)
         return batch.replace(
             totals=batch.totals + self._totals(now) + self.containers_and_pods.totals(now) + self._instance_totals(now),
             device_totals=batch.device_totals + self._device_totals(now),
@@ -318,7 +294,7 @@ class EnergyProcessor:
                 return series
         return None
 
-    def _absent(self, tick: int, split: set[str], gone: set[str], wall_s: float) -> None:
+    def _absent(self, tick: int, split: set[str], gone: set[str], now: Timestamp) -> None:
         """The process series that had no share of a running process this tick: exited where their device's
         energy was split, not known elsewhere (ended only once the device is gone)."""
         for key, series in self.series.items():
@@ -327,11 +303,11 @@ class EnergyProcessor:
             if key[1] in split:
                 series.power_w = 0.0
                 if series.ended_wall_s is None:
-                    self._end(key, series, wall_s)  # its device was read and it was not on it: it has exited
+                    self._end(key, series, now)  # its device was read and it was not on it: it has exited
             else:
                 series.power_w = None  # how much it drew is not known
                 if series.ended_wall_s is None and key[1] in gone:
-                    self._end(key, series, wall_s)
+                    self._end(key, series, now)
 
     def _gone(self, now: Timestamp) -> set[str]:
         """The devices unanswered for longer than ``device_gone_after`` (a device restored from the state file
@@ -342,12 +318,12 @@ class EnergyProcessor:
                 d.seen_s = now.monotonic_s
             elif now.monotonic_s - d.seen_s > self.config.device_gone_after:
                 gone.add(device_id)
-                if d.gone_wall_s is None:
-                    d.gone_wall_s = now.wall_s
+                if d.gone_s is None:
+                    d.gone_s = now.monotonic_s
         return gone
 
     def _instances(
-        self, batch: Batch, powers: dict[str, DevicePower], split: set[str], gone: set[str], wall_s: float
+        self, batch: Batch, powers: dict[str, DevicePower], split: set[str], gone: set[str], now: Timestamp
     ) -> None:
         named: set[tuple[str, int]] = set()
         for inst in batch.instance_energy:
@@ -370,7 +346,7 @@ class EnergyProcessor:
             else:
                 instance.power_w = None
                 if instance.ended_wall_s is None and device_id in gone:
-                    instance.ended_wall_s = wall_s
+                    end(instance, now)
 
     def _instance_totals(self, now: Timestamp) -> tuple[Totals, ...]:
         # Kept while their device is there (a handful per GPU); a repartition's old instances stop growing.
@@ -379,7 +355,7 @@ class EnergyProcessor:
         )
 
     def _series_for(
-        self, pid: int, device_id: str, host: HostProcess | None, wall_s: float, interval_s: float
+        self, pid: int, device_id: str, host: HostProcess | None, at: Timestamp, interval_s: float
     ) -> tuple[SeriesKey, Series]:
         start = host.start_time_ticks if host is not None and host.start_time_ticks is not None else _UNKNOWN_START
         running = self._running.get((pid, device_id))
@@ -402,11 +378,11 @@ class EnergyProcessor:
                 self._describe(series, host)
                 return running, series
             # Same pid, another start time: the kernel reused the pid for a new process.
-            self._end(running, series, wall_s)
+            self._end(running, series, at)
         key = (pid, device_id, start)
         found = self.series.get(key)
         if found is None:
-            found = self.series[key] = Series(energy_mj=0, start_wall_s=wall_s - interval_s)
+            found = self.series[key] = Series(energy_mj=0, start_wall_s=at.wall_s - interval_s)
             if (pid, device_id) in self._ended:  # the pid's last process here is kept still: a reused pid
                 found.attrs[SERIES_START] = series_start_value(found.start_wall_s)
         self._running[(pid, device_id)] = key
@@ -422,29 +398,33 @@ class EnergyProcessor:
             if value is not None:
                 series.attrs[name] = value
 
-    def _end(self, key: SeriesKey, series: Series, wall_s: float) -> None:
-        series.ended_wall_s = wall_s
+    def _end(self, key: SeriesKey, series: Series, now: Timestamp) -> None:
+        end(series, now)
         if self._running.get(key[:2]) == key:
             del self._running[key[:2]]
         self._ended[key[:2]] = key  # where energy released for it later goes
 
-    def _prune(self, now_wall_s: float, held_before: set[str]) -> None:
+    def _prune(self, now: Timestamp, held_before: set[str]) -> None:
         retention_s, most = self.config.terminated_retention, self.config.max_terminated
         # On a device that holds energy, more may come for a process that has ended: its series (and its
         # container's and pod's) wait for it. A device holding nothing has released all it will for them, and
         # they go after the tick that released the last of it (``held_before``: it held before this tick) has
         # exported them.
         late_s = max(retention_s, self.config.late_energy_wait)
-        holding = held_before | {device_id for device_id, d in self.devices.items() if _held(d)}
+        holding = held_before | {device_id for device_id, d in self.devices.items() if held(d)}
 
         def keep_s(device_id: str) -> float:
             return late_s if device_id in holding else retention_s
 
-        for key in prune(self.series, now_wall_s, lambda k: keep_s(k[1]), most):
+        lost = set()  # (pid, device) whose series that ended last was dropped
+        for key in prune(self.series, now, lambda k: keep_s(k[1]), most):
             if self._ended.get(key[:2]) == key:
                 del self._ended[key[:2]]
-        prune(self.instances, now_wall_s, lambda _: retention_s, most)
-        self.containers_and_pods.prune(now_wall_s, keep_s, most)
+                lost.add(key[:2])
+        if lost:  # max_terminated drops by energy, not age: an earlier series of the pid there may be kept still
+            self._ended.update(ended_last(self.series, lost, now))
+        prune(self.instances, now, lambda _: retention_s, most)
+        self.containers_and_pods.prune(now, keep_s, most)
         # A device gone past the retention is no longer exported (_device_totals), but its totals are kept:
         # should it come back, its counters go on instead of starting again from 0.
 
@@ -454,28 +434,7 @@ class EnergyProcessor:
         return tuple(map(to_totals, repeat(now), scope, pids, devices, map(self.series.__getitem__, order)))
 
     def _device_totals(self, now: Timestamp) -> tuple[DeviceTotals, ...]:
-        out = []
-        for device_id, d in sorted(self.devices.items()):
-            if d.gone_wall_s is not None and now.wall_s - d.gone_wall_s > self.config.terminated_retention:
-                continue  # gone, past the retention as its series: not exported (kept, should it come back)
-            last = d.last
-            out.append(
-                DeviceTotals(
-                    time=now,
-                    device_id=device_id,
-                    device_type=last.device_type if last else "gpu",
-                    device_index=last.device_index if last else None,
-                    device_name=last.device_name if last else None,
-                    vendor=last.vendor if last else None,
-                    energy_mj=d.energy_mj,
-                    idle_energy_mj=d.idle_energy_mj,
-                    active_energy_mj=d.active_energy_mj,
-                    attributed_energy_mj=d.active_energy_mj - d.unattributed_energy_mj,
-                    unattributed_energy_mj=d.unattributed_energy_mj,
-                    start=start_at(now, d.start_wall_s),
-                )
-            )
-        return tuple(out)
+        return device_totals(self.devices, now, self.config.terminated_retention)
 
 
 factory = Factory.of(
@@ -487,14 +446,3 @@ factory = Factory.of(
     stability="alpha",
     provides=frozenset({"totals", "device_totals"}),
 )
-
-
-def _restore_device(row: dict[str, Any]) -> _Device:
-    return _Device(
-        energy_mj=int(row["energy_mj"]),
-        idle_energy_mj=int(row["idle_energy_mj"]),
-        active_energy_mj=int(row["active_energy_mj"]),
-        unattributed_energy_mj=int(row["unattributed_energy_mj"]),
-        start_wall_s=float(row["start_wall_s"]),
-        held_mj=int(row.get("held_energy_mj", 0)),
-    )
