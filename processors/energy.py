@@ -178,22 +178,7 @@ class EnergyProcessor:
         now = batch.time
         self._wall_offset_s = now.wall_offset_s
         held_before = {device_id for device_id, d in self.devices.items() if held(d)}  # (see _prune)
-        # A CPU zone's DevicePower (cpu_attribution earlier in the pipeline) is that processor's to total.
-        powers = {p.device_id: p for p in batch.device_power if p.device_type == "gpu"}
-        for power in batch.device_power:
-            if power.device_type != "gpu":
-                continue
-            # A series starts where the energy it counts starts: the beginning of its first interval.
-            d = self.devices.setdefault(
-                power.device_id, DeviceEnergy(start_wall_s=power.time.wall_s - power.interval_s)
-            )
-            # Energy held while the device's idle is learned is neither idle nor active yet: it joins the totals
-            # when released (attribution, processors/_idle_hold.py), so energy == idle + active always.
-            d.energy_mj += power.idle_energy_mj + power.active_energy_mj
-            d.idle_energy_mj += power.idle_energy_mj
-            d.active_energy_mj += power.active_energy_mj
-            d.last = power
-            d.seen_s, d.gone_s = now.monotonic_s, None
+        powers = self._add_powers(batch)
         gone = self._gone(now)
         # Devices whose energy was split among their processes: on the others (no answer, or a tick that
         # spans an outage or whose process listing failed) nobody's watts are known, and nobody has exited.
@@ -236,6 +221,25 @@ class EnergyProcessor:
             totals=batch.totals + self._totals(now) + self.containers_and_pods.totals(now) + self._instance_totals(now),
             device_totals=batch.device_totals + self._device_totals(now),
         )
+
+    def _add_powers(self, batch: Batch) -> dict[str, DevicePower]:
+        """The tick's GPU DevicePowers, by device, added to their devices' totals. (A CPU zone's DevicePower,
+        cpu_attribution earlier in the pipeline, is that processor's to total.)"""
+        now = batch.time
+        powers = {p.device_id: p for p in batch.device_power if p.device_type == "gpu"}
+        for power in powers.values():
+            # A series starts where the energy it counts starts: the beginning of its first interval.
+            d = self.devices.setdefault(
+                power.device_id, DeviceEnergy(start_wall_s=power.time.wall_s - power.interval_s)
+            )
+            # Energy held while the device's idle is learned is neither idle nor active yet: it joins the totals
+            # when released (attribution, processors/_idle_hold.py), so energy == idle + active always.
+            d.energy_mj += power.idle_energy_mj + power.active_energy_mj
+            d.idle_energy_mj += power.idle_energy_mj
+            d.active_energy_mj += power.active_energy_mj
+            d.last = power
+            d.seen_s, d.gone_s = now.monotonic_s, None
+        return powers
 
     def _released_unanswered(self, shares: tuple[GpuShare, ...], powers: dict[str, DevicePower]) -> None:
         """Energy attribution's holds released for devices that did not answer this tick (down, or lost for good):
