@@ -43,18 +43,22 @@ def _cpu_consumer(
 _CPU_NODE: tuple[tuple[str, str, type[Record], str, str, str], ...] = (
     ("kepler_node_cpu_watts", "wattpipe.cpu.power", DevicePower, "power_w", "W", "A RAPL zone's power over the last tick."),
     ("kepler_node_cpu_active_watts", "wattpipe.cpu.power.active", DevicePower, "active_w", "W",
-     "A RAPL zone's active power (× the node's CPU usage ratio, or above the configured idle)."),
+     "A RAPL zone's active power (× the node's CPU usage ratio, or above the configured idle); a tick whose /proc "
+     "listing failed holds it, and the tick that releases it adds it."),
     ("kepler_node_cpu_idle_watts", "wattpipe.cpu.power.idle", DevicePower, "idle_w", "W",
-     "A RAPL zone's idle power over the last tick (its power − active)."),
+     "A RAPL zone's idle power over the last tick (its power − active, but on a tick that holds or releases "
+     "energy: a failed /proc listing)."),
     ("kepler_node_cpu_joules_total", "wattpipe.cpu.energy", DeviceTotals, "energy_mj", "J",
-     "A RAPL zone's energy since the series began."),
+     "A RAPL zone's energy since the series began (energy held over a failed /proc listing counted once "
+     "released)."),
     ("kepler_node_cpu_active_joules_total", "wattpipe.cpu.energy.active", DeviceTotals, "active_energy_mj", "J",
      "A RAPL zone's active energy (attributed + unattributed)."),
     ("kepler_node_cpu_idle_joules_total", "wattpipe.cpu.energy.idle", DeviceTotals, "idle_energy_mj", "J",
      "A RAPL zone's idle energy."),
     ("wattpipe_node_cpu_unattributed_joules_total", "wattpipe.cpu.energy.unattributed", DeviceTotals,
      "unattributed_energy_mj", "J",
-     "A RAPL zone's active energy no process carried (no CPU time seen, or /proc did not answer)."),
+     "A RAPL zone's active energy no process carried (no CPU time seen, /proc/stat or the listing did not "
+     "answer and could not be held)."),
 )  # fmt: skip
 
 _NODE_CPU: tuple[Family, ...] = (

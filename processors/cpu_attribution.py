@@ -130,7 +130,7 @@ class CpuAttributionProcessor:
         self.series = CpuSeries(config.terminated_retention, config.max_terminated)
         self._idles = ZoneIdles(config.idle_w, config.learn_idle, ctx.logger) if config.mode == "idle" else None
         self._gaps = Gaps(_ZONE_GONE_AFTER_S)  # the CPU time used while a zone is missing, by its last-read tick
-        self._holds = Holds()  # the zones' active energy of ticks whose listing failed (processors/_cpu_hold.py)
+        self._holds = Holds()  # the zones' energy of ticks whose listing failed, held (processors/_cpu_hold.py)
         self._unseen = UnseenTime(ctx) if config.unseen == "containers" else None
         self.wants = self.wants | {"container_cpu_time"} if self._unseen else self.wants  # procfs: ContainerCpuTime
 
