@@ -81,6 +81,7 @@ class IdleEstimators:
         self._regressions: dict[str, Regression] = {}
         self._estimates: dict[str, dict[Observed, Estimate]] = {}
         self._current: dict[str, tuple[Observed, Estimate]] = {}
+        self._wall_anchor_s: float | None = None  # wall − monotonic at this run's first reading (_window_s)
 
     def current(self, device_id: str) -> tuple[Observed, Estimate] | None:
         return self._current.get(device_id)
@@ -114,7 +115,7 @@ class IdleEstimators:
         varied; a utilisation averaged over an outage is not that tick's). A quiet span may cross a gap: its
         average can only overstate idle (whatever ran in it added power), and the minimum keeps the lowest."""
         for name, window in self.windows.items():
-            if window.prune(s.device_id, s.time.wall_s):
+            if window.prune(s.device_id, self._window_s(s)):
                 self._set(s.device_id, name, window.minimum(s.device_id))
         regression = self._regressions.get(s.device_id)
         if regression is not None:
@@ -162,10 +163,19 @@ class IdleEstimators:
                 self._learn("quiet", s, estimate)
 
     def _learn(self, name: Literal["free", "quiet"], s: DeviceSample, estimate: Estimate) -> None:
-        self.windows[name].add(s.device_id, s.time.wall_s, estimate)
+        self.windows[name].add(s.device_id, self._window_s(s), estimate)
         known = self._estimates.get(s.device_id, {}).get(name)
         if known is None or estimate.power_w < known.power_w:
             self._set(s.device_id, name, estimate)
+
+    def _window_s(self, s: DeviceSample) -> float:
+        """When ``s`` was read, for the free and quiet windows: the wall time of this run's first reading plus the
+        monotonic time since. The windows are wall time across a restart (the state file keeps them, and
+        wattpipe's downtime counts), but within a run a step of the wall clock neither ages their buckets (a
+        forward one dropped all but the last) nor keeps them longer (a backward one)."""
+        if self._wall_anchor_s is None:
+            self._wall_anchor_s = s.time.wall_s - s.time.monotonic_s
+        return s.time.monotonic_s + self._wall_anchor_s
 
     def _regress(self, s: DeviceSample, work: Work, power_w: float) -> None:
         if not (work.known and work.processes > 0 and work.util is not None):

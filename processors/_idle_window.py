@@ -109,7 +109,8 @@ class _Bucket:
 class IdleWindow:
     """Per device, the lowest valid quiet power in each ``bucket_s`` of wall time, over ``window_s``.
 
-    Wall time, not monotonic, so the window means the same after a restart (the state file keeps it).
+    Wall time, not monotonic, so the window means the same after a restart (the state file keeps it); the
+    caller (processors/_idle_chain.py) gives a wall time that a step of the wall clock within a run does not move.
     """
 
     def __init__(self, window_s: float, bucket_s: float) -> None:

@@ -453,3 +453,15 @@ def test_the_demo_still_writes_a_new_state_file_and_goes_on_from_its_own(
     err = capsys.readouterr().err
     assert f"state loaded from {state}" in err
     assert "not used" not in err
+
+
+@pytest.mark.parametrize("argv", [["--duration", "-5s"], ["--duration=-5s"], ["--duration", "-0.5m"]])
+def test_a_negative_duration_is_said_as_one(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    # `--duration -5s` said only "argument --duration: expected one argument" (argparse took -5s for an option),
+    # and `--duration=-5s` that '-5s' "is not a duration".
+    with pytest.raises(SystemExit) as info:
+        main(["simulate", *argv])
+
+    assert info.value.code == 2
+    value = argv[-1].removeprefix("--duration=")
+    assert f"argument --duration: '{value}' is not above 0 (e.g. 30s, 10m)" in capsys.readouterr().err

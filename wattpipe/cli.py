@@ -206,10 +206,30 @@ def _duration(text: str) -> float:
     try:
         seconds = parse_duration(text)
     except ValueError as exc:
+        if text.startswith("-") and _parses(text[1:]):
+            raise argparse.ArgumentTypeError(f"'{text}' is not above 0 (e.g. 30s, 10m)") from None
         raise argparse.ArgumentTypeError(str(exc)) from None
     if seconds <= 0:
         raise argparse.ArgumentTypeError(f"'{text}' is not above 0 (e.g. 30s, 10m)")
     return seconds
+
+
+def _parses(text: str) -> bool:
+    try:
+        parse_duration(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _negative_durations_joined(argv: Sequence[str]) -> list[str]:
+    """``--duration -5s`` as ``--duration=-5s``: argparse takes a value that starts with ``-`` (and is not a plain
+    negative number) for an option and says only "expected one argument"; joined, the value is checked and said."""
+    out = list(argv)
+    for i in range(len(out) - 2, -1, -1):
+        if out[i] == "--duration" and out[i + 1][:2] in {f"-{d}" for d in "0123456789."}:
+            out[i : i + 2] = [f"--duration={out[i + 1]}"]
+    return out
 
 
 def _count(text: str) -> int:
@@ -337,7 +357,7 @@ def _simulated_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
     out, err = out or sys.stdout, err or sys.stderr
     try:
-        args = parser().parse_args(argv)
+        args = parser().parse_args(_negative_durations_joined(sys.argv[1:] if argv is None else argv))
         for option in ("config", "scenario"):
             if getattr(args, option, None):
                 setattr(args, option, _shipped_if_missing(getattr(args, option), err))
