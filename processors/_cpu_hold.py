@@ -13,7 +13,8 @@ processor keeps the last reading, so that ratio spans the failed tick too), as a
 Not held: ticks with no listing yet (no readings for the next deltas to start from), a zone back from a gap in the
 failed tick (its energy may span more than the next deltas); a listing failing for longer than ``GAP_MAX_S`` since
 the last one answered releases what was held (its active energy unattributed) and holds nothing more until a
-listing answers (a listing down for good holds nobody's energy back for long).
+listing answers (a listing down for good holds nobody's energy back for long). A zone unread for longer than that
+(gone for good) has what it held added to its totals as unattributed, with no record (``Holds.expired``).
 
 The records say it as the GPU side's idle hold does (pipeline/records.py): a tick's ``DevicePower`` has the energy
 it measured, the idle and active settled that tick (held: its active energy, or all of it, is in neither yet),
@@ -28,9 +29,11 @@ restart's first listing is a baseline, so the held is saved as unattributed (``H
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from wattpipe.pipeline.records import CpuZoneSample
 from wattpipe.processors._cpu_split import idle_active
 
 __all__ = ["Held", "Holds", "Settled"]
@@ -96,6 +99,11 @@ class Holds:
         after = Held(held.active_mj, held.whole_mj + tick.idle_mj + tick.active_mj, held.span_s + tick.span_s)
         self.zones[path] = after
         return Settled(0, 0, after.mj, tick.span_s)
+
+    def expired(self, zones: Mapping[str, CpuZoneSample], before_s: float) -> dict[str, Held]:
+        """What the zones last read before ``before_s`` held (taken out): gone for good, no listing will split it."""
+        gone = [path for path in self.zones if zones[path].time.monotonic_s < before_s]
+        return {path: self.zones.pop(path) for path in gone}
 
     def saved(self, rows: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         """The zones' state-file rows (``_cpu_zone_totals.dumped``'s), each zone's held energy in them as

@@ -310,6 +310,11 @@ class CpuAttributionProcessor:
                 if group_s > interval_s and gap is None:
                     spans[sample.zone] = group_s
         powers = [self._power(batch.time, *part) for part in parts]
+        if self._holds.zones:  # a zone gone for good with energy held: into its totals, unattributed
+            for path, held in self._holds.expired(self._zones, batch.time.monotonic_s - GAP_MAX_S).items():
+                totals = self.zone_totals[path]
+                totals.energy_mj, totals.active_mj = totals.energy_mj + held.mj, totals.active_mj + held.mj
+                totals.unattributed_mj += held.mj
         return powers, self._shares(batch, powers, groups, weights, hosts, gap_paths, spans)
 
     def _settle(self, part: _Part, ratio: float | None, listed: bool, read: bool, now_s: float) -> tuple[_Part, float]:

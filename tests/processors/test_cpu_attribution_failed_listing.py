@@ -261,3 +261,21 @@ def test_a_restart_while_energy_is_held_keeps_it_in_the_totals_as_unattributed(t
     zone = again.zone_totals[PACKAGE]
     assert (zone.energy_mj, zone.idle_mj, zone.active_mj, zone.unattributed_mj) == (100_000, 50_000, 50_000, 50_000)
     assert proc.zone_totals[PACKAGE].energy_mj == 50_000  # (the running one: its idle; the active held)
+
+
+def test_a_zone_gone_for_good_with_energy_held_has_it_in_its_totals_as_unattributed() -> None:
+    node, proc = _two()
+    node.listed = False
+    node.half_busy(PACKAGE, 100_000)
+    node.run(1, 5.0)
+    (power,) = step(proc, node).device_power  # 50 J idle settled, 50 J active held
+    assert power.held_energy_mj == 50_000
+    node.listed = True
+    del node.zones[PACKAGE]  # gone (an mmio twin removed): no listing will split what it held
+    ticks = int(GAP_MAX_S / 5.0)
+    for _ in range(ticks):
+        step(proc, node)
+    zone = proc.zone_totals[PACKAGE]
+    assert (zone.energy_mj, zone.unattributed_mj) == (50_000, 0)  # still held: it may come back
+    step(proc, node)  # unread for over GAP_MAX_S
+    assert (zone.energy_mj, zone.active_mj, zone.unattributed_mj) == (100_000, 50_000, 50_000)
