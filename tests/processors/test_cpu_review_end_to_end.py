@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tests.helpers.context import make_context
@@ -62,8 +62,24 @@ def _write(sys: Path, path: str, raw: int, what: str) -> None:
         (directory / "energy_uj").write_text("1234x\n")
 
 
+def _ticks(
+    *ticks: tuple[int, str, bool, dict[int, float]],
+) -> list[tuple[dict[str, Action], str, bool, dict[int, float]]]:
+    """Every zone read, ``uj`` spent on each, /proc/stat ``ok`` or ``missing``, listed or not, the live processes."""
+    return [({path: ("read", uj) for path in ZONES}, stat, listed, live) for uj, stat, listed, live in ticks]
+
+
 @settings(max_examples=80, deadline=None)
 @given(plans(), st.integers(0, RANGE_UJ))
+@example(  # the counters wrap in a tick whose listing failed, then procfs answers nothing (a timeout), then both back
+    _ticks(
+        (1_000_000, "ok", True, {2: 1.0}),
+        (2_400_000, "ok", False, {2: 3.0, 3: 1.0}),
+        (1_000_000, "missing", False, {2: 4.0, 3: 1.0}),
+        (500_000, "ok", True, {2: 5.0, 3: 2.0}),
+    ),
+    RANGE_UJ - 2_000_000,
+)
 def test_a_misbehaving_tree_loses_nothing_conserves_and_bills_no_gap(
     plan: list[tuple[dict[str, Action], str, bool, dict[int, float]]], start_uj: int
 ) -> None:
