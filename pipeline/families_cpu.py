@@ -63,6 +63,20 @@ _CPU_NODE: tuple[tuple[str, str, type[Record], str, str, str], ...] = (
 
 _NODE_CPU: tuple[Family, ...] = (
     Family(
+        "wattpipe_node_cpu_held_joules",
+        "wattpipe.cpu.energy.held",
+        DevicePower,
+        "held_energy_mj",
+        "gauge",
+        "J",
+        "A RAPL zone's active energy held over a failed /proc listing, to be split with the next listing's CPU "
+        "time: in no total yet (the zone's joules total lags its counter by it, and counts it once released).",
+        (),
+        optional=_ZONE,
+        where=_CPU,
+        divisor=_MJ,
+    ),
+    Family(
         "kepler_node_cpu_usage_ratio",
         "system.cpu.utilization",
         NodeCpuTime,

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from tests.processors.test_cpu_attribution import Node, processor, restarted, step, totals
 from tests.processors.test_cpu_attribution_unseen import CgroupNode
 from wattpipe.pipeline.batch import Batch
+from wattpipe.pipeline.catalog import FAMILIES, labelled_values
 from wattpipe.pipeline.state import StateStore
 from wattpipe.processors._cpu_gap import GAP_MAX_S
 from wattpipe.processors.cpu_attribution import CpuAttributionProcessor
@@ -279,3 +280,24 @@ def test_a_zone_gone_for_good_with_energy_held_has_it_in_its_totals_as_unattribu
     assert (zone.energy_mj, zone.unattributed_mj) == (50_000, 0)  # still held: it may come back
     step(proc, node)  # unread for over GAP_MAX_S
     assert (zone.energy_mj, zone.active_mj, zone.unattributed_mj) == (100_000, 50_000, 50_000)
+
+
+def test_the_held_energy_is_exported_while_held_as_the_gpu_side_does() -> None:
+    # The zone's joules total trails its counter by what a failed listing holds; the GPU side says so with
+    # wattpipe_node_gpu_held_joules, the CPU zones said nothing (the total just lagged, then jumped).
+    held = next(f for f in FAMILIES if f.kepler == "wattpipe_node_cpu_held_joules")
+    assert held.instrument == "gauge"
+    node = Node(zones={"intel-rapl:0": ("package", 0, 0, 0)})
+    node.spawn(1, comm="a")
+    proc = processor()
+    step(proc, node)
+    node.listed = False
+    node.half_busy("intel-rapl:0", 100_000)  # 50 J active, held
+    node.run(1, 5.0)
+    ((labels, joules, _),) = labelled_values(held, step(proc, node), "kepler")
+    assert (dict(labels)["zone"], dict(labels)["path"], joules) == ("package", "intel-rapl:0", 50.0)
+    node.listed = True
+    node.half_busy("intel-rapl:0", 20_000)
+    node.run(1, 5.0)
+    ((_, joules, _),) = labelled_values(held, step(proc, node), "kepler")
+    assert joules == 0.0  # released into this tick's split
