@@ -10,8 +10,9 @@ the time wattpipe was down counts (the state file keeps when each series ended a
 A device *answered* in a tick when it has a DevicePower record. The series on a device that did not answer
 keep their totals and running state, and their watts are absent (``None``: not known, neither repeated nor
 0). A device unanswered for longer than ``device_gone_after`` is gone: its series end, and they and its
-device totals stop being exported ``terminated_retention`` later. Its device totals are kept, so a device
-that comes back goes on counting from where it was, from the same start (no counter reset).
+device totals stop being exported ``terminated_retention`` later (the state file keeps when it was found gone:
+a restart does not export it again). Its device totals are kept, so a device that comes back goes on counting
+from where it was, from the same start (no counter reset).
 
 Container and pod series (with a ``k8s`` processor in the pipeline): see :mod:`processors._energy_groups`.
 
@@ -52,7 +53,7 @@ from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
 from wattpipe.pipeline.config import Duration
 from wattpipe.pipeline.records import DevicePower, DeviceTotals, GpuShare, HostProcess, Totals
-from wattpipe.processors._energy_devices import DeviceEnergy, device_totals, dumped, held, restored
+from wattpipe.processors._energy_devices import DeviceEnergy, device_totals, dumped, held, placed, restored
 from wattpipe.processors._energy_groups import GroupSeries, Late
 from wattpipe.processors._energy_series import (
     SERIES_START,
@@ -169,7 +170,7 @@ class EnergyProcessor:
                 {"device_id": device_id, "gpu_instance_id": gi, **saved(s, self._wall_offset_s)}
                 for (device_id, gi), s in sorted(self.instances.items())
             ],
-            "devices": dumped(self.devices),
+            "devices": dumped(self.devices, self._wall_offset_s),
         }
 
     # --- the tick ----------------------------------------------------------------------------
@@ -238,7 +239,7 @@ class EnergyProcessor:
             d.idle_energy_mj += power.idle_energy_mj
             d.active_energy_mj += power.active_energy_mj
             d.last = power
-            d.seen_s, d.gone_s = now.monotonic_s, None
+            d.seen_s, d.gone_s, d.gone_wall_s = now.monotonic_s, None, None
         return powers
 
     def _released_unanswered(self, shares: tuple[GpuShare, ...], powers: dict[str, DevicePower]) -> None:
@@ -315,11 +316,13 @@ class EnergyProcessor:
 
     def _gone(self, now: Timestamp) -> set[str]:
         """The devices unanswered for longer than ``device_gone_after`` (a device restored from the state file
-        counts from this start's first tick: its first tick may bring a counter baseline and no power)."""
+        counts from this start's first tick: its first tick may bring a counter baseline and no power; one that
+        was gone stays gone, its retention counted from when it was found gone)."""
         gone = set()
         for device_id, d in self.devices.items():
             if d.seen_s is None:
                 d.seen_s = now.monotonic_s
+                placed(d, now)
             elif now.monotonic_s - d.seen_s > self.config.device_gone_after:
                 gone.add(device_id)
                 if d.gone_s is None:

@@ -5,14 +5,29 @@ A finding fixed here passes; one whose fix is not small is ``xfail(strict=True)`
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from tests.processors.test_attribution_state import attribution, restarted
+from tests.processors.test_idle_energy import energy
+from tests.processors.test_idle_hold import IDLE_W, at, batch, power
+from tests.processors.test_late_shares import running
+from tests.processors.test_late_shares import step as gpu_step
 from tests.receivers.test_procfs import make_receiver, write_process
 from tests.receivers.test_procfs_cgroupcpu import mount, usage
 from tests.receivers.test_procfs_containercpu import ID_A, A, advance, containers
+from tests.test_rev9_ended_clock_step import _gone_device, _last_kept_s, _restarted, _silent
+from wattpipe.pipeline.batch import Batch
+from wattpipe.pipeline.clock import SteppedClock
+from wattpipe.pipeline.records import HostProcess
+from wattpipe.pipeline.state import StateStore
+from wattpipe.processors.attribution_math import apportion
 
 
 @pytest.mark.xfail(
@@ -57,3 +72,125 @@ def test_a_container_with_no_listed_process_goes_on_over_a_scan_its_cpu_stat_is_
         assert scan is not None
         got.append(None if ID_A not in scan else (scan[ID_A].usage_s, scan[ID_A].since_s))
     assert got == [(5.0, since_s)] * 3  # was [None, None, None]: never read again
+
+
+# --- hold9: held GPU energy, reused pids, procfs flapping ------------------------------------------------------
+
+GPU_TICK = st.fixed_dictionaries(
+    {
+        "idle_known": st.booleans(),
+        "mj": st.integers(350_000, 900_000),  # ≥ idle 70 W × 5 s
+        "pids": st.sets(st.sampled_from([10, 11]), min_size=1),
+        "reuse": st.sets(st.sampled_from([10, 11])),  # these pids are a new process from this tick on
+        "procfs": st.sampled_from(["ok", "ok", "ok", "failed", "lacks 10"]),
+    }
+)
+
+
+def _gpu_batch(n: int, t: dict[str, Any], gen: dict[int, int]) -> Batch:
+    b = batch(n, power(n, t["mj"], IDLE_W if t["idle_known"] else None), {p: 1.0 / len(t["pids"]) for p in t["pids"]})
+    if t["procfs"] == "failed":
+        return b
+    hosts = tuple(
+        HostProcess(time=at(n), pid=pid, comm=f"p{_start(pid, gen)}", start_time_ticks=_start(pid, gen))
+        for pid in sorted(t["pids"])
+        if not (pid == 10 and t["procfs"] == "lacks 10")
+    )
+    return b.replace(host_processes=hosts, present=b.present | {"host_processes"})
+
+
+def _start(pid: int, gen: dict[int, int]) -> int:
+    return 1_000 * gen.get(pid, 0) + pid
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(GPU_TICK, min_size=1, max_size=14), st.booleans())
+def test_held_energy_with_reused_pids_is_conserved_and_goes_to_the_process_that_used_it(
+    plan: list[dict[str, Any]], restart: bool
+) -> None:
+    """Processes on one GPU whose pids the kernel reuses while idle is not known (held), procfs failing or
+    missing a process at times: per tick idle + active + Δheld == energy, Σ process totals + unattributed ==
+    active, every series' total never falls, no two series share a label set; and where procfs listed every
+    process at every tick, each process's series has exactly what it used (its held ticks' active part)."""
+    clock = SteppedClock()
+    attr, totals = (
+        attribution(clock),
+        energy(clock, StateStore(None, clock, "n"), max_terminated=10_000, terminated_retention=1e9),
+    )
+    gen: dict[int, int] = {}
+    truth: dict[str, int] = {}  # each process's comm → the active energy it used
+    tail = [{"idle_known": True, "mj": 400_000, "pids": {10}, "reuse": set(), "procfs": "ok"}]
+    exact = all(t["procfs"] == "ok" for t in plan)
+    last: dict[tuple[object, ...], int] = {}
+    held_before = 0
+    for n, t in enumerate([*plan, *tail]):
+        for pid in t["reuse"]:
+            gen[pid] = gen.get(pid, 0) + 1
+        if restart and n == len(plan) // 2:
+            attr = restarted(attr, clock)
+            state = StateStore(None, clock, "n")
+            state.put("metrics/energy", json.loads(json.dumps(totals.snapshot())))
+            totals = energy(clock, state, max_terminated=10_000, terminated_retention=1e9)
+        clock.set(at(n).monotonic_s)
+        pids = sorted(t["pids"])
+        for pid, mj in zip(pids, apportion(t["mj"] - 350_000, [1.0] * len(pids)), strict=True):
+            comm = f"p{_start(pid, gen)}"
+            truth[comm] = truth.get(comm, 0) + mj
+        out = totals.process(attr.process(_gpu_batch(n, t, gen)))
+        (p,) = out.device_power
+        assert p.idle_energy_mj + p.active_energy_mj + p.held_energy_mj - held_before == p.energy_mj
+        held_before = p.held_energy_mj
+        labels = [
+            (r.key, r.device_id, r.state, tuple(sorted(r.attributes().items())))
+            for r in out.totals
+            if r.scope == "process"
+        ]
+        assert len(labels) == len(set(labels)), "two series with one label set"
+        for r in out.totals:
+            if r.scope == "process":
+                label = (r.key, r.device_id, tuple(sorted(r.attributes().items())))
+                assert r.energy_mj >= last.get(label, 0)
+                last[label] = r.energy_mj
+        (device,) = out.device_totals
+        processes = sum(r.energy_mj for r in out.totals if r.scope == "process")
+        assert processes + device.unattributed_energy_mj == device.active_energy_mj
+    assert held_before == 0
+    if exact:
+        got: dict[str, int] = {}
+        for r in out.totals:
+            if r.scope == "process":
+                comm = r.attributes().get("comm", "?")
+                got[comm] = got.get(comm, 0) + r.energy_mj
+        assert got == truth
+
+
+# --- prune9: a gone device's totals across a restart ------------------------------------------------------------
+
+
+def test_a_device_gone_past_its_retention_stays_unexported_after_a_restart() -> None:
+    """prune9 ages a gone device on the monotonic clock; its found-gone time was not saved, so every restart made it
+    a device first seen at this start: its totals were exported again for ``device_gone_after`` + the retention
+    (11 minutes by default), while it still did not answer, after each restart."""
+    clock = SteppedClock()
+    proc = energy(clock, terminated_retention=60.0, device_gone_after=10.0)
+    gone_s = _gone_device(clock, proc)
+    while clock.monotonic() - gone_s <= 60.0:
+        _silent(proc, clock)
+    assert _silent(proc, clock).device_totals == ()  # gone past its retention: not exported (kept)
+    again, clock2 = _restarted(proc, down_s=5.0, terminated_retention=60.0, device_gone_after=10.0)
+    exported = [bool(_silent(again, clock2).device_totals) for _ in range(20)]
+    assert exported == [False] * 20  # was [True] * 16 + [False] * 4: 80 s more, the device still silent
+    assert again.devices["G"].energy_mj == 100  # its totals kept, should it come back
+
+
+def test_a_device_found_gone_before_a_restart_is_exported_the_rest_of_its_retention_and_comes_back() -> None:
+    clock = SteppedClock()
+    proc = energy(clock, terminated_retention=60.0, device_gone_after=10.0)
+    gone_s = _gone_device(clock, proc)  # (the next tick is 5 s after it was found gone)
+    _silent(proc, clock)
+    again, clock2 = _restarted(proc, down_s=20.0, terminated_retention=60.0, device_gone_after=10.0)
+    found_s = clock2.monotonic() - (clock.monotonic() - gone_s) - 20.0  # when it was found gone, on this run's clock
+    assert _last_kept_s(lambda: _silent(again, clock2).device_totals, clock2, found_s) == 60.0
+    out = gpu_step(again, clock2, [running(clock2, 1, 50)], [(1, "G")])  # it answers again: exported, counting on
+    assert [(d.device_id, d.energy_mj) for d in out.device_totals] == [("G", 150)]
+    assert again.snapshot()["devices"]["G"]["gone_wall_s"] is None
