@@ -17,12 +17,13 @@ from hypothesis import strategies as st
 from tests.processors.test_attribution_state import attribution, restarted
 from tests.processors.test_idle_energy import energy
 from tests.processors.test_idle_hold import IDLE_W, at, batch, power
-from tests.processors.test_late_shares import running
+from tests.processors.test_late_shares import late, member, pod_listed, running
 from tests.processors.test_late_shares import step as gpu_step
 from tests.receivers.test_procfs import make_receiver, write_process
 from tests.receivers.test_procfs_cgroupcpu import mount, usage
 from tests.receivers.test_procfs_containercpu import ID_A, A, advance, containers
 from tests.test_rev9_ended_clock_step import _gone_device, _last_kept_s, _restarted, _silent
+from tests.test_rev_gpu_hold_lost import _down
 from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.clock import SteppedClock
 from wattpipe.pipeline.records import HostProcess
@@ -194,3 +195,101 @@ def test_a_device_found_gone_before_a_restart_is_exported_the_rest_of_its_retent
     out = gpu_step(again, clock2, [running(clock2, 1, 50)], [(1, "G")])  # it answers again: exported, counting on
     assert [(d.device_id, d.energy_mj) for d in out.device_totals] == [("G", 150)]
     assert again.snapshot()["devices"]["G"]["gone_wall_s"] is None
+
+
+CHURN_TICK = st.fixed_dictionaries(
+    {
+        "gpu": st.sampled_from(["pending", "pending", "known", "down"]),
+        "mj": st.integers(350_000, 900_000),
+        "pids": st.sets(st.sampled_from([10, 11, 12]), min_size=1),
+        "reuse": st.sets(st.sampled_from([10, 11, 12])),
+        "procfs": st.sampled_from(["ok", "ok", "failed", "lacks 10"]),
+        "restart": st.booleans(),
+    }
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(CHURN_TICK, min_size=1, max_size=30), st.sampled_from([0, 1, 10_000]), st.sampled_from([5.0, 60.0]))
+def test_held_energy_with_reused_pids_outages_restarts_and_drops_reaches_the_totals_once(
+    plan: list[dict[str, Any]], max_terminated: int, retention_s: float
+) -> None:
+    """The same with the GPU down at times (held energy released late past idle_wait), restarts, and ended series
+    dropped early (max_terminated 0 or 1, a 5 s retention) while energy is held for them: every mJ measured
+    reaches the device's totals once, and its active part the process totals (or the unattributed) once."""
+    clock = SteppedClock()
+    options = {"max_terminated": max_terminated, "terminated_retention": retention_s, "late_energy_wait": 0.0}
+
+    def started(state: StateStore) -> tuple[Any, Any]:
+        return attribution(clock, state, idle_wait=30.0), energy(clock, state, **options)
+
+    attr, totals = started(StateStore(None, clock, "n"))
+    gen: dict[int, int] = {}
+    measured = 0
+    last: dict[tuple[object, ...], int] = {}
+    tail = [{"gpu": "known", "mj": 400_000, "pids": {10}, "reuse": set(), "procfs": "ok", "restart": False}] * 10
+    for n, t in enumerate([*plan, *tail]):
+        for pid in t["reuse"]:
+            gen[pid] = gen.get(pid, 0) + 1
+        clock.set(at(n).monotonic_s)
+        if t["restart"]:
+            state = StateStore(None, clock, "n")
+            state.put("metrics/attribution", json.loads(json.dumps(attr.snapshot())))
+            state.put("metrics/energy", json.loads(json.dumps(totals.snapshot())))
+            attr, totals = started(state)
+        if t["gpu"] == "down":
+            b = _down(n)
+        else:
+            measured += t["mj"]
+            b = _gpu_batch(n, {**t, "idle_known": t["gpu"] == "known"}, gen)
+        out = totals.process(attr.process(b))
+        for r in out.totals:
+            if r.scope == "process":  # (one series: running then terminated, its comm known once procfs says it)
+                series = (r.key, r.device_id, r.start.wall_s)
+                assert r.energy_mj >= last.get(series, 0)
+                last[series] = r.energy_mj
+    (device,) = out.device_totals
+    assert totals.devices["G"].last is not None
+    assert totals.devices["G"].last.held_energy_mj == 0
+    assert device.energy_mj == measured == device.idle_energy_mj + device.active_energy_mj
+    assert sum(last.values()) + device.unattributed_energy_mj == device.active_energy_mj
+
+
+@pytest.mark.parametrize(
+    ("options", "late_at"),
+    [({"max_terminated": 0}, 1), ({"terminated_retention": 5.0, "late_energy_wait": 0.0}, 3)],
+    ids=["max_terminated-drops-it-the-tick-it-ends", "retention-passed-as-it-came"],
+)
+def test_late_energy_added_to_a_series_dropped_in_the_same_tick_is_exported_once(
+    options: dict[str, float], late_at: int
+) -> None:
+    """Found by the property above: late energy added to an ended series that the same tick's prune dropped (by
+    max_terminated, which drops the least energy first: a process whose energy was held has little; or past its
+    retention where late_energy_wait is shorter than the hold) was exported nowhere: not in the series (dropped
+    before the tick's Totals), not in the device's unattributed (it had landed). Now the series is exported that
+    tick with it, and dropped at the next."""
+    clock = SteppedClock()
+    proc = energy(clock, **options)
+    gpu_step(proc, clock, [running(clock, 1, 100), running(clock, 2, 900)], [(1, "G"), (2, "G")], held_mj=40)
+    for _ in range(late_at - 1):  # pid 1 exits; its 40 mJ still held
+        gpu_step(proc, clock, [running(clock, 2, 0)], [(2, "G")], held_mj=40)
+    out = gpu_step(proc, clock, [running(clock, 2, 0), late(clock, 1, 40)], [(2, "G")])
+    (device,) = out.device_totals
+    process_mj = {t.key: t.energy_mj for t in out.totals if t.scope == "process"}
+    assert process_mj == {"1": 140, "2": 900}  # was {"2": 900}: pid 1's 40 mJ in no total, unattributed 0
+    assert device.unattributed_energy_mj == 0
+    out = gpu_step(proc, clock, [running(clock, 2, 0)], [(2, "G")])
+    assert {t.key for t in out.totals if t.scope == "process"} == {"2"}  # dropped at the next tick
+
+
+def test_late_energy_added_to_a_pod_series_dropped_in_the_same_tick_is_exported_once() -> None:
+    """The same for a container's and a pod's series: the pod is gone from the k8s list in the tick its exited
+    process's held energy is released (max_terminated 0 drops both the tick they end)."""
+    clock = SteppedClock()
+    proc = energy(clock, max_terminated=0)
+    gpu_step(proc, clock, [running(clock, 1, 100)], [(1, "G")], workloads=[member(clock, 1), *pod_listed(clock)])
+    out = gpu_step(proc, clock, [late(clock, 1, 40)], [], workloads=[member(clock, 1), *pod_listed(clock)[:1]])
+    groups = sorted((t.scope, t.energy_mj, t.state) for t in out.totals if t.scope in ("container", "pod"))
+    assert groups == [("container", 140, "terminated"), ("pod", 140, "terminated")]  # was []: 40 mJ in neither
+    out = gpu_step(proc, clock, [], [], workloads=pod_listed(clock)[:1])
+    assert [t.scope for t in out.totals] == []  # dropped at the next tick
