@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.processors.test_attribution_state import attribution, restarted
@@ -211,6 +211,9 @@ CHURN_TICK = st.fixed_dictionaries(
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(CHURN_TICK, min_size=1, max_size=30), st.sampled_from([0, 1, 10_000]), st.sampled_from([5.0, 60.0]))
+@example(  # pid 11's 1 mJ released as it ended, its series dropped that tick (max_terminated 0): in no total
+    [{"gpu": "pending", "mj": 350_002, "pids": {10, 11}, "reuse": set(), "procfs": "ok", "restart": False}], 0, 5.0
+)
 def test_held_energy_with_reused_pids_outages_restarts_and_drops_reaches_the_totals_once(
     plan: list[dict[str, Any]], max_terminated: int, retention_s: float
 ) -> None:
