@@ -22,7 +22,7 @@ from tests.processors.test_late_shares import step as gpu_step
 from tests.receivers.test_procfs import make_receiver, write_process
 from tests.receivers.test_procfs_cgroupcpu import mount, usage
 from tests.receivers.test_procfs_containercpu import ID_A, A, advance, containers
-from tests.test_rev9_ended_clock_step import _gone_device, _last_kept_s, _restarted, _silent
+from tests.test_rev9_ended_clock_step import HOUR_S, _gone_device, _last_kept_s, _restarted, _silent
 from tests.test_rev_gpu_hold_lost import _down
 from wattpipe.pipeline.batch import Batch
 from wattpipe.pipeline.clock import SteppedClock
@@ -296,3 +296,16 @@ def test_late_energy_added_to_a_pod_series_dropped_in_the_same_tick_is_exported_
     assert groups == [("container", 140, "terminated"), ("pod", 140, "terminated")]  # was []: 40 mJ in neither
     out = gpu_step(proc, clock, [], [], workloads=pod_listed(clock)[:1])
     assert [t.scope for t in out.totals] == []  # dropped at the next tick
+
+
+def test_a_gone_device_saved_after_a_wall_step_is_kept_by_the_time_since_it_was_found_gone() -> None:
+    """Its found-gone time is saved by the last tick's wall clock (as an ended series' end is): a one-hour forward
+    step before the save neither drops it at the restart nor keeps it longer."""
+    clock = SteppedClock()
+    proc = energy(clock, terminated_retention=60.0, device_gone_after=10.0)
+    gone_s = _gone_device(clock, proc)
+    clock._offset_s += HOUR_S
+    _silent(proc, clock)
+    again, clock2 = _restarted(proc, down_s=5.0, terminated_retention=60.0, device_gone_after=10.0)
+    found_s = clock2.monotonic() - (clock.monotonic() - gone_s) - 5.0
+    assert _last_kept_s(lambda: _silent(again, clock2).device_totals, clock2, found_s) == 60.0
