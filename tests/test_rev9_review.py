@@ -31,19 +31,14 @@ from wattpipe.pipeline.state import StateStore
 from wattpipe.processors.attribution_math import apportion
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="procfs drops a container from its carried cgroups in a scan its cpu.stat is unreadable (carried only "
-    "where recorded), so one with no listed process is not read again; a fix carries a container whose chain "
-    "was kept over an unreadable scan while its cgroup exists, which needs the cgroup reader to tell a removed "
-    "cgroup (ENOENT: never read again) from an unreadable cpu.stat",
-)
 def test_a_container_with_no_listed_process_goes_on_over_a_scan_its_cpu_stat_is_unreadable(tmp_path: Path) -> None:
     # cpustat9 keeps a container's chain over a scan its cpu.stat reads nothing, so that its next record spans that
     # scan. A container whose processes all live between two scans (the case unseen: containers is for) has no
-    # listed process: procfs reads it while it is carried, and it is carried only where it had a record. One
+    # listed process: procfs reads it while it is carried, and it was carried only where it had a record. One
     # unreadable scan and it was read no more: no record at all, its chain dropped with it, until a process of it
-    # is listed again, and then a baseline: the CPU time between is the other tenants' energy.
+    # is listed again, and then a baseline: the CPU time between was the other tenants' energy. Now a container
+    # whose chain goes on is carried while its cgroup is there (a removed one is not: the test above it in
+    # tests/receivers/test_procfs_containercpu.py, test_a_container_whose_last_process_ended_is_read_while_its_cgroup_is).
     proc, cgroups = tmp_path / "proc", mount(tmp_path / "cgroup")
     write_process(proc, 10, "job", utime=100, cgroup=f"0::{A}\n")
     write_process(proc, 1, "init", utime=100)  # (a /proc with no process at all is a failed listing)
@@ -72,7 +67,7 @@ def test_a_container_with_no_listed_process_goes_on_over_a_scan_its_cpu_stat_is_
         scan = containers(receiver)
         assert scan is not None
         got.append(None if ID_A not in scan else (scan[ID_A].usage_s, scan[ID_A].since_s))
-    assert got == [(5.0, since_s)] * 3  # was [None, None, None]: never read again
+    assert got == [(5.0, since_s)] * 3  # was [None, None, None]: never read again (its chain dropped too)
 
 
 # --- hold9: held GPU energy, reused pids, procfs flapping ------------------------------------------------------
