@@ -11,7 +11,7 @@ from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.records import DevicePower, DeviceTotals
 from wattpipe.processors._energy_series import start_at
 
-__all__ = ["DeviceEnergy", "device_totals", "dumped", "held", "restored"]
+__all__ = ["DeviceEnergy", "device_totals", "dumped", "held", "placed", "restored"]
 
 
 @dataclass
@@ -25,6 +25,9 @@ class DeviceEnergy:
     held_mj: int = 0  # its held level as saved, until it has a DevicePower again (``last``)
     seen_s: float | None = None  # monotonic time it last answered (or this start's first tick); not saved
     gone_s: float | None = None  # monotonic time it was found gone (its series ended then); None: not gone
+    # when it was found gone, as the state file had it (a wall time): placed on this run's clock (gone_s) at this
+    # start's first tick it does not answer in, so that a device gone before a restart is not exported again
+    gone_wall_s: float | None = None
 
 
 def held(d: DeviceEnergy) -> int:
@@ -32,8 +35,9 @@ def held(d: DeviceEnergy) -> int:
     return d.last.held_energy_mj if d.last is not None else d.held_mj
 
 
-def dumped(devices: Mapping[str, DeviceEnergy]) -> dict[str, dict[str, Any]]:
-    """The state section's ``devices``, by device id."""
+def dumped(devices: Mapping[str, DeviceEnergy], wall_offset_s: float | None = None) -> dict[str, dict[str, Any]]:
+    """The state section's ``devices``, by device id (``wall_offset_s``: the wall clock less the monotonic one at
+    the last tick, which saves when a gone device was found gone as a wall time)."""
     return {
         device_id: {
             "energy_mj": d.energy_mj,
@@ -44,9 +48,24 @@ def dumped(devices: Mapping[str, DeviceEnergy]) -> dict[str, dict[str, Any]]:
             # Attribution's hold survives a restart: until the device answers again, its ended series
             # wait for the late energy as they did before it.
             "held_energy_mj": held(d),
+            "gone_wall_s": _gone_wall_s(d, wall_offset_s),
         }
         for device_id, d in sorted(devices.items())
     }
+
+
+def _gone_wall_s(d: DeviceEnergy, wall_offset_s: float | None) -> float | None:
+    if d.gone_s is not None and wall_offset_s is not None:
+        return d.gone_s + wall_offset_s
+    return d.gone_wall_s  # (restored and not placed yet: as the state file had it)
+
+
+def placed(d: DeviceEnergy, now: Timestamp) -> None:
+    """A device restored gone (and silent since this start) placed on this run's monotonic clock by the wall
+    time since it was found gone, never below 0 (as :func:`ended_age_s` places an ended series)."""
+    if d.gone_wall_s is not None and d.gone_s is None:
+        d.gone_s = now.monotonic_s - max(0.0, now.wall_s - d.gone_wall_s)
+    d.gone_wall_s = None
 
 
 def restored(saved: Mapping[Any, Any]) -> dict[str, DeviceEnergy]:
@@ -62,6 +81,7 @@ def _restored(row: dict[str, Any]) -> DeviceEnergy:
         unattributed_energy_mj=int(row["unattributed_energy_mj"]),
         start_wall_s=float(row["start_wall_s"]),
         held_mj=int(row.get("held_energy_mj", 0)),
+        gone_wall_s=None if row.get("gone_wall_s") is None else float(row["gone_wall_s"]),
     )
 
 

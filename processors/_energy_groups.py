@@ -78,6 +78,7 @@ class GroupSeries:
         self._claimed: dict[GroupKey, GroupKey] = {}
         self._device_gone: set[GroupKey] = set()  # series ended because their device was gone (not saved)
         self._order = Order(_group_columns)
+        self._late_keys: set[GroupKey] = set()  # the series late energy reached this tick (kept until exported)
 
     # --- state -------------------------------------------------------------------------------
 
@@ -139,6 +140,7 @@ class GroupSeries:
             # Not seen: its state and watts are decided below, by whether its pod exists, as without it.
             series = self.groups.get(key) or self._series(key, attrs, wall_s - _interval(key, powers, batch))[0]
             series.energy_mj += mj
+            self._late_keys.add(key if key in self.groups else self.aliases[key])
         self._unseen(tick, split, gone, roster, batch.time)
 
     def _unseen(self, tick: int, split: set[str], gone: set[str], roster: _Roster | None, now: Timestamp) -> None:
@@ -189,7 +191,13 @@ class GroupSeries:
         return series, False
 
     def prune(self, now: Timestamp, retention_s: Callable[[str], float], max_terminated: int) -> None:
-        for first in prune(self.groups, now, lambda key: retention_s(key[2]), max_terminated):
+        """Drop the ended series past their retention or beyond ``max_terminated``, but those late energy reached
+        this tick: exported with it first (else it was in no total), dropped no sooner than the next tick."""
+        fresh = {key: self.groups.pop(key) for key in self._late_keys if key in self.groups}
+        self._late_keys = set()
+        dropped = prune(self.groups, now, lambda key: retention_s(key[2]), max_terminated)
+        self.groups.update(fresh)
+        for first in dropped:
             self._device_gone.discard(first)
             later = self._claimed.pop(first, None)
             if later is not None:

@@ -10,8 +10,9 @@ the time wattpipe was down counts (the state file keeps when each series ended a
 A device *answered* in a tick when it has a DevicePower record. The series on a device that did not answer
 keep their totals and running state, and their watts are absent (``None``: not known, neither repeated nor
 0). A device unanswered for longer than ``device_gone_after`` is gone: its series end, and they and its
-device totals stop being exported ``terminated_retention`` later. Its device totals are kept, so a device
-that comes back goes on counting from where it was, from the same start (no counter reset).
+device totals stop being exported ``terminated_retention`` later (the state file keeps when it was found gone:
+a restart does not export it again). Its device totals are kept, so a device that comes back goes on counting
+from where it was, from the same start (no counter reset).
 
 Container and pod series (with a ``k8s`` processor in the pipeline): see :mod:`processors._energy_groups`.
 
@@ -27,7 +28,8 @@ device, the running one or else the one that ended last, which stays ended (its 
 and no series of unknown start is made for it). Ended series on a device that holds energy are kept for
 ``late_energy_wait`` after they end (when that is longer than ``terminated_retention``), so that their late
 energy still finds them; should it come for a series dropped all the same, it counts as the device's
-unattributed energy (and is logged): Σ process totals + unattributed still add up to the active energy.
+unattributed energy (and is logged): Σ process totals + unattributed still add up to the active energy. A
+series late energy reaches is exported with it that tick, and dropped no sooner than the next (``_prune``).
 Pid reuse within the wait: on another GPU the late energy stays with the process that ran; on the same GPU a
 share naming its process's start time (the idle hold's, with procfs) finds that series, else the pid's latest
 (of those kept).
@@ -52,7 +54,7 @@ from wattpipe.pipeline.clock import Timestamp
 from wattpipe.pipeline.components import ComponentConfig, CreateContext, Factory
 from wattpipe.pipeline.config import Duration
 from wattpipe.pipeline.records import DevicePower, DeviceTotals, GpuShare, HostProcess, Totals
-from wattpipe.processors._energy_devices import DeviceEnergy, device_totals, dumped, held, restored
+from wattpipe.processors._energy_devices import DeviceEnergy, device_totals, dumped, held, placed, restored
 from wattpipe.processors._energy_groups import GroupSeries, Late
 from wattpipe.processors._energy_series import (
     SERIES_START,
@@ -130,6 +132,7 @@ class EnergyProcessor:
         self._series_order = Order(_process_columns)
         self._ticks = 0
         self.late_unattributed_mj = 0  # late energy whose series was dropped before it came
+        self._late_keys: set[SeriesKey] = set()  # the series late energy reached this tick (kept until exported)
         self._wall_offset_s: float | None = None  # the last tick's wall less monotonic time (saved ends, ``saved``)
 
     # --- state -------------------------------------------------------------------------------
@@ -169,7 +172,7 @@ class EnergyProcessor:
                 {"device_id": device_id, "gpu_instance_id": gi, **saved(s, self._wall_offset_s)}
                 for (device_id, gi), s in sorted(self.instances.items())
             ],
-            "devices": dumped(self.devices),
+            "devices": dumped(self.devices, self._wall_offset_s),
         }
 
     # --- the tick ----------------------------------------------------------------------------
@@ -238,7 +241,7 @@ class EnergyProcessor:
             d.idle_energy_mj += power.idle_energy_mj
             d.active_energy_mj += power.active_energy_mj
             d.last = power
-            d.seen_s, d.gone_s = now.monotonic_s, None
+            d.seen_s, d.gone_s, d.gone_wall_s = now.monotonic_s, None, None
         return powers
 
     def _released_unanswered(self, shares: tuple[GpuShare, ...], powers: dict[str, DevicePower]) -> None:
@@ -267,9 +270,10 @@ class EnergyProcessor:
         """Add a late share's energy to its process's series on its device as it is (it says nothing of whether
         the process runs); returns whether there was one. When the series was dropped already, the energy is the
         device's unattributed: never lost, never revived."""
-        series = self._late_series(pid, share.device_id, share.start_time_ticks)
-        if series is not None:
-            series.energy_mj += share.energy_mj
+        key = self._late_series(pid, share.device_id, share.start_time_ticks)
+        if key is not None:
+            self.series[key].energy_mj += share.energy_mj
+            self._late_keys.add(key)  # (exported with it this tick: not dropped before the next, see _prune)
             return True
         device = self.devices.get(share.device_id)
         if device is not None:
@@ -285,17 +289,17 @@ class EnergyProcessor:
             )
         return False
 
-    def _late_series(self, pid: int, device_id: str, start: int | None) -> Series | None:
-        """The series of a late share: its process's (pid and ``start``: its start time, where attribution knew
-        it), else the pid's running one or the one that ended last, unless its start time is known and another."""
-        if start is not None and (found := self.series.get((pid, device_id, start))) is not None:
-            return found
+    def _late_series(self, pid: int, device_id: str, start: int | None) -> SeriesKey | None:
+        """The series of a late share (its key): its process's (pid and ``start``: its start time, where attribution
+        knew it), else the pid's running one or the one that ended last, unless its start time is known and another."""
+        if start is not None and (pid, device_id, start) in self.series:
+            return (pid, device_id, start)
         pair = (pid, device_id)
         for key in filter(None, (self._running.get(pair), self._ended.get(pair))):
             series = self.series.get(key)
             known = None if series is None else series.start_ticks if key[2] == _UNKNOWN_START else key[2]
             if series is not None and (start is None or known in (None, start)):
-                return series
+                return key
         return None
 
     def _absent(self, tick: int, split: set[str], gone: set[str], now: Timestamp) -> None:
@@ -315,11 +319,13 @@ class EnergyProcessor:
 
     def _gone(self, now: Timestamp) -> set[str]:
         """The devices unanswered for longer than ``device_gone_after`` (a device restored from the state file
-        counts from this start's first tick: its first tick may bring a counter baseline and no power)."""
+        counts from this start's first tick: its first tick may bring a counter baseline and no power; one that
+        was gone stays gone, its retention counted from when it was found gone)."""
         gone = set()
         for device_id, d in self.devices.items():
             if d.seen_s is None:
                 d.seen_s = now.monotonic_s
+                placed(d, now)
             elif now.monotonic_s - d.seen_s > self.config.device_gone_after:
                 gone.add(device_id)
                 if d.gone_s is None:
@@ -420,8 +426,14 @@ class EnergyProcessor:
         def keep_s(device_id: str) -> float:
             return late_s if device_id in holding else retention_s
 
+        # A series late energy reached this tick is exported with it before it goes (else that energy was in no
+        # total: the series dropped before the tick's Totals, the device's unattributed not given it).
+        fresh = {key: self.series.pop(key) for key in self._late_keys if key in self.series}
+        self._late_keys = set()
+        dropped = prune(self.series, now, lambda k: keep_s(k[1]), most)
+        self.series.update(fresh)
         lost = set()  # (pid, device) whose series that ended last was dropped
-        for key in prune(self.series, now, lambda k: keep_s(k[1]), most):
+        for key in dropped:
             if self._ended.get(key[:2]) == key:
                 del self._ended[key[:2]]
                 lost.add(key[:2])

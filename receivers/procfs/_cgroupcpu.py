@@ -331,6 +331,12 @@ class CgroupUsage:
                 out[path] = (stat, usage)
         return out
 
+    def exists(self, path: str) -> bool:
+        """Whether ``path``'s cgroup is there (its directory under the mount): a cgroup whose ``cpu.stat`` gave no
+        reading was removed (not read again) or is there and was unreadable (read again: its usage goes on)."""
+        placed = self._place(path)
+        return placed is not None and os.path.isdir(f"{self.root}{placed}")
+
     def close(self) -> None:
         """Close the cpu.stat files kept open (on the scanning thread)."""
         self._files.close()

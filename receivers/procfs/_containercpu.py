@@ -20,7 +20,8 @@ new cgroup's time since that scan.
 No record (unknown, not a wrong number) for a container:
 
 - one of whose cgroups gave no reading (removed, unreadable): its next record, of the same cgroups, goes on from
-  its last (its ``since_s`` kept: the consumer's delta spans the scans without one);
+  its last (its ``since_s`` kept: the consumer's delta spans the scans without one); its cgroups are read again
+  while they are there, whether or not a process of it is listed (a removed one is not);
 - with another container's cgroup below one of its own (Docker-in-Docker without a delegated leaf): a
   cgroup's usage counts its descendants', so its usage holds the inner container's processes, billed on their own;
 - whose cgroups read differ from those of its last record (a process in a cgroup of it none was in, or none left
@@ -159,11 +160,13 @@ class ContainerScans:
         records: Mapping[int, HostProcess],
         last: Mapping[int, HostProcess],
         read: Callable[[Iterable[str]], Mapping[str, tuple[str, int]]] | None = None,
+        exists: Callable[[str], bool] | None = None,
     ) -> list[ContainerCpuTime] | None:
         """This scan's container records (None where ``usec``, the cgroup readings of the last scan's processes
         ``cgroups``, is None), the identities of processes that ran ahead of their cgroup taken out of ``cache``
         (this scan's: they are read again next scan). ``read``: reads cgroups now (those of a container first
-        listed in this scan, after its processes' ``stat``: its first reading, a baseline, a scan earlier)."""
+        listed in this scan, after its processes' ``stat``: its first reading, a baseline, a scan earlier);
+        ``exists``: whether a cgroup is there (one that read nothing, unreadable and not removed, is read again)."""
         read_again, self.pending = self.pending, {}
         if usec is None:
             return None
@@ -189,7 +192,14 @@ class ContainerScans:
         out, self.chains = container_usage(now, paths.items(), readings, listed, self.chains)
         self._keep_unread(raw_before, offsets_before)
         recorded = {r.container_id for r in out}
-        self.carried = {path: c for path, c in paths.items() if c.container_id in recorded}
+        # and those whose chain goes on over a cgroup that read nothing, while their cgroups are there (unreadable
+        # for a scan, not removed): carried still, so that one none of whose processes is listed is read again
+        unread = {cid for cid, (_, since_s) in self.chains.items() if since_s is not None and cid not in recorded}
+        self.carried = {
+            path: c
+            for path, c in paths.items()
+            if c.container_id in recorded or (c.container_id in unread and exists is not None and exists(path))
+        }
         pids_in = ((pid, i.cgroup_path) for pid, i in cgroups.items() if i.cgroup_path is not None)
         again = ran_elsewhere(pids_in, records, last, usec, self.file_usec, self.excess)
         # moved without an exec, perhaps: its identity (cgroup) is read again next scan, its cgroup too
