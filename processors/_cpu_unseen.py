@@ -178,13 +178,19 @@ class UnseenTime:
         since: tuple[float, NodeCpuTime] | None,
     ) -> dict[str, tuple[float, float]]:
         """Where each record's delta starts: the usage of the record it goes on from and its listed processes'
-        deltas weighed since in the ticks it had no record, or (0 s, 0 s) for a new container; none: a baseline."""
+        deltas weighed since in the ticks it had no record, or (0 s, 0 s) for a new container (``_new``, or its
+        cgroups made since the last listing: ``made_after_s`` no earlier); none: a baseline."""
         starts = {
             c: (was.usage_s, was.seen_s)
             for c, r in by_id.items()
             if (was := previous.get(c)) is not None and _goes_on(r, was, self._ticks - 1)
         }
-        new = _new(batch, since, [r for r in by_id.values() if r.container_id not in starts])
+        first = [r for r in by_id.values() if r.container_id not in starts]
+        new = _new(batch, since, first)
+        if since is not None:
+            new.update(
+                (r.container_id, 0.0) for r in first if r.made_after_s is not None and r.made_after_s >= since[0]
+            )
         return {**{c: (usage_s, 0.0) for c, usage_s in new.items()}, **starts}
 
     def _keep(

@@ -182,8 +182,8 @@ class ProcessTable:
             self.stat_files.keep_only(cache)  # the files of processes gone (or skipped)
         out.records = list(records.values())  # in pid order
         usec = self._usage.readings() if self.containers and self._usage is not None and names is None else None
-        read = None if self._usage is None else self._usage.read
-        out.containers = self._containers.scan(now, usec, cgroups, cache, records, self._last, read)  # (_idle: usec)
+        read, children = (None, None) if self._usage is None else (self._usage.read, self._usage.children)
+        out.containers = self._containers.scan(now, usec, cgroups, cache, records, self._last, read, children)
         self._cache = cache  # pids that are gone (or skipped) are forgotten
         if self.cpu_time:
             self._last = records
