@@ -152,9 +152,11 @@ class ContainerScans:
         # each file's last reading, those read after the stat files too (file_usec: those before them only)
         self.offset_usec: dict[str, int] = {}
         self.raw_usec: dict[str, int] = {}
-        # the cgroups below each pod cgroup of the containers read, at the last scan's look (_unlisted), and its time
-        self.below: dict[str, frozenset[str]] = {}
+        # the cgroups below each pod cgroup of the containers read, at the last scan's look (_unlisted): each name's
+        # identity, by pod cgroup; that look's time; the pod each parent of a container's cgroup names (None: none)
+        self.below: dict[str, dict[str, CgroupIdentity]] = {}
         self.below_s: float | None = None
+        self.pods: dict[str, str | None] = {}
 
     def scan(
         self,
@@ -222,14 +224,18 @@ class ContainerScans:
         kubelet lays them out; one ``children`` each), their identity from their path (a name that is not a
         container's, another pod's: none); and, of those not below at the last scan's look, when that was
         (container id → its monotonic s: their cgroups were made since, their usage is all since then). What is
-        below each pod now is kept for the next scan's look."""
-        pods: dict[str, str | None] = {}  # pod cgroup → its uid (None: not a pod's, or not its container's parent)
+        below each pod now is kept for the next scan's look (each name's identity with it: parsed once)."""
+        pods: dict[str, str | None] = {}  # a container's parent → the pod uid it names (None: none, a container's)
+        named = self.pods
         for path, c in paths.items():
             if c.pod_uid is not None and c.container_id is not None:
                 parent = path.rstrip("/").rpartition("/")[0]
                 if parent not in pods:
-                    pod = parse_cgroup_path(parent)
-                    pods[parent] = c.pod_uid if pod.container_id is None and pod.pod_uid == c.pod_uid else None
+                    if (uid := named.get(parent, "")) == "":  # (not met at the last scan)
+                        pod = parse_cgroup_path(parent)
+                        uid = pod.pod_uid if pod.container_id is None else None
+                    pods[parent] = uid
+        self.pods = pods
         before, before_s = self.below, self.below_s
         self.below, self.below_s = {}, now.monotonic_s
         found: dict[str, CgroupIdentity] = {}
@@ -237,10 +243,11 @@ class ContainerScans:
         for pod_path, uid in pods.items():
             if uid is None or (names := children(pod_path)) is None:
                 continue
-            self.below[pod_path] = frozenset(names)
             was = before.get(pod_path)
+            below = self.below[pod_path] = {}
             for name in names:
-                c = parse_cgroup_path(path := f"{pod_path}/{name}")
+                path = f"{pod_path}/{name}"
+                c = below[name] = was[name] if was is not None and name in was else parse_cgroup_path(path)
                 if c.container_id is None or c.container_id in known or c.pod_uid != uid:
                     continue
                 found[path] = c
