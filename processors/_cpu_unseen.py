@@ -27,7 +27,8 @@ A container with no record for a tick (its ``cpu.stat`` unreadable) is unknown, 
 (``ContainerCpuTime.since_s`` at or before its time; one that does not say goes on from the last listing's only)
 spans them, all of those deltas taken off. A baseline (no unseen time that tick): a record that goes on from none
 kept (a first reading, one its receiver says starts over), unless the container is new (``_new``: each of its
-listed processes started since, and its usage is no more than the node ran since: counted from 0); one whose
+listed processes started since, and its usage is no more than the node ran since; or its record says its cgroups
+were made after a look no earlier than the last listing, ``made_after_s``: counted from 0); one whose
 usage went backwards (a cgroup made anew under the same id, where a receiver does not take it on from its last
 reading as procfs does); a tick a zone's gap sums the processes' CPU time (a zone missing, or back, within
 ``GAP_MAX_S``: ``_cpu_gap.py`` splits those by the processes' summed deltas, the containers' usage keeps going, and

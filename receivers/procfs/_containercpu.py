@@ -8,10 +8,13 @@ The cgroups read are those of the last scan's processes (``_proc.py`` ``_idle``)
 process, and, for a container with a record at the last scan none of whose processes that scan listed, the cgroups
 of that record (``ContainerScans.carried``): so a container whose last process ended is read on while its cgroup is
 there, its final seconds and the processes that live between two scans counted (a removed cgroup answers nothing,
-and its last seconds are lost), and so is one whose processes a listing cut at ``max_processes`` left out. A
-container none of whose processes a scan ever listed is not read (finding it would mean walking the cgroup tree
-every tick); one first listed now is read in that scan, after its processes' ``stat`` (its first reading: a
-baseline).
+and its last seconds are lost), and so is one whose processes a listing cut at ``max_processes`` left out. One
+first listed now is read in that scan, after its processes' ``stat`` (its first reading: a baseline). A container
+none of whose processes a scan lists is found below its pod (``_unlisted``: the cgroups directly below the pod
+cgroup of each container read, one ``scandir`` a pod a scan), its identity from its path, and read then too; one
+not there at the last scan's look was made since, its usage all since then (its first record's ``made_after_s``).
+Containers outside a pod, or in a pod none of whose containers is read, are not looked for (that would walk the
+cgroup tree every tick); one made and removed between two scans is never read.
 
 A file read lower than at the last scan is a cgroup removed and made again under its path since (a container
 restarted under its id): its usage is taken on from its last reading (``_continued``), all of the
