@@ -35,7 +35,8 @@ class ContainerCpuTime(Record):
     """A container's cgroup v2 CPU time (``cpu.stat`` ``usage_usec``, in seconds): every task the cgroup ever
     held, exited ones included, cumulative. From the ``procfs`` receiver with ``cpu_time`` and ``cgroup_root``,
     which says how far back its usage goes on unbroken (``since_s``): a container read with no record for a tick
-    (a ``cpu.stat`` unreadable) has its next record's delta span that tick."""
+    (a ``cpu.stat`` unreadable) has its next record's delta span that tick; and, for a container first read in a
+    cgroup made since its last look (``made_after_s``), that its usage counts from 0."""
 
     KIND: ClassVar[RecordKind] = "container"
     IDENTITY: ClassVar[tuple[str, ...]] = ("container_id", "container_runtime", "pod_uid")
@@ -50,6 +51,10 @@ class ContainerCpuTime(Record):
     # container's cgroup was below one of them, since its last record). None: not said (only a record of the
     # last tick goes on).
     since_s: float | None = None
+    # On a container's first record only: its cgroups were made after this monotonic s (a look then, at the cgroups
+    # of its pod, found none of them: procfs), so its usage was 0 at then and all of it is since (not a baseline,
+    # where the consumer's last listing is no later). None: not known.
+    made_after_s: float | None = None
 
 
 CPU_RECORD_TYPES: tuple[type[Record], ...] = (CpuInfo, ContainerCpuTime)

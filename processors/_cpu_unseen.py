@@ -27,7 +27,8 @@ A container with no record for a tick (its ``cpu.stat`` unreadable) is unknown, 
 (``ContainerCpuTime.since_s`` at or before its time; one that does not say goes on from the last listing's only)
 spans them, all of those deltas taken off. A baseline (no unseen time that tick): a record that goes on from none
 kept (a first reading, one its receiver says starts over), unless the container is new (``_new``: each of its
-listed processes started since, and its usage is no more than the node ran since: counted from 0); one whose
+listed processes started since, and its usage is no more than the node ran since; or its record says its cgroups
+were made after a look no earlier than the last listing, ``made_after_s``: counted from 0); one whose
 usage went backwards (a cgroup made anew under the same id, where a receiver does not take it on from its last
 reading as procfs does); a tick a zone's gap sums the processes' CPU time (a zone missing, or back, within
 ``GAP_MAX_S``: ``_cpu_gap.py`` splits those by the processes' summed deltas, the containers' usage keeps going, and
@@ -178,13 +179,19 @@ class UnseenTime:
         since: tuple[float, NodeCpuTime] | None,
     ) -> dict[str, tuple[float, float]]:
         """Where each record's delta starts: the usage of the record it goes on from and its listed processes'
-        deltas weighed since in the ticks it had no record, or (0 s, 0 s) for a new container; none: a baseline."""
+        deltas weighed since in the ticks it had no record, or (0 s, 0 s) for a new container (``_new``, or its
+        cgroups made since the last listing: ``made_after_s`` no earlier); none: a baseline."""
         starts = {
             c: (was.usage_s, was.seen_s)
             for c, r in by_id.items()
             if (was := previous.get(c)) is not None and _goes_on(r, was, self._ticks - 1)
         }
-        new = _new(batch, since, [r for r in by_id.values() if r.container_id not in starts])
+        first = [r for r in by_id.values() if r.container_id not in starts]
+        new = _new(batch, since, first)
+        if since is not None:
+            new.update(
+                (r.container_id, 0.0) for r in first if r.made_after_s is not None and r.made_after_s >= since[0]
+            )
         return {**{c: (usage_s, 0.0) for c, usage_s in new.items()}, **starts}
 
     def _keep(

@@ -337,6 +337,18 @@ class CgroupUsage:
         placed = self._place(path)
         return placed is not None and os.path.isdir(f"{self.root}{placed}")
 
+    def children(self, path: str) -> list[str] | None:
+        """The names of the cgroups directly below ``path`` (one ``scandir``); None where it cannot be placed under
+        the mount or listed."""
+        placed = self._place(path)
+        if placed is None:
+            return None
+        try:
+            with os.scandir(f"{self.root}{placed}") as entries:
+                return [e.name for e in entries if e.is_dir(follow_symlinks=False)]
+        except OSError:
+            return None
+
     def close(self) -> None:
         """Close the cpu.stat files kept open (on the scanning thread)."""
         self._files.close()

@@ -183,8 +183,10 @@ class ProcessTable:
         out.records = list(records.values())  # in pid order
         usec = self._usage.readings() if self.containers and self._usage is not None and names is None else None
         usage = self._usage
-        read, exists = (None, None) if usage is None else (usage.read, usage.exists)
-        out.containers = self._containers.scan(now, usec, cgroups, cache, records, self._last, read, exists)  # (_idle)
+        read, exists, children = (None, None, None) if usage is None else (usage.read, usage.exists, usage.children)
+        out.containers = self._containers.scan(
+            now, usec, cgroups, cache, records, self._last, read, exists=exists, children=children
+        )
         self._cache = cache  # pids that are gone (or skipped) are forgotten
         if self.cpu_time:
             self._last = records

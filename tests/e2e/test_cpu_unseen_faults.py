@@ -41,6 +41,7 @@ def cgroup_of(cid: str) -> str:
 
 
 BUILD, WEB = "b" * 64, "e" * 64
+SHORT = "c" * 64  # a container in the pod none of whose processes is ever listed
 
 
 @dataclass
@@ -372,19 +373,12 @@ def test_a_container_whose_cpu_stat_cannot_be_read_for_a_tick_keeps_its_unseen_t
     assert unattributed_mj(out) == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="procfs reads only the cgroups of containers a scan listed a process of; a fix takes finding the others "
-    "under the pod cgroups of the listed ones (a scandir per pod per tick, or per tick where a pod's own cpu.stat "
-    "grew more than its containers', one more read per pod), and, for a container that lives under a tick (its "
-    "pid 1 lives as long as it, so one never listed is that short), a usage counted from 0 for a cgroup that "
-    "appeared since the last scan (a field on ContainerCpuTime: a first reading is a baseline now) or the pod's "
-    "remainder billed to the pod (a record kind for a pod's own usage)",
-)
 def test_a_container_none_of_whose_processes_is_listed_is_billed_its_time(tmp_path: Path) -> None:
     # A third container in the pod whose processes all start and end between two scans (2 s a tick): procfs never
-    # reads its cgroup, and its time goes to the other tenants: of its 14 J over 7 ticks it got none, the build and
-    # web containers 35 J of 28 each. What a fix would give: all but its first reading's tick.
+    # read its cgroup, and its time went to the other tenants: of its 14 J over 7 ticks it got none, the build and
+    # web containers 35 J of 28 each. procfs now lists the cgroups below the pods of the containers it reads, and
+    # reads a container's it finds there: one that was not there at the last scan's look was made since, so all
+    # of its usage is since then (ContainerCpuTime.made_after_s), billed from its first tick.
     host = two_tenants(tmp_path)
     proc = processor(unseen="containers")
     start = warm(host, proc)
@@ -393,18 +387,20 @@ def test_a_container_none_of_whose_processes_is_listed_is_billed_its_time(tmp_pa
         busy_tick(host)
         host.hidden(short, 2.0)
         out = host.tick(proc)
-    got = since(host, out, start)
-    assert got[short][0] >= 12_000
+    assert since(host, out, start) == {BUILD: (28_000, 28_000), WEB: (28_000, 28_000), short: (14_000, 14_000)}
+    assert unattributed_mj(out) == 0
+    (record,) = [r for r in out.container_cpu if r.container_id == short]
+    assert (record.pod_uid, record.container_runtime) == (UID, "containerd")  # from its path
 
 
+_FAULT_NAMES = ["none", "none", "listing", "cap", "broken", "broken-web", "remade", "spawn", "exit"]
 FAULTS = st.lists(
     st.fixed_dictionaries(
         {
             "run": st.lists(st.tuples(st.sampled_from([10, 20, 30]), st.integers(0, 300)), max_size=3),  # 10 ms ticks
-            "hidden": st.lists(st.tuples(st.sampled_from([BUILD, WEB]), st.integers(0, 300)), max_size=2),
-            "fault": st.sampled_from(
-                ["none", "none", "listing", "cap", "broken", "broken-web", "remade", "spawn", "exit"]
-            ),
+            "hidden": st.lists(st.tuples(st.sampled_from([BUILD, WEB, SHORT]), st.integers(0, 300)), max_size=2),
+            # (and the container never listed: unreadable, removed)
+            "fault": st.sampled_from([*_FAULT_NAMES, "broken-short", "short-gone"]),
         }
     ),
     min_size=1,
@@ -421,18 +417,35 @@ def _still(fault: str) -> dict[str, Any]:
 # cpu.stat unreadable, then its cgroup made again: procfs had forgotten the last reading, its next record went on
 # lower (kept now, as the chain is, over the scans a file gives none)
 @example([_still("none"), _still("none"), _still("broken"), _still("remade")])
+# the build container's cgroup made again (its process gone, read on: its usage taken on from its last reading),
+# then unreadable; found again below its pod, read after the stat files: it went on lower, that reading not taken on
+@example([_still("none"), _still("none"), _still("none"), _still("remade"), _still("broken"), _still("none")])
+# a container never listed, made, unreadable, removed, made again under its id: each first record counted from 0
+@example(
+    [
+        _still("none"),
+        {"run": [], "hidden": [(SHORT, 100)], "fault": "none"},
+        {"run": [], "hidden": [(SHORT, 100)], "fault": "broken-short"},
+        {"run": [], "hidden": [(SHORT, 100)], "fault": "short-gone"},
+        {"run": [], "hidden": [(SHORT, 100)], "fault": "none"},
+    ]
+)
 def test_every_zones_energy_is_conserved_every_tick_whatever_goes_wrong(ticks: list[dict[str, Any]]) -> None:
     # procfs and cpu_attribution together under the faults above, in any order (a container's cpu.stat unreadable
     # for a tick or several among them): each tick the zone's energy is idle + attributed + unattributed to the mJ,
     # no total goes down, a container is at least the sum of its processes, and no more is attributed than the zone
     # measured; a container's record is a baseline (since_s its own time) or goes on from its last record's
-    # since_s, its usage no lower.
+    # since_s, its usage no lower. A container never listed (its cgroup made, unreadable, removed, made again at
+    # any tick) among them: its record says it was made since the last scan only where it was.
     with tempfile.TemporaryDirectory() as root:
         host = two_tenants(Path(root))
         proc = processor(unseen="containers", terminated_retention=1e9, max_terminated=10_000)
         last: dict[tuple[str, str, str, Timestamp | None], int] = {}
         chains: dict[str, tuple[float | None, float]] = {}  # container id → its last record's since_s and usage
+        made: set[str] = set()  # the never-listed container, while its cgroup is there
         attributed = 0
+        looked_s = None  # the last scan's time whose listing did not fail (it looked below the pod)
+        new = None  # the never-listed container, where its cgroup was made since that scan
         for tick in ticks:
             for pid, ticks_run in tick["run"]:
                 if pid in host.procs:
@@ -440,7 +453,7 @@ def test_every_zones_energy_is_conserved_every_tick_whatever_goes_wrong(ticks: l
             for cid, ticks_run in tick["hidden"]:
                 host.hidden(cid, ticks_run / 100)
             fault = tick["fault"]
-            host.broken = {BUILD} if fault == "broken" else {WEB} if fault == "broken-web" else set()
+            host.broken = {"broken": {BUILD}, "broken-web": {WEB}, "broken-short": {SHORT}}.get(fault, set())
             host.receiver.table.max_processes = 1 if fault == "cap" else 100
             if fault == "remade" and 10 in host.procs:
                 host.exit(10)
@@ -450,15 +463,26 @@ def test_every_zones_energy_is_conserved_every_tick_whatever_goes_wrong(ticks: l
                 host.spawn(30, "f" * 64, new=True)
             elif fault == "exit" and 30 in host.procs:
                 host.exit(30)
+            elif fault == "short-gone" and SHORT in host.usage_s:
+                shutil.rmtree(host.cgroups / cgroup_of(SHORT).lstrip("/"), ignore_errors=True)
+                del host.usage_s[SHORT]
+                made.discard(SHORT)
+            if SHORT in host.usage_s and SHORT not in made:
+                made.add(SHORT)
+                new = SHORT
             with pytest.MonkeyPatch.context() as patch:
                 if fault == "listing":
                     patch.setattr(os, "listdir", functools.partial(_failing, proc=host.proc, real=os.listdir))
                 out = host.tick(proc)
             for record in out.container_cpu:
+                if record.made_after_s is not None:  # (its cgroup made since the last scan that looked)
+                    assert (record.container_id, record.made_after_s) == (new, looked_s)
                 since_s, usage_s = chains.get(record.container_id, (None, 0.0))
                 assert record.since_s in (record.time.monotonic_s, since_s)
                 assert record.since_s != since_s or record.usage_s >= usage_s
                 chains[record.container_id] = (record.since_s, record.usage_s)
+            if fault != "listing":
+                looked_s, new = out.time.monotonic_s, None
             for zone in out.device_totals:
                 assert zone.idle_energy_mj + zone.attributed_energy_mj + zone.unattributed_energy_mj == zone.energy_mj
                 attributed = max(attributed, zone.attributed_energy_mj)

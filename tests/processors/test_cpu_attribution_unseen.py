@@ -29,12 +29,14 @@ ZONE = {"intel-rapl:0": ("package", 0, 0, 0)}
 class CgroupNode(Node):
     """A Node whose containers' cgroups are read too: container id → (pod UID, usage s); ``cgroups_read`` False:
     no cgroup v2 mount (the field absent); ``since_s``: each container's records' (not said where absent);
-    ``unread``: the containers with no record this tick."""
+    ``unread``: the containers with no record this tick; ``made_after_s``: each container's records' (since when
+    its cgroups were made)."""
 
     cgroups: dict[str, tuple[str | None, float]] = field(default_factory=dict)
     cgroups_read: bool = True
     since_s: dict[str, float] = field(default_factory=dict)
     unread: set[str] = field(default_factory=set)
+    made_after_s: dict[str, float] = field(default_factory=dict)
 
     def batch(self) -> Batch:
         out = super().batch()
@@ -49,6 +51,7 @@ class CgroupNode(Node):
                 pod_uid=pod,
                 usage_s=s,
                 since_s=self.since_s.get(cid),
+                made_after_s=self.made_after_s.get(cid),
             )
             for cid, (pod, s) in self.cgroups.items()
             if cid not in self.unread
@@ -614,3 +617,30 @@ def test_a_container_first_read_whose_processes_all_started_in_the_tick_is_bille
     assert energy(out, "container", "job") == pytest.approx(job_mj, abs=1)
     assert energy(out, "process", "30") == pytest.approx(8_000 / (11 if usage_s == 3.0 else 9), abs=1)
     assert out.device_totals[0].attributed_energy_mj == 8_000
+
+
+@pytest.mark.parametrize(("made_ago_s", "short_mj"), [(5.0, 2_000), (5.001, 0), (10.0, 0)])
+def test_a_container_first_read_in_cgroups_made_since_the_last_listing_is_billed_from_0(
+    made_ago_s: float, short_mj: int
+) -> None:
+    # A container none of whose processes is listed, first read in cgroups made since procfs's last look (5 s back,
+    # the last listing's time, or after): its usage is all since then, billed. Made after an earlier look only (the
+    # last listing weighed without it, or procfs's look older than that listing's): a baseline, as any first
+    # reading: its past may be of ticks already split.
+    node = build_node()
+    proc = processor(unseen="containers")
+    step(proc, node)
+    build_tick(node)
+    node.cgroups["short"] = ("build", 2.0)  # 2 s run by processes never listed
+    node.made_after_s["short"] = node.clock.now().monotonic_s - made_ago_s
+    node.spend("intel-rapl:0", 2_000)
+    node.total_s += 2.0
+    node.active_s += 2.0
+    out = step(proc, node)
+    # 10,000 mJ active over make 1 s, nginx 4 s, ci's 3 s unseen and, billed, short's 2 s: 1,000 mJ a second
+    # (a baseline: 1,250 mJ a second over the other 8 s)
+    short = totals(out, "container").get(("short", "cpu:package"))
+    assert (0 if short is None else short.energy_mj) == short_mj
+    assert energy(out, "container", "ci") == (4_000 if short_mj else 5_000)
+    (zone,) = out.device_totals
+    assert zone.attributed_energy_mj == 10_000
