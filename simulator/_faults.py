@@ -10,7 +10,17 @@ from pydantic import Field, field_validator, model_validator
 from wattpipe.simulator._nvml_symbols import ERROR_CODES, c_symbol
 from wattpipe.simulator._schema_base import MigSpec, _Model
 
-__all__ = ["DcgmFault", "Fault", "GpuChange", "GpuFault", "K8sApiFault", "KubeletFault", "NvmlFault", "RaplFault"]
+__all__ = [
+    "DcgmFault",
+    "Fault",
+    "GpuChange",
+    "GpuFault",
+    "K8sApiFault",
+    "KubeletFault",
+    "NvmlFault",
+    "ProcfsFault",
+    "RaplFault",
+]
 
 ComputeMode = Literal["default", "exclusive_process", "prohibited"]
 RELOAD_FOR_S = 5.0  # how long a reloading driver answers errors, unless the fault says
@@ -117,6 +127,15 @@ class RaplFault(_Timed):
     zone: str | None = None  # a zone's directory name: intel-rapl:0, intel-rapl:0:0
 
 
+class ProcfsFault(_Timed):
+    """The node's /proc answers nothing (``kind: gone``): the whole tree away, as a mount that flaps or a procfs
+    receiver that times out, so no process is listed and /proc/stat is not read. Its processes run on and their
+    CPU time counts on meanwhile (the files come back with it). The ground truth is not affected."""
+
+    target: Literal["procfs"]
+    kind: Literal["gone"] = "gone"
+
+
 class GpuChange(_Model):
     """New settings for a GPU; only the keys present change (``mig: null`` disables MIG)."""
 
@@ -140,4 +159,4 @@ class GpuFault(_Model):
         return self
 
 
-Fault = NvmlFault | DcgmFault | KubeletFault | K8sApiFault | GpuFault | RaplFault
+Fault = NvmlFault | DcgmFault | KubeletFault | K8sApiFault | GpuFault | RaplFault | ProcfsFault

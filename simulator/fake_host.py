@@ -104,6 +104,10 @@ class ProcfsWriter:
         self.node = node
         self.root = Path(root)
         self.proc = self.root / "proc"
+        # A procfs fault holds the tree away (renamed, so a reader lists nothing) and it is written there meanwhile:
+        # its processes run on, and it comes back as they are then.
+        self._away = self.root / ".proc-away"
+        self._into = self.proc  # where /proc is written now
         self.powercap = self.root / "sys" / "class" / "powercap"
         # Opt-in: each cgroup's cpu.stat under root/sys/fs/cgroup, marked a v2 mount (cgroup.controllers), for a
         # procfs receiver's cgroup_root (auto finds it beside root/proc).
@@ -125,16 +129,17 @@ class ProcfsWriter:
             return t_s
 
     def _write(self, t_s: float) -> None:
-        self.proc.mkdir(parents=True, exist_ok=True)
-        if not os.path.islink(self.proc / "self"):
+        self._place_proc(self.node.procfs_gone(t_s))
+        self._into.mkdir(parents=True, exist_ok=True)
+        if not os.path.islink(self._into / "self"):
             # A link, as a procfs has; to no process: the reader is not simulated, and its own pid may be one of
             # the simulated processes', whose cgroup a reader would take for its own (procfs cgroup_root).
-            os.symlink("reader", self.proc / "self")
-        if self.cpuinfo and not (self.proc / "cpuinfo").exists():  # one already there (a test's own) is kept
-            _write(self.proc / "cpuinfo", self._cpuinfo())
+            os.symlink("reader", self._into / "self")
+        if self.cpuinfo and not (self._into / "cpuinfo").exists():  # one already there (a test's own) is kept
+            _write(self._into / "cpuinfo", self._cpuinfo())
         alive = {pid for pid, plan in self.node.truth.plans.items() if plan.alive(t_s)}
         for pid in self._written - alive:
-            _remove_process(self.proc / str(pid))
+            _remove_process(self._into / str(pid))
         for pid in sorted(alive):
             self._write_process(pid, t_s, new=pid not in self._written)
         self._written = alive
@@ -142,6 +147,14 @@ class ProcfsWriter:
         self._write_rapl(t_s)
         if self.cgroup_root is not None:
             self._write_cgroups(t_s)
+
+    def _place_proc(self, gone: bool) -> None:
+        """/proc where a reader looks for it, or away from there while a ``procfs`` fault holds it (``gone``)."""
+        self._into = self._away if gone else self.proc
+        if gone and self.proc.is_dir():
+            os.rename(self.proc, self._away)
+        elif not gone and self._away.is_dir():
+            os.rename(self._away, self.proc)
 
     def _write_cgroups(self, t_s: float) -> None:
         """Each cgroup's ``cpu.stat`` as the kernel keeps it: ``usage_usec``, the CPU time of every process it
@@ -168,11 +181,11 @@ class ProcfsWriter:
 
     def _write_process(self, pid: int, t_s: float, new: bool) -> None:
         spec = self.node.truth.plans[pid].spec
-        directory = self.proc / str(pid)
+        directory = self._into / str(pid)
         if new:
             # A new process appears whole: its directory is filled under a hidden name and renamed into
             # place. Its cgroup changes only when it moves (``moves``); comm and cmdline only when it execs (``init``).
-            staging = self.proc / f".{pid}.new"
+            staging = self._into / f".{pid}.new"
             shutil.rmtree(staging, ignore_errors=True)
             staging.mkdir()
             (staging / "comm").write_text(spec.comm_at(t_s) + "\n")
@@ -247,9 +260,9 @@ class ProcfsWriter:
             f"procs_running {running}",
             "procs_blocked 0",
         ]
-        _overwrite(self.proc / "stat", "\n".join(lines) + "\n")
+        _overwrite(self._into / "stat", "\n".join(lines) + "\n")
         idle_s = idle / CLOCK_TICKS_PER_S
-        _overwrite(self.proc / "uptime", f"{uptime_s:.2f} {idle_s:.2f}\n")
+        _overwrite(self._into / "uptime", f"{uptime_s:.2f} {idle_s:.2f}\n")
 
     def _write_rapl(self, t_s: float) -> None:
         cpu = self.node.scenario.cpu

@@ -12,7 +12,7 @@ from pathlib import Path
 from types import TracebackType
 
 from wattpipe.pipeline.clock import Clock
-from wattpipe.simulator._faults import DcgmFault, K8sApiFault, KubeletFault, NvmlFault, RaplFault
+from wattpipe.simulator._faults import DcgmFault, K8sApiFault, KubeletFault, NvmlFault, ProcfsFault, RaplFault
 from wattpipe.simulator.scenario import Scenario, load_scenario
 from wattpipe.simulator.truth import GroundTruth
 
@@ -107,6 +107,10 @@ class SimulatedNode:
     def rapl_gone(self, zone: str, t_s: float) -> bool:
         """Whether a ``rapl`` fault keeps RAPL zone ``zone`` (its directory name) out of the powercap tree now."""
         return any(isinstance(f, RaplFault) and f.zone in (None, zone) and f.active(t_s) for f in self.scenario.faults)
+
+    def procfs_gone(self, t_s: float) -> bool:
+        """Whether a ``procfs`` fault keeps the node's /proc away now."""
+        return any(isinstance(f, ProcfsFault) and f.active(t_s) for f in self.scenario.faults)
 
     # --- lifecycle ---------------------------------------------------------------------------------
 

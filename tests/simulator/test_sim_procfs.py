@@ -199,3 +199,30 @@ def test_an_init_that_execs_outside_the_processs_life_is_refused() -> None:
     data["processes"][1]["init"] = {"exec_s": 40.0}  # pid 101 ends at 30 s
     with pytest.raises(ValueError, match="exec_s"):
         parse_scenario(data)
+
+
+def test_a_procfs_fault_takes_proc_away_and_brings_it_back_as_the_processes_are_then(
+    tmp_path: Path, two_gpu: Scenario
+) -> None:
+    faulty = two_gpu.model_copy(
+        update={
+            "faults": [
+                *two_gpu.faults,
+                *parse_scenario({"faults": [{"at_s": 10, "for_s": 5, "target": "procfs"}]}).faults,
+            ]
+        }
+    )
+    clock = SteppedClock()
+    node = simulator.build(faulty, clock)
+    writer = ProcfsWriter(node, tmp_path)
+    clock.advance(5.0)
+    writer.refresh()
+    before = int(_stat_fields(tmp_path, 101)[13]) + int(_stat_fields(tmp_path, 101)[14])
+    clock.advance(6.0)  # 11 s: inside the fault
+    writer.refresh()
+    assert not (tmp_path / "proc").exists()  # a reader lists nothing and reads no /proc/stat
+    clock.advance(5.0)  # 16 s: back
+    writer.refresh()
+    after = int(_stat_fields(tmp_path, 101)[13]) + int(_stat_fields(tmp_path, 101)[14])
+    assert after - before == pytest.approx(0.5 * 11.0 * CLOCK_TICKS_PER_S, abs=2)  # it ran on meanwhile
+    assert (tmp_path / "proc" / "stat").is_file()
