@@ -69,8 +69,9 @@ _NODE_CPU: tuple[Family, ...] = (
         "held_energy_mj",
         "gauge",
         "J",
-        "A RAPL zone's active energy held over a failed /proc listing, to be split with the next listing's CPU "
-        "time: in no total yet (the zone's joules total lags its counter by it, and counts it once released).",
+        "A RAPL zone's energy held over a failed /proc listing (its active part; all of it where /proc/stat failed "
+        "too), to be split with the next listing's CPU time: in no total yet (the zone's joules total lags its "
+        "counter by it, and counts it once released).",
         (),
         optional=_ZONE,
         where=_CPU,
