@@ -301,7 +301,9 @@ class CpuAttributionProcessor:
                 zone_ratio = gap.ratio(node)
                 cpu_s = None if gap.cpu_s is None or interval_s > _ZONE_GONE_AFTER_S else list(gap.cpu_s.values())
                 part = self._part(sample, energy_mj, interval_s, per_type[sample.zone], zone_ratio, weights, cpu_s)
-            part, span_s = self._settle(part, zone_ratio, weights.listed, gap is None, batch.time.monotonic_s)
+            # (held where read last tick: a gap opening now for another zone read then is keyed by that tick too)
+            read = read_tick == self._tick - 1
+            part, span_s = self._settle(part, zone_ratio, weights.listed, read, batch.time.monotonic_s)
             parts.append(part)
             if part.split:  # (with the energy held for it: the deltas span its ticks too)
                 group = (sample.zone, -1 if gap is None else read_tick)
