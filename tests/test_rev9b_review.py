@@ -3,11 +3,25 @@ containers finds a container none of whose processes is listed below its pod): t
 
 from __future__ import annotations
 
+import functools
+import os
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.test_cpu_listing_fault_report import SCENARIO, by, simulate
+from tests.e2e.test_cpu_unseen_faults import (
+    BUILD,
+    SHORT,
+    WEB,
+    _close_receivers,  # noqa: F401 (the fixture: the receivers' files closed after each test)
+    _failing,
+    busy_tick,
+    since,
+    two_tenants,
+    unattributed_mj,
+    warm,
+)
 from tests.processors.test_cpu_attribution import processor, totals
 from tests.processors.test_cpu_attribution_failed_listing import PACKAGE, _drive, _node, _t
 
@@ -52,3 +66,38 @@ def test_cpu_yaml_with_proc_gone_while_a_dram_zone_is_gone_bills_as_a_run_withou
     processes, plain_processes = by(failed["processes"], "pid"), by(reference["processes"], "pid")
     for pid in (900, 950, 2101, 2102, 2201, 3001, 7001):  # alive across the failed ticks
         assert processes[pid]["attributed_j"] == pytest.approx(plain_processes[pid]["attributed_j"], rel=5e-3)
+
+
+@pytest.mark.parametrize("made_at", [0, 2, 3])  # (the failed listing is the third of 7 ticks)
+def test_a_never_listed_container_across_a_failed_listing_is_billed_its_time(tmp_path: Path, made_at: int) -> None:
+    # unlisted9 with failsplit9: a container in the pod none of whose processes is ever listed (2 s a tick), made
+    # before, in, or just after the tick whose /proc listing fails. Its time is held with the rest and split with
+    # the next listing's, its first record counted from 0 where its cgroup was made since the last look.
+    host = two_tenants(tmp_path)
+    proc = processor(unseen="containers")
+    start = warm(host, proc)
+    for i in range(7):
+        busy_tick(host)
+        if i >= made_at:
+            host.hidden(SHORT, 2.0)
+        with pytest.MonkeyPatch.context() as patch:
+            if i == 2:
+                patch.setattr(os, "listdir", functools.partial(_failing, proc=host.proc, real=os.listdir))
+            out = host.tick(proc)
+    short_mj = 2_000 * (7 - made_at)
+    assert since(host, out, start) == {BUILD: (28_000, 28_000), WEB: (28_000, 28_000), SHORT: (short_mj, short_mj)}
+    assert unattributed_mj(out) == 0
+
+
+def test_held_energy_released_the_tick_another_zones_gap_opens_goes_to_the_cpu_time_it_spans() -> None:
+    # The releasing tick's package part takes the path of the dram's gap opening that tick (keyed by the same last
+    # read tick): its deltas are the listing's, which span the held tick, so each process gets its CPU time's.
+    node, proc = _node(), processor()
+    _drive(node, proc, _t())  # the baselines
+    _drive(node, proc, _t(False, a=4, b=1))  # 10 J, 5 J active held
+    _drive(node, proc, _t(a=0, b=3, absent=True))  # 6 J, 3 J active with the held 5 J: 8 J by 4 s and 4 s
+    out = _drive(node, proc, _t(a=2, b=0))  # dram back: 4 J, 2 J active
+    zones = {z.device_id: z for z in out.device_totals}
+    assert zones[PACKAGE].unattributed_energy_mj == 0
+    shares = {key: t.energy_mj for (key, zone), t in totals(out, "process").items() if zone == "cpu:package"}
+    assert shares == {"1": 6_000, "2": 4_000}
