@@ -101,3 +101,19 @@ def test_held_energy_released_the_tick_another_zones_gap_opens_goes_to_the_cpu_t
     assert zones[PACKAGE].unattributed_energy_mj == 0
     shares = {key: t.energy_mj for (key, zone), t in totals(out, "process").items() if zone == "cpu:package"}
     assert shares == {"1": 6_000, "2": 4_000}
+
+
+def test_energy_held_over_a_failed_listing_is_not_split_by_later_ticks_cpu_time_after_a_counter_reset() -> None:
+    # The package counter resets in the tick the listing answers again: that tick's delta is not energy, and its
+    # part was skipped, so what the zone held stayed held while the listing's deltas (which span the held tick)
+    # were used up; the next listing split it by its own deltas, ticks later: pid 1's 4 s of the held tick went to
+    # pid 2 (pid 1 0 mJ, pid 2 8,000 of 4,000).
+    node, proc = _node(), processor()
+    _drive(node, proc, _t())  # the baselines
+    _drive(node, proc, _t(False, a=4, b=0))  # 8 J, 4 J active held: pid 1's
+    _drive(node, proc, _t(a=0, b=0, reset=True))  # the listing answers, the package counter resets
+    out = _drive(node, proc, _t(a=0, b=4))  # 8 J, 4 J active: pid 2's
+    shares = {key: t.energy_mj for (key, zone), t in totals(out, "process").items() if zone == "cpu:package"}
+    assert shares == {"1": 4_000, "2": 4_000}  # the held 4 J released at the reset, by its listing's deltas
+    package = {z.device_id: z for z in out.device_totals}[PACKAGE]
+    assert (package.energy_mj, package.idle_energy_mj, package.unattributed_energy_mj) == (16_000, 8_000, 0)
