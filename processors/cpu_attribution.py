@@ -285,28 +285,22 @@ class CpuAttributionProcessor:
         for sample in samples:
             previous, self._zones[sample.path] = self._zones.get(sample.path), sample
             read_tick, self._zone_tick[sample.path] = self._zone_tick.get(sample.path, 0), self._tick
-            if previous is None:
-                continue  # a baseline (first reading): no energy yet
+            if previous is None or previous.counter_epoch != sample.counter_epoch:
+                continue  # a baseline (first reading, or after a reset): no energy yet
             energy_mj = sample.energy_uj // 1000 - previous.energy_uj // 1000  # floors telescope: nothing lost
-            # A reset (a new epoch, or backwards in one: the receiver should have said so): its delta is not energy,
-            # but what the zone held is released with this listing's deltas, which span it (they are used up now).
-            reset = previous.counter_epoch != sample.counter_epoch or energy_mj < 0
-            if reset and not (weights.listed and sample.path in self._holds.zones):
-                continue
-            energy_mj = 0 if reset else energy_mj
+            if energy_mj < 0:
+                continue  # went backwards in one epoch: the receiver should have said reset; not energy
             interval_s = sample.time.monotonic_s - previous.time.monotonic_s
-            part_s = 0.0 if reset else interval_s  # (0 s: the idle mode learns nothing, settles no idle)
             # A zone that missed ticks: split by the CPU time used since it was last read (processors/_cpu_gap.py).
             gap = self._gaps.open.get(read_tick)
             if gap is None:
                 zone_ratio = ratio
-                part = self._part(sample, energy_mj, part_s, per_type[sample.zone], ratio, weights, False)
+                part = self._part(sample, energy_mj, interval_s, per_type[sample.zone], ratio, weights, False)
             else:
                 gap_paths.add(sample.path)
                 zone_ratio = gap.ratio(node)
                 cpu_s = None if gap.cpu_s is None or interval_s > _ZONE_GONE_AFTER_S else list(gap.cpu_s.values())
-                part = self._part(sample, energy_mj, part_s, per_type[sample.zone], zone_ratio, weights, cpu_s)
-            part = part._replace(interval_s=interval_s)
+                part = self._part(sample, energy_mj, interval_s, per_type[sample.zone], zone_ratio, weights, cpu_s)
             # (held where read last tick: a gap opening now for another zone read then is keyed by that tick too)
             read = read_tick == self._tick - 1
             part, span_s = self._settle(part, zone_ratio, weights.listed, read, batch.time.monotonic_s)
