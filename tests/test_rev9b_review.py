@@ -148,3 +148,26 @@ def test_a_container_found_below_its_pod_then_listed_is_billed_its_time_once(tmp
     host.procs[40] = (cid, cpu_s + 0.3, started)
     out = host.tick(proc)
     assert since(host, out, start)[SHORT] == (1_300, 1_300)
+
+
+def test_a_new_container_that_ran_across_a_failed_listing_counts_from_0(tmp_path: Path) -> None:
+    # A container whose first process starts in the tick whose /proc listing fails (/proc/stat still read), its
+    # processes never listed busy (8 s that tick): first read at the next listing, it is new (each of its listed
+    # processes started since the last listing) only where its usage is no more than the node ran since that
+    # listing, but the node's reading it is weighed against is the failed tick's, one tick back, not the listing's.
+    host = two_tenants(tmp_path)
+    proc = processor(unseen="containers")
+    start = warm(host, proc)
+    job = "f" * 64
+    busy_tick(host)
+    host.spawn(30, job, new=True)
+    host.hidden(job, 8.0)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "listdir", functools.partial(_failing, proc=host.proc, real=os.listdir))
+        host.tick(proc)
+    for _ in range(3):
+        busy_tick(host)
+        host.run(30, 1.0)
+        out = host.tick(proc)
+    assert since(host, out, start) == {BUILD: (16_000, 16_000), WEB: (16_000, 16_000), job: (12_000, 12_000)}
+    assert unattributed_mj(out) == 0
