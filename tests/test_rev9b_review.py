@@ -23,7 +23,7 @@ from tests.e2e.test_cpu_unseen_faults import (
     warm,
 )
 from tests.processors.test_cpu_attribution import processor, totals
-from tests.processors.test_cpu_attribution_failed_listing import PACKAGE, _drive, _node, _t
+from tests.processors.test_cpu_attribution_failed_listing import DRAM, PACKAGE, _drive, _node, _t
 
 
 def test_a_zone_missing_in_a_failed_listings_tick_does_not_leave_the_other_zones_unattributed() -> None:
@@ -171,3 +171,23 @@ def test_a_new_container_that_ran_across_a_failed_listing_counts_from_0(tmp_path
         out = host.tick(proc)
     assert since(host, out, start) == {BUILD: (16_000, 16_000), WEB: (16_000, 16_000), job: (12_000, 12_000)}
     assert unattributed_mj(out) == 0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a fix needs a zone back from a gap in a failed listing's tick held with its gap's CPU time (the gap "
+    "kept open, or its sums moved into the hold, until a listing answers), so that listing's deltas complete it",
+)
+def test_a_zone_back_from_a_gap_in_a_failed_listings_tick_is_split_by_the_cpu_time_it_spans() -> None:
+    # Not held, as documented: its gap's active energy (700 mJ) is unattributed, and the next tick's own 400 mJ is
+    # split by deltas that span the failed tick too (pid 1 222 mJ, pid 2 178; their CPU time that tick was 1 s and
+    # 3 s). simulate cpu.yaml with intel-rapl:0:0 gone 28-42 s and /proc gone 40-52 s: 171.1 J of its 1,108.9 J
+    # active unattributed (none with the dram gap alone), its active 71 J above (its idle not known either).
+    node, proc = _node(), processor()
+    _drive(node, proc, _t())  # the baselines
+    _drive(node, proc, _t(a=1, b=1, absent=True))  # the dram zone missing
+    _drive(node, proc, _t(False, a=4, b=1))  # back in a tick whose listing failed: 1,400 mJ, 700 active
+    out = _drive(node, proc, _t(a=1, b=3))  # 800 mJ, 400 active
+    shares = {key: t.energy_mj for (key, zone), t in totals(out, "process").items() if zone == "cpu:dram"}
+    dram = {z.device_id: z for z in out.device_totals}[DRAM]
+    assert (shares, dram.unattributed_energy_mj) == ({"1": 600, "2": 500}, 0)
