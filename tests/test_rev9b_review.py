@@ -191,3 +191,19 @@ def test_a_zone_back_from_a_gap_in_a_failed_listings_tick_is_split_by_the_cpu_ti
     shares = {key: t.energy_mj for (key, zone), t in totals(out, "process").items() if zone == "cpu:dram"}
     dram = {z.device_id: z for z in out.device_totals}[DRAM]
     assert (shares, dram.unattributed_energy_mj) == ({"1": 600, "2": 500}, 0)
+
+
+def test_a_report_whose_run_ends_while_energy_is_held_says_it_held_not_residual(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # cpu.yaml with /proc gone from 168 s to the end: each package zone's last ticks are held, and the report said
+    # counter = idle + attributed + unattributed with a residual of 1,231.875 J (the GPU devices' rows say held_j).
+    monkeypatch.setenv("WATTPIPE_CPU_MODE", "usage_ratio")
+    faulty = tmp_path / "cpu-proc-gone-at-the-end.yaml"
+    faulty.write_text(SCENARIO.read_text() + "faults:\n  - {at_s: 168, target: procfs}\n")
+    zones = by(simulate(tmp_path, faulty, "end")["zones"], "path")
+    assert (zones["intel-rapl:0"]["held_j"], zones["intel-rapl:0"]["residual_j"]) == (1231.875, 0.0)
+    for zone in zones.values():
+        assert zone["residual_j"] == 0.0
+        parts = zone["idle_j"] + zone["attributed_j"] + zone["unattributed_j"] + zone["held_j"]
+        assert zone["counter_j"] == pytest.approx(parts, abs=1e-6)
