@@ -124,6 +124,7 @@ class CpuAttributionProcessor:
         self._node: NodeCpuTime | None = None
         self._hosts: Mapping[int, HostProcess] = {}  # the last listing, by pid: the deltas start from it
         self._last_s: float | None = None  # the monotonic time of the last listing: the deltas start from it
+        self._listed_node: NodeCpuTime | None = None  # unseen: containers: /proc/stat as of the last listing
         self._tick = 0  # process() calls: a zone's last reading and the last listing are placed by it
         self._zone_tick: dict[str, int] = {}  # the tick each zone was last read in
         self.zone_totals: dict[str, ZoneTotals] = {}
@@ -179,7 +180,8 @@ class CpuAttributionProcessor:
                 "CPU energy stays unattributed; set cpu_time: true on the procfs receiver",
             )
         last_listing = self._hosts  # (the deltas' start: a process's container there, where it moved since)
-        since = None if self._last_s is None or node_before is None else (self._last_s, node_before)
+        listed_node = self._listed_node  # (/proc/stat at the last listing: a failed one's tick may be between)
+        since = None if self._last_s is None or listed_node is None else (self._last_s, listed_node)
         weights = self._weights(batch, hosts)
         absent = self._absent(batch)
         if self._unseen is not None:  # (not while a zone's gap sums CPU time: _cpu_unseen.py)
@@ -187,6 +189,7 @@ class CpuAttributionProcessor:
             u = self._unseen.weigh(batch, weights.hosts, weights.cpu_s, weights.listed, counted, last_listing, since)
             cpu_s = weights.cpu_s if u.cpu_s is None else list(u.cpu_s)  # (a moved process's late delta: less)
             weights, self.series.alive = replace(weights, unseen=u, cpu_s=cpu_s), u.alive
+            self._listed_node = self._node if weights.listed else listed_node
         if absent or self._gaps.open:  # a zone missing: the CPU time used meanwhile is kept (processors/_cpu_gap.py)
             self._gaps.track(absent, node_before)
             if weights.listed:
@@ -301,7 +304,9 @@ class CpuAttributionProcessor:
                 zone_ratio = gap.ratio(node)
                 cpu_s = None if gap.cpu_s is None or interval_s > _ZONE_GONE_AFTER_S else list(gap.cpu_s.values())
                 part = self._part(sample, energy_mj, interval_s, per_type[sample.zone], zone_ratio, weights, cpu_s)
-            part, span_s = self._settle(part, zone_ratio, weights.listed, gap is None, batch.time.monotonic_s)
+            # (held where read last tick: a gap opening now for another zone read then is keyed by that tick too)
+            read = read_tick == self._tick - 1
+            part, span_s = self._settle(part, zone_ratio, weights.listed, read, batch.time.monotonic_s)
             parts.append(part)
             if part.split:  # (with the energy held for it: the deltas span its ticks too)
                 group = (sample.zone, -1 if gap is None else read_tick)

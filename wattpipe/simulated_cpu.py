@@ -30,6 +30,7 @@ class _Zone:
     active_mj: int = 0
     attributed_mj: int = 0  # the last DeviceTotals' (cumulative over the same ticks)
     unattributed_mj: int = 0
+    held_mj: int = 0  # the last record's level: energy measured, held over a failed /proc listing, not yet split
 
 
 @dataclass
@@ -56,6 +57,7 @@ class CpuCollector:
             z.counter_mj += p.energy_mj
             z.idle_mj += p.idle_energy_mj
             z.active_mj += p.active_energy_mj
+            z.held_mj = p.held_energy_mj
             if self.first_wall_s is None:
                 self.first_wall_s = p.time.wall_s - p.interval_s
             self.last_wall_s = p.time.wall_s
@@ -99,7 +101,8 @@ def cpu_report(collector: CpuCollector, node: simulator.SimulatedNode) -> dict[s
             "active_j": z.active_mj / 1000,
             "attributed_j": z.attributed_mj / 1000,
             "unattributed_j": z.unattributed_mj / 1000,
-            "residual_j": (z.counter_mj - z.idle_mj - z.attributed_mj - z.unattributed_mj) / 1000,
+            "held_j": z.held_mj / 1000,
+            "residual_j": (z.counter_mj - z.idle_mj - z.attributed_mj - z.unattributed_mj - z.held_mj) / 1000,
             "true_counter_j": truth.zone_energy_j(z.zone, z.socket or 0, t0, t1),
         }
         for path, z in sorted(collector.zones.items())
@@ -172,8 +175,9 @@ def print_cpu_report(report: dict[str, Any], err: TextIO) -> None:
     for z in report["zones"]:
         print(
             f"  {z['zone']} {z['path']}: counter {z['counter_j']:.1f} J (true {z['true_counter_j']:.1f}) = idle "
-            f"{z['idle_j']:.1f} + attributed {z['attributed_j']:.1f} + unattributed {z['unattributed_j']:.1f} "
-            f"(residual {z['residual_j']:g})",
+            f"{z['idle_j']:.1f} + attributed {z['attributed_j']:.1f} + unattributed {z['unattributed_j']:.1f}"
+            + (f" + held {z['held_j']:.1f}" if z.get("held_j") else "")
+            + f" (residual {z['residual_j']:g})",
             file=err,
         )
     rows = [

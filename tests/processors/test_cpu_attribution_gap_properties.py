@@ -158,6 +158,23 @@ _EXPIRED_WHILE_HELD = [  # (CI found it: a zone holding 1 mJ over a failed listi
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(CONFIGS), st.lists(CHURN_TICK, min_size=4, max_size=25))
 @example({"terminated_retention": 10.0, "max_terminated": 2}, _EXPIRED_WHILE_HELD)
+@example(  # rev9b: energy held over a failed listing, its zone then unread past GAP_MAX_S (into its totals, no record)
+    {"terminated_retention": 10.0, "max_terminated": 2},
+    [
+        {"actions": [("run", 1, 0.0)], "listed": True, "missing": set(), "mj": [250, 60, 1117], "active": 0.0,
+         "restart": False, "dt": 5.0},
+        {"actions": [("exec", 5, 0.0)], "listed": False, "missing": set(), "mj": [0, 1, 0], "active": 1.0,
+         "restart": False, "dt": 5.0},
+        {"actions": [("exit", 2, 0.0)], "listed": True, "missing": {"intel-rapl:1", "intel-rapl:0"},
+         "mj": [15410, 19, 4671], "active": 0.0, "restart": False, "dt": 5.0},
+        {"actions": [("exit", 4, 0.0)], "listed": True, "missing": {"intel-rapl:1"}, "mj": [2086, 564, 3135],
+         "active": 0.0, "restart": False, "dt": 400.0},
+        {"actions": [("run", 3, 0.0)], "listed": False, "missing": {"intel-rapl:1"}, "mj": [1503, 3580, 22757],
+         "active": 0.0, "restart": False, "dt": 400.0},
+        {"actions": [("exit", 1, 0.0)], "listed": True, "missing": {"intel-rapl:1", "intel-rapl:0"},
+         "mj": [40, 29999, 1262], "active": 1.0, "restart": False, "dt": 5.0},
+    ],
+)  # fmt: skip
 # long: one simulated node driven through a plan, its checks after every tick
 def test_zones_missing_for_runs_of_ticks_under_churn_conserve_and_sum_every_tick(
     config: dict[str, Any], plan: list[dict[str, Any]]
