@@ -5,30 +5,18 @@ usage ratio and CPU-time deltas span the failed ticks, so the bill is close to a
 
 from __future__ import annotations
 
-import io
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.e2e.test_cpu_report import CONFIG, SCENARIO, by
-from wattpipe.cli import main
+from tests.e2e.test_cpu_gap_report import simulate
+from tests.e2e.test_cpu_report import SCENARIO, by
 
 FAULTS = """
 faults:
   - {at_s: 40, for_s: 12, target: procfs}   # about two 5 s ticks with no /proc at all
   - {at_s: 120, for_s: 4, target: procfs}   # one
 """
-
-
-def simulate(tmp_path: Path, scenario: Path, name: str) -> dict[str, Any]:
-    report = tmp_path / f"{name}.json"
-    err = io.StringIO()
-    args = ["simulate", "--scenario", str(scenario), "-c", str(CONFIG), "--duration", "3m", "--report", str(report),
-            "--log-level", "error"]  # fmt: skip
-    assert main(args, io.StringIO(), err) == 0, err.getvalue()
-    return json.loads(report.read_text())["cpu"]  # type: ignore[no-any-return]
 
 
 def test_ticks_with_no_proc_are_held_and_billed_as_a_run_without_them(
