@@ -43,7 +43,7 @@ from wattpipe.processors._mig_shares import (
 )
 from wattpipe.processors._mig_window import Collection, Hold, Release
 
-__all__ = ["MIG_MODES", "MigAttribution", "late_shares"]
+__all__ = ["MIG_MODES", "MigAttribution", "late_share", "late_shares"]
 
 _MODES: dict[str, str] = {
     "mig": "shares by each instance's activity × compute slices (dcgm-exporter)",
@@ -295,6 +295,31 @@ def _records(
     return [remainder, *shares, *exited], per_instance
 
 
+def late_share(
+    time: Timestamp,
+    device_id: str,
+    mode: SharingMode,
+    pid: int | None,
+    energy_mj: int,
+    *,
+    gpu_instance_id: int | None = None,
+    start_time_ticks: int | None = None,
+) -> GpuShare:
+    """A share of energy released late (no tick of its own to split it): no watts, share 0; ``pid`` None: the
+    device's remainder."""
+    return GpuShare(
+        time=time,
+        device_id=device_id,
+        pid=pid,
+        share=0.0,
+        energy_mj=energy_mj,
+        power_w=0.0,
+        mode=mode,
+        gpu_instance_id=gpu_instance_id,
+        start_time_ticks=start_time_ticks,
+    )
+
+
 def late_shares(
     time: Timestamp,
     device_id: str,
@@ -306,25 +331,10 @@ def late_shares(
 ) -> list[GpuShare]:
     """Shares of energy released with no tick of its own to split (held, then released late, or to processes
     no longer listed, those in ``present`` left out): no watts, share 0. The remainder first, when any."""
-    shares = []
-    if unattributed_mj:
-        shares.append(
-            GpuShare(
-                time=time, device_id=device_id, pid=None, share=0.0, energy_mj=unattributed_mj, power_w=0.0, mode=mode
-            )
-        )
+    shares = [late_share(time, device_id, mode, None, unattributed_mj)] if unattributed_mj else []
     groups = group_of or {}
     return shares + [
-        GpuShare(
-            time=time,
-            device_id=device_id,
-            pid=pid,
-            share=0.0,
-            energy_mj=mj,
-            power_w=0.0,
-            mode=mode,
-            gpu_instance_id=groups.get(pid),
-        )
+        late_share(time, device_id, mode, pid, mj, gpu_instance_id=groups.get(pid))
         for pid, mj in sorted(by_pid.items())
         if mj > 0 and pid not in present
     ]

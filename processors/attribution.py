@@ -53,7 +53,7 @@ from wattpipe.pipeline.records import (
 )
 from wattpipe.processors._idle_hold import HeldTick, IdleHold, Process, Released
 from wattpipe.processors._learned import LearnedConfig, LearnedModel, Reason, row_of
-from wattpipe.processors._mig_attribution import MigAttribution, late_shares
+from wattpipe.processors._mig_attribution import MigAttribution, late_share, late_shares
 from wattpipe.processors.attribution_math import apportion, fractions, since_start
 
 __all__ = ["AttributionConfig", "AttributionProcessor", "apportion", "factory"]
@@ -384,16 +384,7 @@ def _late(time: Timestamp, device_id: str, mode: SharingMode, owed: Mapping[Proc
     process's start time where it was known: the energy processor adds it to that process's series, not to
     a later one's of its pid."""
     return [
-        GpuShare(
-            time=time,
-            device_id=device_id,
-            pid=pid,
-            share=0.0,
-            energy_mj=mj,
-            power_w=0.0,
-            mode=mode,
-            start_time_ticks=start,
-        )
+        late_share(time, device_id, mode, pid, mj, start_time_ticks=start)
         for (pid, start), mj in sorted(owed.items(), key=_process_order)
         if mj > 0
     ]
